@@ -1,0 +1,20 @@
+#pragma once
+// Reads a schedule named on the command line: a built-in name or a file, by extension
+// (.csv: PyTorch's CSV, .json: FlexPipe schedule JSON).
+#include <string>
+
+#include "flexpipe/core/builtin_schedules.h"
+#include "flexpipe/core/pytorch_csv.h"
+#include "flexpipe/core/schedule.h"
+
+namespace flexpipe {
+
+std::string read_text_file(const std::string& path);  // throws Error "PATH: cannot read: REASON"
+void write_text_file(const std::string& path, const std::string& text);  // atomic: temp file, rename
+
+bool looks_like_file(const std::string& spec);  // has an extension or a path separator
+Schedule load_schedule(const std::string& spec, const ScheduleParams& params, const CsvReadOptions& csv = {});
+// Writes by extension: .csv (PyTorch, compute-only unless the schedule is lowered), .json.
+void save_schedule(const Schedule& schedule, const std::string& path);
+
+}  // namespace flexpipe

@@ -1,0 +1,24 @@
+#pragma once
+// Ways to look at a simulated schedule: a text grid, an SVG timeline with memory curves, a
+// Chrome/Perfetto trace and the JSON report.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "flexpipe/core/costs.h"
+#include "flexpipe/core/schedule.h"
+#include "flexpipe/core/simulator.h"
+
+namespace flexpipe {
+
+// Devices x time: one row per device, one column per time step of `step` units (0: the shortest
+// compute action), each cell the action running then; '.' is idle.
+std::string render_grid(const Schedule& schedule, const SimResult& result, double step = 0);
+// Devices x action order, without times: what `flexpipe show` prints for an unsimulated schedule.
+std::string render_order(const Schedule& schedule);
+std::string render_svg(const Schedule& schedule, const SimResult& result);
+std::string render_trace(const Schedule& schedule, const SimResult& result);  // Chrome trace JSON
+nlohmann::json report_json(const Schedule& schedule, const CostTable& costs, const SimResult& result);
+std::string render_report(const Schedule& schedule, const CostTable& costs, const SimResult& result);
+
+}  // namespace flexpipe
