@@ -1,2 +1,33 @@
+// flexpipe: one binary, one subcommand per job. Exit codes: 0 success, 1 a check that found problems,
+// 2 bad input (unknown schedule, malformed file, impossible parameters), 3 an internal error.
 #include <cstdio>
-int main() { std::puts("flexpipe"); return 0; }
+
+#include <fmt/format.h>
+
+#include "flexpipe/core/error.h"
+#include "options.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"FlexPipe: write, check, simulate, draw and convert pipeline-parallel training schedules."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("flexpipe 0.1.0"));
+  int exit_code = 0;
+  flexpipe::cli::add_schedules_command(app, exit_code);
+  flexpipe::cli::add_show_command(app, exit_code);
+  flexpipe::cli::add_simulate_command(app, exit_code);
+  flexpipe::cli::add_check_command(app, exit_code);
+  flexpipe::cli::add_convert_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  } catch (const flexpipe::Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "internal error: {}\n", e.what());
+    return 3;
+  }
+  return exit_code;
+}

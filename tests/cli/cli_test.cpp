@@ -1,0 +1,179 @@
+// Drives the real flexpipe binary: exit codes, messages and the files it writes.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("flexpipe_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Run flexpipe(const std::string& args) {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string command = std::string("timeout 60 ") + FLEXPIPE_BINARY + " " + args + " >" + out.string() +
+                                " 2>" + err.string() + " </dev/null";
+    const int status = std::system(command.c_str());
+    Run run;
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run.out = slurp(out);
+    run.err = slurp(err);
+    return run;
+  }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    const fs::path path = dir_ / name;
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(Cli, SchedulesListsTheWholeLibrary) {
+  Run run = flexpipe("schedules --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::vector<std::string> names;
+  for (const auto& entry : nlohmann::json::parse(run.out)) names.push_back(entry["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2",
+                                             "zb-v", "v-half", "v-min", "dualpipev", "dualpipe"}));
+}
+
+TEST_F(Cli, Simulate1F1BReportsThePublishedBubble) {
+  // p = 4, m = 8, F = I = W = 1: makespan (m + p - 1)(F + B) = 11 * 3, idle (p - 1)(F + B) = 9 per device.
+  Run run = flexpipe("simulate 1f1b -p 4 -m 8 --uniform-costs 1,1,1 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto report = nlohmann::json::parse(run.out);
+  EXPECT_DOUBLE_EQ(report["makespan"].get<double>(), 33.0);
+  EXPECT_DOUBLE_EQ(report["bubble_ratio"].get<double>(), 9.0 / 33.0);
+  EXPECT_DOUBLE_EQ(report["lower_bound"].get<double>(), 24.0);
+  EXPECT_DOUBLE_EQ(report["efficiency"].get<double>(), 24.0 / 33.0);
+  ASSERT_EQ(report["devices"].size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_DOUBLE_EQ(report["devices"][r]["busy"].get<double>(), 24.0);
+    EXPECT_DOUBLE_EQ(report["devices"][r]["idle"].get<double>(), 9.0);
+    EXPECT_DOUBLE_EQ(report["devices"][r]["peak_memory"].get<double>(), 4.0 - r);
+  }
+}
+
+TEST_F(Cli, SimulateWritesSvgAndTrace) {
+  const fs::path svg = dir_ / "t.svg", trace = dir_ / "t.json";
+  Run run = flexpipe("simulate zb-h1 -p 4 -m 8 --svg " + svg.string() + " --trace " + trace.string());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("SVG timeline: " + svg.string()), std::string::npos) << run.out;
+  EXPECT_EQ(slurp(svg).rfind("<svg", 0) == 0 || slurp(svg).rfind("<?xml", 0) == 0, true);
+  const auto events = nlohmann::json::parse(slurp(trace))["traceEvents"];
+  EXPECT_GT(events.size(), 4u * 8u * 3u);
+}
+
+TEST_F(Cli, UnknownScheduleIsExitCode2WithTheKnownNames) {
+  Run run = flexpipe("simulate nope");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("error: unknown schedule 'nope' (built-in schedules: gpipe, 1f1b,"), std::string::npos)
+      << run.err;
+}
+
+TEST_F(Cli, ImpossibleParametersAreExitCode2) {
+  Run run = flexpipe("simulate 1f1b -p 4 -m 2");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("error: 1f1b with p=4, m=2, v=1: needs m >= p"), std::string::npos) << run.err;
+  Run negative = flexpipe("simulate 1f1b -p -3");
+  EXPECT_EQ(negative.exit_code, 2);
+  Run bad_costs = flexpipe("simulate 1f1b --uniform-costs 1,x,1");
+  EXPECT_EQ(bad_costs.exit_code, 2);
+  EXPECT_NE(bad_costs.err.find("--uniform-costs"), std::string::npos) << bad_costs.err;
+}
+
+TEST_F(Cli, MalformedCsvNamesFileLineAndColumn) {
+  const fs::path csv = write("bad.csv", "0F0,0F1\n1F0,1BX0\n");
+  Run run = flexpipe("check " + csv.string());
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find(csv.string() + ":2:5: "), std::string::npos) << run.err;
+}
+
+TEST_F(Cli, MalformedCostJsonNamesFileLineAndColumn) {
+  const fs::path costs = write("costs.json", "{\n  \"format\": \"flexpipe-costs\",\n  \"version\": 1,\n  oops\n}\n");
+  Run run = flexpipe("simulate 1f1b --costs " + costs.string());
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find(costs.string() + ":4:"), std::string::npos) << run.err;
+}
+
+TEST_F(Cli, CheckReportsEveryErrorAndExits1) {
+  // Two ranks, stage 1 never runs its backward, and stage 0's forward of micro-batch 1 is missing.
+  const fs::path csv = write("broken.csv", "0F0,0B0\n1F0,1F1\n");
+  Run run = flexpipe("check " + csv.string());
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.out.find("errors"), std::string::npos) << run.out;
+  Run json = flexpipe("check --json " + csv.string());
+  EXPECT_EQ(json.exit_code, 1);
+  const auto report = nlohmann::json::parse(json.out);
+  EXPECT_FALSE(report["valid"].get<bool>());
+  EXPECT_GE(report["errors"].size(), 3u);
+}
+
+TEST_F(Cli, CheckFindsADeadlockWithoutHanging) {
+  // Rank 0 waits in 0B0 for 1B0, which rank 1 runs only after 1F1, which needs 0F1 after 0B0.
+  const fs::path csv = write("deadlock.csv", "0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n");
+  Run run = flexpipe("check " + csv.string());
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_NE(run.out.find("deadlock"), std::string::npos) << run.out;
+}
+
+TEST_F(Cli, ConvertRoundTripsCsvThroughJson) {
+  const fs::path csv = dir_ / "zb.csv", json = dir_ / "zb.json", back = dir_ / "back.csv";
+  ASSERT_EQ(flexpipe("show zb-h1 -p 4 -m 8 --format csv -o " + csv.string()).exit_code, 0);
+  ASSERT_EQ(flexpipe("convert " + csv.string() + " -o " + json.string()).exit_code, 0);
+  ASSERT_EQ(flexpipe("convert " + json.string() + " -o " + back.string()).exit_code, 0);
+  EXPECT_EQ(slurp(csv), slurp(back));
+  Run lowered = flexpipe("convert " + csv.string() + " --form lowered -o " + back.string());
+  ASSERT_EQ(lowered.exit_code, 0) << lowered.err;
+  EXPECT_NE(slurp(back).find("SEND_F"), std::string::npos);
+}
+
+TEST_F(Cli, ParametersOnAFileAreRejected) {
+  const fs::path csv = dir_ / "s.csv";
+  ASSERT_EQ(flexpipe("show 1f1b --format csv -o " + csv.string()).exit_code, 0);
+  Run run = flexpipe("simulate " + csv.string() + " -p 8");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("-p, -m and -v apply to built-in schedules only"), std::string::npos) << run.err;
+}
+
+TEST_F(Cli, EverySubcommandHasHelp) {
+  for (const char* command : {"schedules", "show", "simulate", "check", "convert"}) {
+    Run run = flexpipe(std::string(command) + " --help");
+    EXPECT_EQ(run.exit_code, 0) << command;
+    EXPECT_NE(run.out.find("Usage"), std::string::npos) << command << run.out;
+  }
+  EXPECT_EQ(flexpipe("").exit_code, 2);
+  EXPECT_EQ(flexpipe("frobnicate").exit_code, 2);
+}
+
+}  // namespace
