@@ -11,4 +11,20 @@ void register_1f1b_family(std::vector<BuiltinSchedule>& registry);
 // ZB-V, V-Half, V-Min, DualPipeV, DualPipe (src/core/schedules_v_family.cpp).
 void register_v_family(std::vector<BuiltinSchedule>& registry);
 
+// The 1F1B family's registry entries, one generator per file (src/core/schedule_<name>.cpp).
+BuiltinSchedule gpipe_schedule();
+BuiltinSchedule one_f_one_b_schedule();
+BuiltinSchedule interleaved_1f1b_schedule();
+BuiltinSchedule looped_bfs_schedule();
+BuiltinSchedule zb_h1_schedule();
+BuiltinSchedule zb_h2_schedule();
+
+// The V family's registry entries: ZB-V (src/core/schedule_zb_v.cpp), V-Half and V-Min
+// (src/core/schedule_v_controllable_memory.cpp), DualPipeV and DualPipe (src/core/schedule_dualpipe.cpp).
+BuiltinSchedule zb_v_schedule();
+BuiltinSchedule v_half_schedule();
+BuiltinSchedule v_min_schedule();
+BuiltinSchedule dualpipev_schedule();
+BuiltinSchedule dualpipe_schedule();
+
 }  // namespace flexpipe::detail

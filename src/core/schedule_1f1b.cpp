@@ -1,0 +1,41 @@
+// 1F1B, also PipeDream-Flush (Narayanan et al. 2021), in Megatron's and PyTorch Schedule1F1B's
+// order: device r runs min(m, p-r-1) warm-up forwards, then alternates one forward and one full
+// backward, then drains the remaining backwards. At most p-r micro-batches are in flight on device r.
+#include <algorithm>
+#include <string>
+
+#include "generators.h"
+
+namespace flexpipe::detail {
+namespace {
+
+Schedule build(const ScheduleParams& params) {
+  const int p = params.devices, m = params.microbatches;
+  Schedule schedule = make_schedule("1f1b", p, m, loop_placement(p, p));
+  for (int device = 0; device < p; ++device) {
+    std::vector<Action>& actions = schedule.device_actions[device];
+    actions.reserve(2 * m);
+    const int warmup = std::min(m, p - device - 1);
+    for (int mb = 0; mb < warmup; ++mb) actions.push_back(Action::make(ActionKind::F, device, mb));
+    for (int mb = 0; mb < m - warmup; ++mb) {
+      actions.push_back(Action::make(ActionKind::F, device, warmup + mb));
+      actions.push_back(Action::make(ActionKind::B, device, mb));
+    }
+    for (int mb = m - warmup; mb < m; ++mb) actions.push_back(Action::make(ActionKind::B, device, mb));
+  }
+  return schedule;
+}
+
+// PyTorch's Schedule1F1B refuses fewer micro-batches than stages: the warm-up would not fill the pipe.
+std::string check(const ScheduleParams& params) {
+  return params.microbatches < params.devices ? "needs m >= p" : "";
+}
+
+}  // namespace
+
+BuiltinSchedule one_f_one_b_schedule() {
+  return {"1f1b", "1F1B / PipeDream-Flush: warm-up forwards, then one forward and one backward in turn", 1, false,
+          build, check};
+}
+
+}  // namespace flexpipe::detail

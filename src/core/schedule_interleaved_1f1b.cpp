@@ -1,0 +1,67 @@
+// Interleaved 1F1B (Narayanan et al. 2021), in the order of Megatron-LM's get_schedule_table with
+// microbatch_group_size_per_vp_stage = p (and of PyTorch ScheduleInterleaved1F1B when p divides m).
+// Device r holds v chunks, stages c*p + r. Its forwards walk the table group by group: p
+// micro-batches through chunk 0, the same p through chunk 1, ..., then the next p micro-batches;
+// its backwards walk the same table with the chunks reversed. It runs (p-r-1)*2 + (v-1)*p warm-up
+// forwards (capped at m*v), then one forward and one backward in turn, then the remaining backwards.
+#include <algorithm>
+#include <string>
+
+#include "generators.h"
+
+namespace flexpipe::detail {
+namespace {
+
+struct TableEntry {
+  int chunk;
+  int microbatch;
+};
+
+// Entry k of Megatron's schedule table when p divides m.
+TableEntry table_entry(int k, int p, int v) {
+  const int group = k / (p * v), within = k % (p * v);
+  return {within / p, group * p + within % p};
+}
+
+Schedule build(const ScheduleParams& params) {
+  const int p = params.devices, m = params.microbatches, v = params.chunks;
+  Schedule schedule = make_schedule("interleaved-1f1b", p, m, loop_placement(p, p * v));
+  const int total = m * v;
+  for (int device = 0; device < p; ++device) {
+    std::vector<Action>& actions = schedule.device_actions[device];
+    actions.reserve(2 * total);
+    auto forward = [&](int k) {
+      const TableEntry e = table_entry(k, p, v);
+      actions.push_back(Action::make(ActionKind::F, e.chunk * p + device, e.microbatch));
+    };
+    auto backward = [&](int k) {
+      const TableEntry e = table_entry(k, p, v);
+      actions.push_back(Action::make(ActionKind::B, (v - 1 - e.chunk) * p + device, e.microbatch));
+    };
+    const int warmup = std::min(total, (p - device - 1) * 2 + (v - 1) * p);
+    for (int k = 0; k < warmup; ++k) forward(k);
+    for (int k = 0; k < total - warmup; ++k) {
+      forward(warmup + k);
+      backward(k);
+    }
+    for (int k = total - warmup; k < total; ++k) backward(k);
+  }
+  return schedule;
+}
+
+// Megatron needs p <= group size <= m and m % group either 0 or >= p; with groups of p that is
+// m a multiple of p, which is also where PyTorch's rounds coincide with Megatron's groups.
+std::string check(const ScheduleParams& params) {
+  return params.microbatches % params.devices != 0 ? "needs m to be a multiple of p" : "";
+}
+
+}  // namespace
+
+BuiltinSchedule interleaved_1f1b_schedule() {
+  return {"interleaved-1f1b",
+          "Interleaved 1F1B (Megatron virtual pipeline): v chunks per device, depth-first in groups of p "
+          "micro-batches",
+          2, true, build, check};
+}
+
+}  // namespace flexpipe::detail
