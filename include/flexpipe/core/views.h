@@ -17,7 +17,9 @@ std::string render_grid(const Schedule& schedule, const SimResult& result, doubl
 // Devices x action order, without times: what `flexpipe show` prints for an unsimulated schedule.
 std::string render_order(const Schedule& schedule);
 std::string render_svg(const Schedule& schedule, const SimResult& result);
-std::string render_trace(const Schedule& schedule, const SimResult& result);  // Chrome trace JSON
+// Chrome trace JSON. Timestamps are microseconds: a time unit of "s", "ms", "us" or "ns" converts
+// exactly; any other unit (the default "unit") is drawn as one millisecond.
+std::string render_trace(const Schedule& schedule, const SimResult& result, const std::string& time_unit = "unit");
 nlohmann::json report_json(const Schedule& schedule, const CostTable& costs, const SimResult& result);
 std::string render_report(const Schedule& schedule, const CostTable& costs, const SimResult& result);
 
