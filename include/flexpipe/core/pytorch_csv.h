@@ -9,7 +9,7 @@
 namespace flexpipe {
 
 enum class CsvLettering {
-  Detect,   // "BW" anywhere means the older lettering, else the current one
+  Detect,   // "BW", or W cells without any I, mean the older lettering; else the current one
   Current,  // I = input gradient, B = full backward (PyTorch today)
   Legacy,   // B = input gradient, BW = full backward (older published files)
 };

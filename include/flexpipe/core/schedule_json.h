@@ -10,6 +10,8 @@
 namespace flexpipe {
 
 nlohmann::json schedule_to_json(const Schedule& schedule);
+// schedule_to_json as file text: fields in documented order, one line per device and per custom kind.
+std::string write_schedule_json(const Schedule& schedule);
 // Errors name origin (and line:column for JSON syntax errors, the device and cell index otherwise).
 Schedule schedule_from_json(const nlohmann::json& json, const std::string& origin);
 Schedule parse_schedule_json(const std::string& text, const std::string& origin);
