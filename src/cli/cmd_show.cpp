@@ -32,7 +32,7 @@ std::string render(const ShowOptions& o) {
   const SimResult result = simulate(simulated, costs);
   if (o.format == "grid") return render_grid(simulated, result);
   if (o.format == "svg") return render_svg(simulated, result);
-  return render_trace(simulated, result);
+  return render_trace(simulated, result, costs.time_unit);
 }
 }  // namespace
 

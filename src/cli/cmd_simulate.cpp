@@ -26,7 +26,7 @@ void run(const SimulateOptions& o) {
   const Schedule lowered = schedule.has_communication() ? schedule : lower(schedule);
   const SimResult result = simulate(lowered, costs);
   if (!o.svg.empty()) write_text_file(o.svg, render_svg(lowered, result));
-  if (!o.trace.empty()) write_text_file(o.trace, render_trace(lowered, result));
+  if (!o.trace.empty()) write_text_file(o.trace, render_trace(lowered, result, costs.time_unit));
   if (o.json) {
     nlohmann::json report = report_json(lowered, costs, result);
     if (!o.svg.empty()) report["svg"] = o.svg;

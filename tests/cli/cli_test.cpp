@@ -14,7 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Run {
+struct Outcome {
   int exit_code = -1;
   std::string out;
   std::string err;
@@ -37,12 +37,12 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  Run flexpipe(const std::string& args) {
+  Outcome flexpipe(const std::string& args) {
     const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
     const std::string command = std::string("timeout 60 ") + FLEXPIPE_BINARY + " " + args + " >" + out.string() +
                                 " 2>" + err.string() + " </dev/null";
     const int status = std::system(command.c_str());
-    Run run;
+    Outcome run;
     run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     run.out = slurp(out);
     run.err = slurp(err);
@@ -59,7 +59,7 @@ class Cli : public ::testing::Test {
 };
 
 TEST_F(Cli, SchedulesListsTheWholeLibrary) {
-  Run run = flexpipe("schedules --json");
+  Outcome run = flexpipe("schedules --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   std::vector<std::string> names;
   for (const auto& entry : nlohmann::json::parse(run.out)) names.push_back(entry["name"]);
@@ -69,7 +69,7 @@ TEST_F(Cli, SchedulesListsTheWholeLibrary) {
 
 TEST_F(Cli, Simulate1F1BReportsThePublishedBubble) {
   // p = 4, m = 8, F = I = W = 1: makespan (m + p - 1)(F + B) = 11 * 3, idle (p - 1)(F + B) = 9 per device.
-  Run run = flexpipe("simulate 1f1b -p 4 -m 8 --uniform-costs 1,1,1 --json");
+  Outcome run = flexpipe("simulate 1f1b -p 4 -m 8 --uniform-costs 1,1,1 --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto report = nlohmann::json::parse(run.out);
   EXPECT_DOUBLE_EQ(report["makespan"].get<double>(), 33.0);
@@ -86,7 +86,7 @@ TEST_F(Cli, Simulate1F1BReportsThePublishedBubble) {
 
 TEST_F(Cli, SimulateWritesSvgAndTrace) {
   const fs::path svg = dir_ / "t.svg", trace = dir_ / "t.json";
-  Run run = flexpipe("simulate zb-h1 -p 4 -m 8 --svg " + svg.string() + " --trace " + trace.string());
+  Outcome run = flexpipe("simulate zb-h1 -p 4 -m 8 --svg " + svg.string() + " --trace " + trace.string());
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("SVG timeline: " + svg.string()), std::string::npos) << run.out;
   EXPECT_EQ(slurp(svg).rfind("<svg", 0) == 0 || slurp(svg).rfind("<?xml", 0) == 0, true);
@@ -95,33 +95,33 @@ TEST_F(Cli, SimulateWritesSvgAndTrace) {
 }
 
 TEST_F(Cli, UnknownScheduleIsExitCode2WithTheKnownNames) {
-  Run run = flexpipe("simulate nope");
+  Outcome run = flexpipe("simulate nope");
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("error: unknown schedule 'nope' (built-in schedules: gpipe, 1f1b,"), std::string::npos)
       << run.err;
 }
 
 TEST_F(Cli, ImpossibleParametersAreExitCode2) {
-  Run run = flexpipe("simulate 1f1b -p 4 -m 2");
+  Outcome run = flexpipe("simulate 1f1b -p 4 -m 2");
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("error: 1f1b with p=4, m=2, v=1: needs m >= p"), std::string::npos) << run.err;
-  Run negative = flexpipe("simulate 1f1b -p -3");
+  Outcome negative = flexpipe("simulate 1f1b -p -3");
   EXPECT_EQ(negative.exit_code, 2);
-  Run bad_costs = flexpipe("simulate 1f1b --uniform-costs 1,x,1");
+  Outcome bad_costs = flexpipe("simulate 1f1b --uniform-costs 1,x,1");
   EXPECT_EQ(bad_costs.exit_code, 2);
   EXPECT_NE(bad_costs.err.find("--uniform-costs"), std::string::npos) << bad_costs.err;
 }
 
 TEST_F(Cli, MalformedCsvNamesFileLineAndColumn) {
   const fs::path csv = write("bad.csv", "0F0,0F1\n1F0,1BX0\n");
-  Run run = flexpipe("check " + csv.string());
+  Outcome run = flexpipe("check " + csv.string());
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find(csv.string() + ":2:5: "), std::string::npos) << run.err;
 }
 
 TEST_F(Cli, MalformedCostJsonNamesFileLineAndColumn) {
   const fs::path costs = write("costs.json", "{\n  \"format\": \"flexpipe-costs\",\n  \"version\": 1,\n  oops\n}\n");
-  Run run = flexpipe("simulate 1f1b --costs " + costs.string());
+  Outcome run = flexpipe("simulate 1f1b --costs " + costs.string());
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find(costs.string() + ":4:"), std::string::npos) << run.err;
 }
@@ -129,10 +129,10 @@ TEST_F(Cli, MalformedCostJsonNamesFileLineAndColumn) {
 TEST_F(Cli, CheckReportsEveryErrorAndExits1) {
   // Two ranks, stage 1 never runs its backward, and stage 0's forward of micro-batch 1 is missing.
   const fs::path csv = write("broken.csv", "0F0,0B0\n1F0,1F1\n");
-  Run run = flexpipe("check " + csv.string());
+  Outcome run = flexpipe("check " + csv.string());
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_NE(run.out.find("errors"), std::string::npos) << run.out;
-  Run json = flexpipe("check --json " + csv.string());
+  Outcome json = flexpipe("check --json " + csv.string());
   EXPECT_EQ(json.exit_code, 1);
   const auto report = nlohmann::json::parse(json.out);
   EXPECT_FALSE(report["valid"].get<bool>());
@@ -142,7 +142,7 @@ TEST_F(Cli, CheckReportsEveryErrorAndExits1) {
 TEST_F(Cli, CheckFindsADeadlockWithoutHanging) {
   // Rank 0 waits in 0B0 for 1B0, which rank 1 runs only after 1F1, which needs 0F1 after 0B0.
   const fs::path csv = write("deadlock.csv", "0F0,0B0,0F1,0B1\n1F1,1B1,1F0,1B0\n");
-  Run run = flexpipe("check " + csv.string());
+  Outcome run = flexpipe("check " + csv.string());
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_NE(run.out.find("deadlock"), std::string::npos) << run.out;
 }
@@ -153,7 +153,7 @@ TEST_F(Cli, ConvertRoundTripsCsvThroughJson) {
   ASSERT_EQ(flexpipe("convert " + csv.string() + " -o " + json.string()).exit_code, 0);
   ASSERT_EQ(flexpipe("convert " + json.string() + " -o " + back.string()).exit_code, 0);
   EXPECT_EQ(slurp(csv), slurp(back));
-  Run lowered = flexpipe("convert " + csv.string() + " --form lowered -o " + back.string());
+  Outcome lowered = flexpipe("convert " + csv.string() + " --form lowered -o " + back.string());
   ASSERT_EQ(lowered.exit_code, 0) << lowered.err;
   EXPECT_NE(slurp(back).find("SEND_F"), std::string::npos);
 }
@@ -161,14 +161,14 @@ TEST_F(Cli, ConvertRoundTripsCsvThroughJson) {
 TEST_F(Cli, ParametersOnAFileAreRejected) {
   const fs::path csv = dir_ / "s.csv";
   ASSERT_EQ(flexpipe("show 1f1b --format csv -o " + csv.string()).exit_code, 0);
-  Run run = flexpipe("simulate " + csv.string() + " -p 8");
+  Outcome run = flexpipe("simulate " + csv.string() + " -p 8");
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("-p, -m and -v apply to built-in schedules only"), std::string::npos) << run.err;
 }
 
 TEST_F(Cli, EverySubcommandHasHelp) {
   for (const char* command : {"schedules", "show", "simulate", "check", "convert"}) {
-    Run run = flexpipe(std::string(command) + " --help");
+    Outcome run = flexpipe(std::string(command) + " --help");
     EXPECT_EQ(run.exit_code, 0) << command;
     EXPECT_NE(run.out.find("Usage"), std::string::npos) << command << run.out;
   }
