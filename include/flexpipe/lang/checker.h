@@ -1,0 +1,20 @@
+#pragma once
+// Internal to the schedule language: resolves every name of a parsed program (variables to slots,
+// calls to patterns or action kinds) and checks what can be checked before running it: unknown
+// names, arities, declarations at the top level and once, parameters first. Reports every error.
+#include <vector>
+
+#include "flexpipe/lang/ast.h"
+
+namespace flexpipe::lang {
+
+// Counter families of the one-argument action forms and count(K, s): B and I share one.
+int counter_family(ActionKind kind, int custom);
+inline constexpr int kBuiltinCounterFamilies = 11;
+
+// Maps a built-in kind name ("F", "SEND_F", ...) to its kind; false for any other name.
+bool builtin_kind(const std::string& name, ActionKind& kind);
+
+void check(Program& program, std::vector<LangDiagnostic>& diagnostics);
+
+}  // namespace flexpipe::lang

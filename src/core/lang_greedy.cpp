@@ -1,0 +1,138 @@
+#include "flexpipe/lang/greedy.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "flexpipe/core/error.h"
+
+namespace flexpipe::lang {
+
+namespace {
+
+// The list scheduler keeps, per (kind, stage), which micro-batches are done, and per device the
+// running action. Time jumps from one completion to the next; at each instant every idle device,
+// in device order, starts its most urgent ready action.
+class GreedyScheduler {
+ public:
+  GreedyScheduler(Schedule& schedule, const GreedyPolicy& policy, int64_t budget)
+      : s_(schedule), policy_(policy), budget_(budget), stages_(schedule.num_stages()), m_(schedule.num_microbatches) {
+    split_ = std::find(policy.prefer.begin(), policy.prefer.end(), ActionKind::W) != policy.prefer.end();
+    for (int kind = 0; kind < kKinds; ++kind) {
+      end_[kind].assign(static_cast<size_t>(stages_) * m_, kNever);
+      first_pending_[kind].assign(stages_, 0);
+    }
+    device_stages_.resize(s_.num_devices);
+    for (int st = 0; st < stages_; ++st) device_stages_[s_.stage_device[st]].push_back(st);
+    for (int st = 0; st < stages_; ++st)
+      for (int mb = 0; mb < m_; ++mb) remaining_ += s_.pipeline_of_microbatch(mb) == s_.pipeline_of_stage(st) ? (split_ ? 3 : 2) : 0;
+  }
+
+  void run() {
+    std::vector<int64_t> busy_until(s_.num_devices, 0);
+    std::vector<int64_t> in_flight(s_.num_devices, 0);
+    int64_t now = 0;
+    while (remaining_ > 0) {
+      for (int d = 0; d < s_.num_devices; ++d) {
+        if (busy_until[d] > now) continue;
+        if (--budget_ < 0) throw Error("the greedy policy ran past the step limit");
+        const Candidate c = choose(d, now, in_flight[d]);
+        if (c.kind < 0) continue;
+        const ActionKind kind = static_cast<ActionKind>(c.kind);
+        const int64_t end = now + policy_.time[c.kind];
+        end_[slot(kind)][index(c.stage, c.mb)] = end;
+        busy_until[d] = end;
+        if (kind == ActionKind::F) ++in_flight[d];
+        if (kind == (split_ ? ActionKind::W : ActionKind::B)) --in_flight[d];
+        s_.device_actions[d].push_back(Action::make(kind, c.stage, c.mb));
+        --remaining_;
+      }
+      int64_t next = std::numeric_limits<int64_t>::max();
+      for (int d = 0; d < s_.num_devices; ++d)
+        if (busy_until[d] > now) next = std::min(next, busy_until[d]);
+      if (next == std::numeric_limits<int64_t>::max() && remaining_ > 0) stalled(in_flight);
+      now = next;
+    }
+  }
+
+ private:
+  static constexpr int kKinds = 4;  // F, B, I, W
+  static constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+  struct Candidate {
+    int kind = -1, stage = -1, mb = -1;
+  };
+
+  static int slot(ActionKind kind) {
+    switch (kind) {
+      case ActionKind::F: return 0;
+      case ActionKind::B: return 1;
+      case ActionKind::I: return 2;
+      default: return 3;
+    }
+  }
+  size_t index(int stage, int mb) const { return static_cast<size_t>(stage) * m_ + mb; }
+  bool done(ActionKind kind, int stage, int mb, int64_t now) const { return end_[slot(kind)][index(stage, mb)] <= now; }
+  bool started(ActionKind kind, int stage, int mb) const { return end_[slot(kind)][index(stage, mb)] != kNever; }
+
+  bool ready(ActionKind kind, int stage, int mb, int64_t now) const {
+    const ActionKind backward = split_ ? ActionKind::I : ActionKind::B;
+    switch (kind) {
+      case ActionKind::F: return s_.is_first_stage(stage) || done(ActionKind::F, stage - 1, mb, now);
+      case ActionKind::B:
+      case ActionKind::I:
+        return done(ActionKind::F, stage, mb, now) && (s_.is_last_stage(stage) || done(backward, stage + 1, mb, now));
+      default: return done(ActionKind::I, stage, mb, now);
+    }
+  }
+
+  Candidate choose(int d, int64_t now, int64_t in_flight) {
+    for (ActionKind kind : policy_.prefer) {
+      if (kind == ActionKind::F && policy_.inflight[d] >= 0 && in_flight >= policy_.inflight[d]) continue;
+      Candidate best;
+      for (int stage : device_stages_[d]) {
+        int& first = first_pending_[slot(kind)][stage];
+        while (first < m_ && (started(kind, stage, first) || !in_pipeline(stage, first))) ++first;
+        for (int mb = first; mb < m_ && (best.mb < 0 || mb < best.mb); ++mb) {
+          if (!in_pipeline(stage, mb) || started(kind, stage, mb)) continue;
+          if (ready(kind, stage, mb, now)) {
+            best = {static_cast<int>(kind), stage, mb};
+            break;
+          }
+        }
+      }
+      if (best.kind >= 0) return best;
+    }
+    return {};
+  }
+
+  bool in_pipeline(int stage, int mb) const { return s_.pipeline_of_microbatch(mb) == s_.pipeline_of_stage(stage); }
+
+  [[noreturn]] void stalled(const std::vector<int64_t>& in_flight) const {
+    for (int d = 0; d < s_.num_devices; ++d)
+      if (policy_.inflight[d] >= 0 && in_flight[d] >= policy_.inflight[d])
+        throw Error(fmt::format("the greedy policy stalls: no device can start an action ({} actions left); device {} "
+                                "has {} micro-batches in flight, its `inflight` limit",
+                                remaining_, d, in_flight[d]));
+    throw Error(fmt::format("the greedy policy stalls: no device can start an action ({} actions left)", remaining_));
+  }
+
+  Schedule& s_;
+  const GreedyPolicy& policy_;
+  int64_t budget_;
+  int stages_, m_;
+  bool split_ = false;
+  int64_t remaining_ = 0;
+  std::vector<int64_t> end_[kKinds];        // per kind, (stage, micro-batch): end time; kNever before it starts
+  std::vector<int> first_pending_[kKinds];  // per kind, stage: no micro-batch below it is pending
+  std::vector<std::vector<int>> device_stages_;
+};
+
+}  // namespace
+
+void schedule_greedy(Schedule& schedule, const GreedyPolicy& policy, int64_t step_budget) {
+  GreedyScheduler(schedule, policy, step_budget).run();
+}
+
+}  // namespace flexpipe::lang
