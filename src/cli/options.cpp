@@ -51,6 +51,13 @@ void add_cost_options(CLI::App* command, CostOptions& options) {
       ->excludes(file);
   command->add_option("--memory-limit", options.memory_limit, "Memory capacity of every device (overrides the table)")
       ->check(CLI::PositiveNumber);
+  auto* model = command->add_option("--model", options.model.model,
+                                    "Aggregate the stage costs from a model: zoo name (flexpipe model list) or cost-graph file");
+  model->excludes(file);
+  command->add_option("--partition", options.partition,
+                      "With --model: Megatron layout (\"Et*3|(tt|)*29,m|L\"), layers:N,N,... or ops:N,N,... [even]")
+      ->needs(model);
+  add_model_shape_options(command, options.model);
 }
 
 CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
@@ -59,6 +66,9 @@ CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
   if (!options.costs_file.empty()) {
     costs = load_cost_table(options.costs_file);
     origin = options.costs_file;
+  } else if (!options.model.model.empty()) {
+    costs = model_cost_table(options.model, options.partition, schedule.stages_per_pipeline);
+    origin = options.model.model;
   } else {
     costs = parse_uniform_costs(options.uniform, schedule.stages_per_pipeline);
   }

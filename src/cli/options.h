@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "flexpipe/core/cost_graph.h"
 #include "flexpipe/core/costs.h"
 #include "flexpipe/core/schedule.h"
 
@@ -22,13 +23,30 @@ void add_schedule_options(CLI::App* command, ScheduleOptions& options);
 // Loads the schedule and checks it; throws Error (unknown name, bad file, invalid schedule).
 Schedule load_checked_schedule(const ScheduleOptions& options);
 
+// A model graph named on the command line (zoo name or cost-graph file) and how to time it.
+struct ModelOptions {
+  std::string model;  // empty: no model
+  std::string hardware = "H100-80GB";
+  double microbatch_size = 1;
+  double seq_len = 0;  // 0: the model's own
+  bool flash_attention = false;
+};
+
 struct CostOptions {
   std::string costs_file;
   std::string uniform = "1,1,1,0";
   double memory_limit = 0;  // 0: from the cost table
+  ModelOptions model;       // --model: the table comes from aggregating the model's cost graph
+  std::string partition;    // Megatron layout, layers:N,N,... or ops:N,N,...; empty: even
 };
 
 void add_cost_options(CLI::App* command, CostOptions& options);
+// Adds --hardware, --microbatch-size, --seq-len and --flash-attention (cmd_model.cpp).
+void add_model_shape_options(CLI::App* command, ModelOptions& options);
+// A zoo model built on the profile, or a cost-graph file (.json) (cmd_model.cpp).
+CostGraph load_model_graph(const ModelOptions& options);
+// The stage cost table of the model under a partition for `stages` stages (cmd_model.cpp).
+CostTable model_cost_table(const ModelOptions& options, const std::string& partition, int stages);
 CostTable load_costs(const CostOptions& options, const Schedule& schedule);
 
 // The subcommands. Each sets exit_code when it finishes with a finding rather than an error.
@@ -37,5 +55,6 @@ void add_show_command(CLI::App& app, int& exit_code);
 void add_simulate_command(CLI::App& app, int& exit_code);
 void add_check_command(CLI::App& app, int& exit_code);
 void add_convert_command(CLI::App& app, int& exit_code);
+void add_model_command(CLI::App& app, int& exit_code);
 
 }  // namespace flexpipe::cli

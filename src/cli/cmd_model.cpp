@@ -1,0 +1,206 @@
+// flexpipe model: the model zoo and cost graphs (list, show, export), and the model-to-cost-table step
+// that `flexpipe simulate --model` uses.
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/hardware.h"
+#include "flexpipe/core/megatron_layout.h"
+#include "flexpipe/core/model_zoo.h"
+#include "flexpipe/core/schedule_io.h"
+#include "flexpipe/core/stage_aggregation.h"
+#include "options.h"
+
+namespace flexpipe::cli {
+
+namespace {
+
+std::string billions(double count) {
+  if (count >= 1e9) return fmt::format("{:.2f}B", count / 1e9);
+  return fmt::format("{:.1f}M", count / 1e6);
+}
+
+std::string bytes_text(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
+  if (bytes >= 1e3) return fmt::format("{:.2f} kB", bytes / 1e3);
+  return fmt::format("{:.0f} B", bytes);
+}
+
+// "4,8,6,6" after a prefix; names the bad field.
+std::vector<int> counts(const std::string& text, const std::string& what) {
+  std::vector<int> result;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string field = text.substr(start, comma - start);
+    size_t used = 0;
+    int value = -1;
+    try {
+      value = std::stoi(field, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != field.size() || field.empty() || value < 0)
+      throw Error(fmt::format("--partition {}: '{}' is not a count (field {})", what, field, result.size() + 1));
+    result.push_back(value);
+    start = comma + 1;
+  }
+  return result;
+}
+
+Partition parse_partition(const CostGraph& graph, const std::string& spec, int stages) {
+  Partition partition;
+  if (spec.empty()) partition = partition_evenly(graph, stages);
+  else if (spec.rfind("layers:", 0) == 0) partition = partition_from_layer_counts(graph, counts(spec.substr(7), "layers:"));
+  else if (spec.rfind("ops:", 0) == 0) partition = partition_from_sizes(graph, counts(spec.substr(4), "ops:"));
+  else partition = partition_from_megatron_layout(graph, spec);
+  if (partition.num_stages != stages)
+    throw Error(fmt::format("--partition makes {} stages but the schedule has {}", partition.num_stages, stages));
+  return partition;
+}
+
+struct ShowOptions {
+  ModelOptions model;
+  bool layers = false;
+  bool json = false;
+};
+
+struct Row {
+  std::string name, kind;
+  double forward = 0, backward_input = 0, backward_weight = 0, flops = 0, saved = 0, parameters = 0;
+  int operators = 0;
+};
+
+void show(const ShowOptions& o) {
+  const CostGraph graph = load_model_graph(o.model);
+  const Shape shape = graph.reference;
+  std::vector<Row> rows;
+  std::map<int, size_t> row_of_layer;
+  for (const OperatorNode& node : graph.nodes) {
+    Row* row;
+    if (o.layers) {
+      auto [it, inserted] = row_of_layer.emplace(node.layer, rows.size());
+      if (inserted) {
+        rows.emplace_back();
+        rows.back().name = node.layer == kNoLayer ? "(none)" : graph.layers[node.layer].name;
+        rows.back().kind = node.layer == kNoLayer ? "" : layer_role_name(graph.layers[node.layer].role);
+      }
+      row = &rows[it->second];
+    } else {
+      rows.push_back({node.name, node.kind});
+      row = &rows.back();
+    }
+    row->forward += node.forward.time;
+    row->backward_input += node.backward_input.time;
+    row->backward_weight += node.backward_weight.time;
+    row->flops += node.forward.flops.at(shape.microbatch_size, shape.seq_len);
+    row->saved += node.saved_bytes.at(shape.microbatch_size, shape.seq_len);
+    row->parameters += node.parameters;
+    ++row->operators;
+  }
+  if (o.json) {
+    nlohmann::ordered_json out;
+    out["name"] = graph.name;
+    out["parameters"] = total_parameters(graph);
+    out["active_parameters"] = total_active_parameters(graph);
+    out["operators"] = graph.nodes.size();
+    out["edges"] = graph.edges.size();
+    out["time_unit"] = graph.time_unit;
+    out["reference"] = {{"microbatch_size", shape.microbatch_size}, {"seq_len", shape.seq_len}};
+    if (graph.hardware) out["hardware"] = graph.hardware->name;
+    auto& list = out[o.layers ? "layers" : "nodes"] = nlohmann::ordered_json::array();
+    for (const Row& row : rows) {
+      nlohmann::ordered_json entry{{"name", row.name}, {o.layers ? "role" : "kind", row.kind},
+                                   {"forward", row.forward},  {"backward_input", row.backward_input},
+                                   {"backward_weight", row.backward_weight}, {"forward_flops", row.flops},
+                                   {"saved_bytes", row.saved}, {"parameters", row.parameters}};
+      if (o.layers) entry["operators"] = row.operators;
+      list.push_back(entry);
+    }
+    fmt::print("{}\n", out.dump(2));
+    return;
+  }
+  fmt::print("{}: {} parameters ({} active), {} operators, {} edges; micro-batch {}, sequence {}{}\n", graph.name,
+             billions(total_parameters(graph)), billions(total_active_parameters(graph)), graph.nodes.size(),
+             graph.edges.size(), shape.microbatch_size, shape.seq_len,
+             graph.hardware ? fmt::format(", on {}", graph.hardware->name) : "");
+  fmt::print("{:<32} {:<16} {:>10} {:>10} {:>10} {:>12} {:>12} {:>10}\n", o.layers ? "layer" : "operator",
+             o.layers ? "role" : "kind", fmt::format("F {}", graph.time_unit), fmt::format("I {}", graph.time_unit),
+             fmt::format("W {}", graph.time_unit), "GFLOP (F)", "saved", "params");
+  for (const Row& row : rows)
+    fmt::print("{:<32} {:<16} {:>10.4f} {:>10.4f} {:>10.4f} {:>12.2f} {:>12} {:>10}\n", row.name, row.kind, row.forward,
+               row.backward_input, row.backward_weight, row.flops / 1e9, bytes_text(row.saved), billions(row.parameters));
+}
+
+}  // namespace
+
+void add_model_shape_options(CLI::App* command, ModelOptions& options) {
+  command->add_option("--hardware", options.hardware, "Hardware profile timing a zoo model: A100-80GB, H100-80GB, H200-141GB")
+      ->capture_default_str();
+  command->add_option("--microbatch-size", options.microbatch_size, "Micro-batch size [1]")->check(CLI::PositiveNumber);
+  command->add_option("--seq-len", options.seq_len, "Sequence length [the model's]")->check(CLI::PositiveNumber);
+  command->add_flag("--flash-attention", options.flash_attention, "Zoo models with fused attention (no s^2 activations)");
+}
+
+CostGraph load_model_graph(const ModelOptions& options) {
+  const HardwareProfile& hardware = find_hardware(options.hardware);
+  // Zoo names contain dots ("gpt3-1.3b"): a name the zoo knows wins, then an existing file.
+  bool in_zoo = false;
+  for (const ModelConfig& config : model_zoo()) in_zoo |= config.name == options.model;
+  if (!in_zoo && (std::filesystem::exists(options.model) || options.model.ends_with(".json")))
+    return load_cost_graph(options.model);
+  return build_model_graph(find_model(options.model), hardware,
+                           {.flash_attention = options.flash_attention,
+                            .microbatch_size = options.microbatch_size,
+                            .seq_len = options.seq_len});
+}
+
+CostTable model_cost_table(const ModelOptions& options, const std::string& partition, int stages) {
+  const CostGraph graph = load_model_graph(options);
+  const HardwareProfile& hardware = find_hardware(options.hardware);
+  AggregationOptions aggregation;
+  aggregation.shape = {options.microbatch_size, options.seq_len > 0 ? options.seq_len : graph.reference.seq_len};
+  aggregation.device_link = {0, link_bandwidth_per_ms(hardware, Interconnect::NvLink)};
+  aggregation.host_link = {0, link_bandwidth_per_ms(hardware, Interconnect::Pcie)};
+  aggregation.memory_capacity = {hardware.memory_bytes};
+  return aggregate_stages(graph, parse_partition(graph, partition, stages), aggregation).table;
+}
+
+void add_model_command(CLI::App& app, int&) {
+  auto* command = app.add_subcommand("model", "The model zoo and cost graphs: list, show, export");
+  command->require_subcommand(1);
+
+  auto* list = command->add_subcommand("list", "List the zoo's models with their parameter counts");
+  list->callback([] {
+    fmt::print("{:<18} {:>10} {:>10}  {}\n", "model", "params", "active", "description");
+    for (const ModelConfig& config : model_zoo()) {
+      const CostGraph graph = build_model_graph(config, find_hardware("H100-80GB"));
+      fmt::print("{:<18} {:>10} {:>10}  {}\n", config.name, billions(total_parameters(graph)),
+                 billions(total_active_parameters(graph)), config.description);
+    }
+  });
+
+  auto* show_command = command->add_subcommand("show", "Operators (or layers) with time, FLOPs, saved bytes and parameters");
+  auto show_options = std::make_shared<ShowOptions>();
+  show_command->add_option("model", show_options->model.model, "Zoo name or cost-graph file (.json)")->required();
+  show_command->add_flag("--layers", show_options->layers, "One line per layer instead of per operator");
+  show_command->add_flag("--json", show_options->json, "Print JSON (with parameters and active_parameters)");
+  add_model_shape_options(show_command, show_options->model);
+  show_command->callback([show_options] { show(*show_options); });
+
+  auto* export_command = command->add_subcommand("export", "Write a zoo model's cost graph (docs/cost-graph.md)");
+  auto export_options = std::make_shared<std::pair<ModelOptions, std::string>>();
+  export_command->add_option("model", export_options->first.model, "Zoo name or cost-graph file")->required();
+  export_command->add_option("-o,--output", export_options->second, "Output file (.json)")->required();
+  add_model_shape_options(export_command, export_options->first);
+  export_command->callback([export_options] {
+    write_text_file(export_options->second, cost_graph_to_json(load_model_graph(export_options->first)));
+    fmt::print("wrote {}\n", export_options->second);
+  });
+}
+
+}  // namespace flexpipe::cli

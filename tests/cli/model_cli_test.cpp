@@ -1,0 +1,136 @@
+// Drives `flexpipe model` and `flexpipe simulate --model`: exit codes, messages and files written.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "flexpipe/core/cost_graph.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+class ModelCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("flexpipe_model_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Outcome flexpipe(const std::string& args) {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string command = std::string("timeout 60 ") + FLEXPIPE_BINARY + " " + args + " >" + out.string() +
+                                " 2>" + err.string() + " </dev/null";
+    const int status = std::system(command.c_str());
+    Outcome run;
+    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run.out = slurp(out);
+    run.err = slurp(err);
+    return run;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ModelCli, ListShowsEveryModelWithItsSize) {
+  const Outcome run = flexpipe("model list");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("mixtral-8x7b           46.70B     12.88B"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("llama2-7b               6.74B      6.74B"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("deepseek-moe-16b"), std::string::npos);
+}
+
+TEST_F(ModelCli, ShowJsonHasTotalAndActiveParameters) {
+  const Outcome run = flexpipe("model show mixtral-8x7b --json --layers");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_NEAR(report["parameters"].get<double>(), 46.70e9, 0.01e9);
+  EXPECT_NEAR(report["active_parameters"].get<double>(), 12.88e9, 0.01e9);
+  EXPECT_EQ(report["layers"].size(), 34u);  // embedding, 32 layers, head
+  EXPECT_EQ(report["layers"][1]["role"], "transformer");
+  EXPECT_EQ(report["hardware"], "H100-80GB");
+}
+
+TEST_F(ModelCli, ShowListsOperatorsOrLayers) {
+  const Outcome operators = flexpipe("model show gpt3-1.3b --hardware a100-80gb --seq-len 1024");
+  ASSERT_EQ(operators.exit_code, 0) << operators.err;
+  EXPECT_NE(operators.out.find("micro-batch 1, sequence 1024, on A100-80GB"), std::string::npos) << operators.out;
+  EXPECT_NE(operators.out.find("layer.23.attention_v"), std::string::npos);
+  const Outcome layers = flexpipe("model show gpt3-1.3b --layers");
+  EXPECT_NE(layers.out.find("\nhead "), std::string::npos) << layers.out;
+  EXPECT_EQ(layers.out.find("attention_v"), std::string::npos);
+}
+
+TEST_F(ModelCli, ExportWritesAGraphThatReadsBack) {
+  const fs::path file = dir_ / "llama.json";
+  const Outcome run = flexpipe("model export llama2-7b --flash-attention -o " + file.string());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const flexpipe::CostGraph graph = flexpipe::load_cost_graph(file.string());
+  EXPECT_EQ(flexpipe::total_parameters(graph), 6738415616.0);
+  EXPECT_GE(flexpipe::find_node(graph, "layer.0.flash_attention"), 0);
+  const Outcome shown = flexpipe("model show " + file.string() + " --json");
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_EQ(nlohmann::json::parse(shown.out)["parameters"].get<double>(), 6738415616.0);
+}
+
+TEST_F(ModelCli, SimulateAggregatesTheModel) {
+  const Outcome run = flexpipe("simulate 1f1b -p 4 -m 8 --model gpt3-1.3b --partition \"Et*5|t*6|t*6|t*7L\" --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json report = nlohmann::json::parse(run.out);
+  EXPECT_EQ(report["time_unit"], "ms") << run.out;
+  const Outcome layers = flexpipe("simulate 1f1b -p 4 -m 8 --model gpt3-1.3b --partition layers:6,6,6,8 --json");
+  ASSERT_EQ(layers.exit_code, 0) << layers.err;
+  EXPECT_EQ(nlohmann::json::parse(layers.out)["makespan"], report["makespan"]);
+  const Outcome even = flexpipe("simulate gpipe -p 2 -m 4 --model llama2-7b --microbatch-size 2 --seq-len 1024");
+  EXPECT_EQ(even.exit_code, 0) << even.err;
+}
+
+TEST_F(ModelCli, ErrorsAreExact) {
+  Outcome run = flexpipe("simulate 1f1b -p 4 -m 8 --model gpt3-1.3b --partition \"Et*5|t*6|t*6|t*6L\"");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "error: pipeline layout, character 17: expected 't' (a transformer layer, layer 'layer.23' comes next in "
+            "'gpt3-1.3b'), got 'L'\n  Et*5|t*6|t*6|t*6L\n                  ^\n");
+  run = flexpipe("simulate 1f1b -p 4 -m 8 --model gpt3-1.3b --partition layers:13,13");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err, "error: --partition makes 2 stages but the schedule has 4\n");
+  run = flexpipe("simulate 1f1b -p 4 -m 8 --model gpt3-1.3b --partition layers:13,x");
+  EXPECT_EQ(run.err, "error: --partition layers:: 'x' is not a count (field 2)\n");
+  run = flexpipe("model show gpt5");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err.rfind("error: unknown model 'gpt5' (known: gpt3-1.3b, ", 0), 0u) << run.err;
+  run = flexpipe("model show gpt3-1.3b --hardware tpu");
+  EXPECT_EQ(run.err, "error: unknown hardware 'tpu' (known: A100-80GB, H100-80GB, H200-141GB)\n");
+  const fs::path broken = dir_ / "broken.json";
+  std::ofstream(broken) << "{\"format\": \"flexpipe-cost-graph\",\n \"version\": 1,\n \"nodes\": [}\n";
+  run = flexpipe("model show " + broken.string());
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err, "error: " + broken.string() +
+                         ":3:12: invalid JSON: syntax error while parsing value - unexpected '}'; expected '[', '{', or "
+                         "a literal\n");
+}
+
+}  // namespace
