@@ -1,33 +1,36 @@
-// flexpipe check: every problem of a schedule file, not only the first.
+// flexpipe check: every problem of a schedule, not only the first. Exit 1 when it finds any.
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
-#include "flexpipe/core/schedule_io.h"
-#include "flexpipe/core/validator.h"
 #include "options.h"
 
 namespace flexpipe::cli {
 
 namespace {
 struct CheckOptions {
-  std::string file;
-  std::string lettering = "detect";
+  ScheduleOptions schedule;
   bool json = false;
 };
 
 int run(const CheckOptions& o) {
-  CsvReadOptions csv;
-  csv.lettering = o.lettering == "legacy"    ? CsvLettering::Legacy
-                  : o.lettering == "current" ? CsvLettering::Current
-                                             : CsvLettering::Detect;
-  const Schedule schedule = load_schedule(o.file, ScheduleParams{}, csv);
+  const LoadedSchedule loaded = load_schedule_spec(o.schedule);
+  const Schedule& schedule = loaded.schedule;
   const std::vector<Diagnostic> diagnostics = validate(schedule);
+  const std::vector<std::string> lines = describe(loaded, diagnostics);
+  const std::string& file = o.schedule.spec;
   if (o.json) {
     nlohmann::json errors = nlohmann::json::array();
-    for (const Diagnostic& d : diagnostics)
-      errors.push_back({{"device", d.device}, {"position", d.position}, {"action", d.action}, {"message", d.message}});
-    nlohmann::json out = {{"file", o.file},
+    for (size_t i = 0; i < diagnostics.size(); ++i) {
+      const Diagnostic& d = diagnostics[i];
+      nlohmann::json error = {{"device", d.device}, {"position", d.position}, {"action", d.action}, {"message", d.message}};
+      if (loaded.program && d.device >= 0 && d.position >= 0) {
+        const SourceLocation at = loaded.program->map.at(d.device, d.position);
+        if (at.line > 0) error["line"] = at.line, error["column"] = at.column;
+      }
+      errors.push_back(error);
+    }
+    nlohmann::json out = {{"file", file},
                           {"valid", diagnostics.empty()},
                           {"devices", schedule.num_devices},
                           {"stages", schedule.num_stages()},
@@ -36,22 +39,21 @@ int run(const CheckOptions& o) {
                           {"errors", errors}};
     fmt::print("{}\n", out.dump(2));
   } else if (diagnostics.empty()) {
-    fmt::print("{}: valid: {} devices, {} stages, {} micro-batches, {} actions\n", o.file, schedule.num_devices,
+    fmt::print("{}: valid: {} devices, {} stages, {} micro-batches, {} actions\n", file, schedule.num_devices,
                schedule.num_stages(), schedule.num_microbatches, schedule.num_actions());
   } else {
-    for (const Diagnostic& d : diagnostics) fmt::print("{}: {}\n", o.file, d.to_string());
-    fmt::print("{}: {} error{}\n", o.file, diagnostics.size(), diagnostics.size() == 1 ? "" : "s");
+    // A program's lines already start with file:line:col.
+    for (const std::string& line : lines) fmt::print("{}{}\n", loaded.program ? "" : file + ": ", line);
+    fmt::print("{}: {} error{}\n", file, diagnostics.size(), diagnostics.size() == 1 ? "" : "s");
   }
   return diagnostics.empty() ? 0 : 1;
 }
 }  // namespace
 
 void add_check_command(CLI::App& app, int& exit_code) {
-  auto* command = app.add_subcommand("check", "Validate a schedule file and report every error (exit 1 when invalid)");
+  auto* command = app.add_subcommand("check", "Validate a schedule and report every error (exit 1 when invalid)");
   auto o = std::make_shared<CheckOptions>();
-  command->add_option("file", o->file, "Schedule file (.csv, .json) or built-in name")->required();
-  command->add_option("--lettering", o->lettering, "PyTorch CSV lettering: detect, current or legacy")
-      ->check(CLI::IsMember({"detect", "current", "legacy"}));
+  add_file_options(command, o->schedule);
   command->add_flag("--json", o->json, "Print the result as JSON");
   command->callback([o, &exit_code] { exit_code = run(*o); });
 }

@@ -1,5 +1,7 @@
 #include "options.h"
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include "flexpipe/core/error.h"
@@ -8,40 +10,93 @@
 
 namespace flexpipe::cli {
 
-void add_schedule_options(CLI::App* command, ScheduleOptions& options) {
-  command->add_option("schedule", options.spec, "Built-in schedule name (see `flexpipe schedules`) or a file (.csv, .json)")
+void add_file_options(CLI::App* command, ScheduleOptions& options) {
+  command->add_option("schedule", options.spec,
+                      "Built-in schedule name (see `flexpipe schedules`) or a file (.fps program, .csv, .json)")
       ->required();
-  command->add_option("-p,--devices", options.devices, "Devices (pipeline ranks) of a built-in schedule [4]");
-  command->add_option("-m,--microbatches", options.microbatches, "Micro-batches of a built-in schedule [2p]");
-  command->add_option("-v,--chunks", options.chunks, "Stages per device of a built-in schedule [its default]");
+  command->add_option("-D,--define", options.defines, "Set a program parameter: -D name=value (repeatable)");
   command->add_option("--lettering", options.lettering, "PyTorch CSV lettering: detect, current (I, B) or legacy (B, BW)")
       ->check(CLI::IsMember({"detect", "current", "legacy"}));
 }
 
-Schedule load_checked_schedule(const ScheduleOptions& options) {
+void add_schedule_options(CLI::App* command, ScheduleOptions& options) {
+  add_file_options(command, options);
+  command->add_option("-p,--devices", options.devices, "Devices (pipeline ranks) of a built-in schedule [4]");
+  command->add_option("-m,--microbatches", options.microbatches, "Micro-batches of a built-in schedule [2p]");
+  command->add_option("-v,--chunks", options.chunks, "Stages per device of a built-in schedule [its default]");
+}
+
+namespace {
+
+bool is_program(const std::string& spec) {
+  return spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".fps") == 0;
+}
+
+std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& defines) {
+  std::map<std::string, int64_t> values;
+  for (const std::string& define : defines) {
+    const size_t eq = define.find('=');
+    const std::string name = define.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : define.substr(eq + 1);
+    size_t used = 0;
+    int64_t number = 0;
+    try {
+      number = std::stoll(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (name.empty() || value.empty() || used != value.size())
+      throw Error(fmt::format("-D {}: expected name=integer", define));
+    values[name] = number;
+  }
+  return values;
+}
+
+}  // namespace
+
+LoadedSchedule load_schedule_spec(const ScheduleOptions& options, const CompileOptions& compile) {
   const bool is_file = looks_like_file(options.spec);
   if (is_file && (options.devices != 0 || options.microbatches != 0 || options.chunks != 0))
-    throw Error(fmt::format("{}: -p, -m and -v apply to built-in schedules only; a file fixes them itself", options.spec));
+    throw Error(fmt::format("{}: -p, -m and -v apply to built-in schedules only; a file fixes them itself{}",
+                            options.spec, is_program(options.spec) ? " (set a program's parameters with -D)" : ""));
+  if (!options.defines.empty() && !is_program(options.spec))
+    throw Error(fmt::format("{}: -D sets parameters of .fps programs only", options.spec));
+  if (is_program(options.spec)) {
+    CompiledProgram program = load_program(options.spec, parse_defines(options.defines), compile);
+    Schedule schedule = program.schedule;
+    return {std::move(schedule), std::move(program)};
+  }
+  if (options.devices < 0 || options.microbatches < 0 || options.chunks < 0)
+    throw Error(fmt::format("-p, -m and -v must be positive (got p={}, m={}, v={})", options.devices,
+                            options.microbatches, options.chunks));
   ScheduleParams params;
   params.devices = options.devices == 0 ? 4 : options.devices;
   params.microbatches = options.microbatches;
   params.chunks = options.chunks;
-  if (options.devices < 0 || options.microbatches < 0 || options.chunks < 0)
-    throw Error(fmt::format("-p, -m and -v must be positive (got p={}, m={}, v={})", options.devices,
-                            options.microbatches, options.chunks));
   CsvReadOptions csv;
   csv.lettering = options.lettering == "legacy"    ? CsvLettering::Legacy
                   : options.lettering == "current" ? CsvLettering::Current
                                                    : CsvLettering::Detect;
-  Schedule schedule = load_schedule(options.spec, params, csv);
-  const std::vector<Diagnostic> diagnostics = validate(schedule);
+  return {load_schedule(options.spec, params, csv), std::nullopt};
+}
+
+std::vector<std::string> describe(const LoadedSchedule& loaded, const std::vector<Diagnostic>& diagnostics) {
+  if (loaded.program) return locate_diagnostics(*loaded.program, diagnostics);
+  std::vector<std::string> lines;
+  for (const Diagnostic& d : diagnostics) lines.push_back(d.to_string());
+  return lines;
+}
+
+Schedule load_checked_schedule(const ScheduleOptions& options) {
+  LoadedSchedule loaded = load_schedule_spec(options);
+  const std::vector<Diagnostic> diagnostics = validate(loaded.schedule);
   if (!diagnostics.empty()) {
     std::string text = fmt::format("{}: invalid schedule ({} error{})", options.spec, diagnostics.size(),
                                    diagnostics.size() == 1 ? "" : "s");
-    for (const Diagnostic& d : diagnostics) text += "\n  " + d.to_string();
+    for (const std::string& line : describe(loaded, diagnostics)) text += "\n  " + line;
     throw Error(text);
   }
-  return schedule;
+  return std::move(loaded.schedule);
 }
 
 void add_cost_options(CLI::App* command, CostOptions& options) {

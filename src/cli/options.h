@@ -1,12 +1,16 @@
 #pragma once
 // Options shared by the subcommands that take a schedule and costs.
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "flexpipe/core/cost_graph.h"
 #include "flexpipe/core/costs.h"
 #include "flexpipe/core/schedule.h"
+#include "flexpipe/core/validator.h"
+#include "flexpipe/lang/program.h"
 
 namespace flexpipe::cli {
 
@@ -16,10 +20,23 @@ struct ScheduleOptions {
   int microbatches = 0;
   int chunks = 0;
   std::string lettering = "detect";
+  std::vector<std::string> defines;  // -D name=value, for .fps programs
 };
 
-// Adds SCHEDULE, -p, -m, -v and --lettering to a subcommand.
+// Adds SCHEDULE, -p, -m, -v, -D and --lettering to a subcommand.
 void add_schedule_options(CLI::App* command, ScheduleOptions& options);
+// Adds only what a file needs (SCHEDULE, -D, --lettering): for `check`.
+void add_file_options(CLI::App* command, ScheduleOptions& options);
+
+// A schedule and, when it came from a program, the program's source map.
+struct LoadedSchedule {
+  Schedule schedule;
+  std::optional<CompiledProgram> program;
+};
+// Loads without validating; throws Error (unknown name, bad file, program errors).
+LoadedSchedule load_schedule_spec(const ScheduleOptions& options, const CompileOptions& compile = {});
+// The validator's findings as lines; for a program, each points at the line that emitted the action.
+std::vector<std::string> describe(const LoadedSchedule& loaded, const std::vector<Diagnostic>& diagnostics);
 // Loads the schedule and checks it; throws Error (unknown name, bad file, invalid schedule).
 Schedule load_checked_schedule(const ScheduleOptions& options);
 

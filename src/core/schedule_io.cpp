@@ -16,6 +16,8 @@
 
 #include "flexpipe/core/error.h"
 #include "flexpipe/core/schedule_json.h"
+#include "flexpipe/lang/program.h"
+#include "flexpipe/lang/writer.h"
 
 namespace flexpipe {
 
@@ -106,7 +108,8 @@ Schedule load_schedule(const std::string& spec, const ScheduleParams& params, co
   const std::string ext = lower_extension(spec);
   if (ext == ".csv") return load_pytorch_csv(spec, csv);
   if (ext == ".json") return parse_schedule_json(read_text_file(spec), spec);
-  throw Error(fmt::format("{}: cannot load a schedule from {} (expected .csv for PyTorch's CSV or .json)", spec,
+  if (ext == ".fps") return load_program(spec).schedule;
+  throw Error(fmt::format("{}: cannot load a schedule from {} (expected .fps, .csv for PyTorch's CSV or .json)", spec,
                           describe_extension(ext)));
 }
 
@@ -114,7 +117,8 @@ void save_schedule(const Schedule& schedule, const std::string& path) {
   const std::string ext = lower_extension(path);
   if (ext == ".csv") return write_text_file(path, write_pytorch_csv(schedule));
   if (ext == ".json") return write_text_file(path, write_schedule_json(schedule));
-  throw Error(fmt::format("{}: cannot save a schedule as {} (expected .csv for PyTorch's CSV or .json)", path,
+  if (ext == ".fps") return write_text_file(path, write_program(schedule));
+  throw Error(fmt::format("{}: cannot save a schedule as {} (expected .fps, .csv for PyTorch's CSV or .json)", path,
                           describe_extension(ext)));
 }
 

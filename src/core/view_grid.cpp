@@ -68,7 +68,7 @@ std::string legend_line(const Schedule& schedule, const GridLegend& seen, double
     }
   std::string line = "legend: ";
   if (!kinds.empty()) line += kinds + "; ";
-  line += fmt::format("-- continues, . idle; 1 column = {} time units", detail::format_number(step));
+  line += fmt::format("-- continues, . idle; 1 column = {} time unit{}", detail::format_number(step), step == 1 ? "" : "s");
   if (chunk_prefix) line += "; leading number: chunk on the device";
   else if (max_chunks == 2) line += "; lower case: second chunk on the device";
   return line;

@@ -177,3 +177,59 @@ TEST_F(Cli, EverySubcommandHasHelp) {
 }
 
 }  // namespace
+
+namespace {
+
+const std::string kLibrary = std::string(FLEXPIPE_TEST_DATA) + "/../../examples/schedules/";
+
+TEST_F(Cli, ProgramParametersComeFromDefines) {
+  Outcome run = flexpipe("simulate " + kLibrary + "1f1b.fps -D p=4 -D m=8 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(run.out)["makespan"].get<double>(), 33.0);
+  Outcome failed = flexpipe("simulate " + kLibrary + "1f1b.fps -D p=4 -D m=2");
+  EXPECT_EQ(failed.exit_code, 2);
+  EXPECT_NE(failed.err.find("1f1b.fps:4:23: error: m = 2: needs m >= p"), std::string::npos) << failed.err;
+  EXPECT_EQ(flexpipe("simulate " + kLibrary + "1f1b.fps -D p").exit_code, 2);
+  Outcome on_csv = flexpipe("simulate 1f1b -D p=2");
+  EXPECT_EQ(on_csv.exit_code, 2);
+  EXPECT_NE(on_csv.err.find("-D sets parameters of .fps programs only"), std::string::npos) << on_csv.err;
+}
+
+TEST_F(Cli, CheckPointsValidatorErrorsAtProgramLines) {
+  const fs::path program = write("bad.fps",
+                                 "devices 2\nmicrobatches 1\nstages 2\non 0 { F(0, 0)  B(0, 0) }\n"
+                                 "on 1 { B(1, 0)  F(1, 0) }\n");
+  Outcome run = flexpipe("check " + program.string());
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_EQ(run.out, program.string() + ":5:8: error: device 1 #0 1B0: must run after 1F0 (#1)\n"
+                         "    5 | on 1 { B(1, 0)  F(1, 0) }\n"
+                         "      |        ^\n" +
+                         program.string() + ": 1 error\n");
+  const auto json = nlohmann::json::parse(flexpipe("check --json " + program.string()).out);
+  EXPECT_EQ(json["errors"][0]["line"], 5);
+  EXPECT_EQ(json["errors"][0]["column"], 8);
+}
+
+TEST_F(Cli, ExplainNamesTheLineOfEveryAction) {
+  Outcome run = flexpipe("show " + kLibrary + "1f1b.fps -D p=2 -D m=2 --explain");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("  #1    0F1            " + kLibrary + "1f1b.fps:12:23  repeat m - warmup { F(d)  B(d) }"),
+            std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("d1 |.  F0 B0 -- F1 B1 -- .  ."), std::string::npos) << run.out;
+  Outcome steps = flexpipe("show " + kLibrary + "1f1b.fps -D p=2 -D m=2 --steps");
+  ASSERT_EQ(steps.exit_code, 0) << steps.err;
+  EXPECT_EQ(steps.out.substr(0, steps.out.find('\n')), kLibrary + "1f1b.fps:11:19: 0F0 -> device 0 #0");
+  EXPECT_EQ(flexpipe("show 1f1b --explain").exit_code, 2);
+}
+
+TEST_F(Cli, AnyScheduleConvertsToAProgramAndBack) {
+  const fs::path program = dir_ / "zbv.fps", json = dir_ / "zbv.json", back = dir_ / "back.json";
+  ASSERT_EQ(flexpipe("convert zb-v -p 4 -m 8 -o " + program.string()).exit_code, 0);
+  ASSERT_EQ(flexpipe("convert zb-v -p 4 -m 8 -o " + json.string()).exit_code, 0);
+  Outcome run = flexpipe("convert " + program.string() + " -o " + back.string());
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(slurp(json), slurp(back));
+}
+
+}  // namespace

@@ -98,9 +98,9 @@ TEST_F(ScheduleIo, LoadPassesTheCsvLettering) {
 
 TEST_F(ScheduleIo, LoadErrors) {
   EXPECT_EQ(error_of([&] { load_schedule(path("s.txt"), {}); }),
-            path("s.txt") + ": cannot load a schedule from '.txt' (expected .csv for PyTorch's CSV or .json)");
+            path("s.txt") + ": cannot load a schedule from '.txt' (expected .fps, .csv for PyTorch's CSV or .json)");
   EXPECT_EQ(error_of([&] { load_schedule(path("plain"), {}); }),
-            path("plain") + ": cannot load a schedule from a file without extension (expected .csv for PyTorch's CSV "
+            path("plain") + ": cannot load a schedule from a file without extension (expected .fps, .csv for PyTorch's CSV "
                             "or .json)");
   EXPECT_EQ(error_of([&] { load_schedule(path("gone.json"), {}); }),
             path("gone.json") + ": cannot read: No such file or directory");
@@ -121,7 +121,7 @@ TEST_F(ScheduleIo, SavesByExtension) {
 TEST_F(ScheduleIo, SaveErrorsWriteNothing) {
   Schedule s = small_schedule();
   EXPECT_EQ(error_of([&] { save_schedule(s, path("s.svg")); }),
-            path("s.svg") + ": cannot save a schedule as '.svg' (expected .csv for PyTorch's CSV or .json)");
+            path("s.svg") + ": cannot save a schedule as '.svg' (expected .fps, .csv for PyTorch's CSV or .json)");
   s.device_actions[1].push_back(Action::make(ActionKind::Opt, 1));
   EXPECT_EQ(error_of([&] { save_schedule(s, path("s.csv")); }),
             "device 1 #2 1OPT: PyTorch's schedule CSV has no OPT action (save it as .json)");

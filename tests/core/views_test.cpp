@@ -137,7 +137,7 @@ TEST(Grid, ShowsEachComputeActionAndTheBubbles) {
             "t  |0\n"
             "d0 |F0 F1 .  .  B0 -- .  B1 --\n"
             "d1 |.  F0 B0 -- F1 B1 -- .  .\n"
-            "legend: F forward, B backward; -- continues, . idle; 1 column = 1 time units\n");
+            "legend: F forward, B backward; -- continues, . idle; 1 column = 1 time unit\n");
 }
 
 TEST(Grid, ACoarserStepShowsWhatRunsAtEachColumnsMidpoint) {
@@ -173,7 +173,7 @@ TEST(Grid, LowerCaseMarksTheSecondChunkOfADevice) {
   EXPECT_EQ(render_grid(c.schedule, c.result),
             "t  |0\n"
             "d0 |F0 f0 i0 I0 w0 W0\n"
-            "legend: F forward, I input gradient, W weight gradient; -- continues, . idle; 1 column = 1 time units; "
+            "legend: F forward, I input gradient, W weight gradient; -- continues, . idle; 1 column = 1 time unit; "
             "lower case: second chunk on the device\n");
 }
 
@@ -183,7 +183,7 @@ TEST(Grid, MoreThanTwoChunksArePrefixedWithTheirNumber) {
   EXPECT_EQ(render_grid(c.schedule, c.result),
             "t  |0\n"
             "d0 |0F0 1F0 2F0\n"
-            "legend: F forward; -- continues, . idle; 1 column = 1 time units; leading number: chunk on the device\n");
+            "legend: F forward; -- continues, . idle; 1 column = 1 time unit; leading number: chunk on the device\n");
 }
 
 TEST(Grid, OverlapOptimizerRecomputeAndCustomKindsHaveCompactLabels) {
@@ -197,12 +197,12 @@ TEST(Grid, OverlapOptimizerRecomputeAndCustomKindsHaveCompactLabels) {
             "t  |0\n"
             "d0 |O3  --- --- R2  UN5 .   .   OPT\n"
             "legend: R recompute, O<m> forward of m overlapped with a backward, OPT optimizer, UN UNSHARD; "
-            "-- continues, . idle; 1 column = 1 time units\n");
+            "-- continues, . idle; 1 column = 1 time unit\n");
 }
 
 TEST(Grid, AnEmptyRunDrawsEmptyRows) {
   const Case c = single_device(1, {}, {});
-  EXPECT_EQ(render_grid(c.schedule, c.result), "t  |\nd0 |\nlegend: -- continues, . idle; 1 column = 1 time units\n");
+  EXPECT_EQ(render_grid(c.schedule, c.result), "t  |\nd0 |\nlegend: -- continues, . idle; 1 column = 1 time unit\n");
   const std::string svg = render_svg(c.schedule, c.result);
   EXPECT_EQ(check_balanced(svg), "");
   EXPECT_EQ(count(svg, "<rect class=\"background\""), 1u);
@@ -528,7 +528,7 @@ TEST(Views, DrawWhatTheSimulatorComputes) {
             "t  |0\n"
             "d0 |F0 F1 .  .  B0 -- .  B1 --\n"
             "d1 |.  F0 B0 -- F1 B1 -- .  .\n"
-            "legend: F forward, B backward; -- continues, . idle; 1 column = 1 time units\n");
+            "legend: F forward, B backward; -- continues, . idle; 1 column = 1 time unit\n");
   EXPECT_EQ(render_report(lowered, costs, result),
             "schedule 1f1b by hand: 2 devices, 2 micro-batches, 2 stages (time in unit, memory in unit)\n"
             "makespan 9, bubble 33.3%, lower bound 6, efficiency 66.7%\n"
