@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what FlexPipe builds with, from Debian 12's packages only. Run as root.
 set -euo pipefail
-packages=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev)
+packages=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
+          clang-14 libclang-rt-14-dev pkg-config)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
