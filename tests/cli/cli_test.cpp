@@ -233,3 +233,25 @@ TEST_F(Cli, AnyScheduleConvertsToAProgramAndBack) {
 }
 
 }  // namespace
+
+namespace {
+
+const std::string kExamples = std::string(FLEXPIPE_TEST_DATA) + "/../../examples/";
+
+// The examples the README points at stay valid and simulate within their memory capacity.
+TEST_F(Cli, ExamplesStayValid) {
+  Outcome check = flexpipe("check " + kExamples + "offload-1f1b-2dev.json");
+  EXPECT_EQ(check.exit_code, 0) << check.out;
+  Outcome offload = flexpipe("simulate " + kExamples + "offload-1f1b-2dev.json --costs " + kExamples +
+                             "costs/2stage-offload.json --json");
+  ASSERT_EQ(offload.exit_code, 0) << offload.err;
+  const auto report = nlohmann::json::parse(offload.out);
+  EXPECT_TRUE(report["fits"].get<bool>());
+  // Static memory per device: parameters 2 + gradients 2 + optimizer state 12.
+  EXPECT_DOUBLE_EQ(report["devices"][0]["static_memory"].get<double>(), 16.0);
+  Outcome gpt = flexpipe("simulate zb-h1 -p 4 -m 8 --costs " + kExamples + "costs/gpt-4stage-illustrative.json --json");
+  ASSERT_EQ(gpt.exit_code, 0) << gpt.err;
+  EXPECT_TRUE(nlohmann::json::parse(gpt.out)["fits"].get<bool>());
+}
+
+}  // namespace
