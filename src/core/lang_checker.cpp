@@ -138,11 +138,15 @@ class Checker {
     if (!missing.empty())
       error({1, 1}, fmt::format("the program never declares {}", missing),
             "every program declares devices, microbatches and stages, e.g. `devices p`");
-    if (declared.count(StmtKind::Greedy) && !actions_.empty()) {
+    if (greedy_ != nullptr && !greedy_->greedy.written && !actions_.empty()) {
       error(actions_.front()->location, "a program with a greedy policy emits no actions of its own",
-            fmt::format("the greedy policy at {}:{} writes every device's list; remove this action or the policy",
-                        declared[StmtKind::Greedy].line, declared[StmtKind::Greedy].column));
+            fmt::format("the greedy policy at {}:{} writes every device's list; remove this action, or write "
+                        "`prefer written` to have it reorder the lists written here",
+                        greedy_->location.line, greedy_->location.column));
     }
+    if (greedy_ != nullptr && greedy_->greedy.written && actions_.empty())
+      error(greedy_->location, "`prefer written` reorders the program's lists, but the program writes no actions",
+            "write each device's actions in priority order, or list the kinds to prefer");
     program_.num_slots = next_slot_;
   }
 
@@ -383,9 +387,17 @@ class Checker {
   }
 
   void greedy(Stmt& s) {
+    greedy_ = &s;
     GreedyDecl& g = s.greedy;
+    const auto written = std::find(g.prefer.begin(), g.prefer.end(), "written");
+    if (written != g.prefer.end()) {
+      if (g.prefer.size() > 1)
+        error(g.prefer_locations[written - g.prefer.begin()],
+              "`prefer written` stands alone: the written lists are the whole priority");
+      g.written = true;
+    }
     std::vector<std::string> kinds;
-    for (size_t i = 0; i < g.prefer.size(); ++i) {
+    for (size_t i = 0; i < g.prefer.size() && !g.written; ++i) {
       const std::string& k = g.prefer[i];
       if (k != "F" && k != "B" && k != "I" && k != "W")
         error(g.prefer_locations[i], fmt::format("the greedy policy runs F, B, I and W, not '{}'", k));
@@ -395,13 +407,27 @@ class Checker {
     }
     std::vector<std::string> sorted = kinds;
     std::sort(sorted.begin(), sorted.end());
-    if (sorted != std::vector<std::string>{"B", "F"} && sorted != std::vector<std::string>{"F", "I", "W"})
+    if (!g.written && sorted != std::vector<std::string>{"B", "F"} && sorted != std::vector<std::string>{"F", "I", "W"})
       error(s.location, "`prefer` lists the kinds to run: F and B, or F, I and W",
-            "e.g. `prefer B, F` for 1F1B, `prefer I, F, W` to fill bubbles with W");
+            "e.g. `prefer B, F` for 1F1B, `prefer I, F, W` to fill bubbles with W, `prefer written` for the "
+            "program's own order");
+    if (g.written) kinds = {"F", "B", "I", "W"};
     for (size_t i = 0; i < g.time.size(); ++i) {
       if (std::find(kinds.begin(), kinds.end(), g.time[i].first) == kinds.end())
         error(g.time_locations[i], fmt::format("'{}' has a time but is not in `prefer`", g.time[i].first));
       expression(*g.time[i].second);
+    }
+    std::vector<std::string> cooling;
+    for (size_t i = 0; i < g.cooldown.size(); ++i) {
+      const std::string& k = g.cooldown[i];
+      if (k != "B" && k != "I" && k != "W")
+        error(g.cooldown_locations[i], fmt::format("`cooldown` ranks B, I and W, not '{}'", k),
+              "the cool-down starts once a device has started its last F: only backwards remain");
+      else if (std::find(cooling.begin(), cooling.end(), k) != cooling.end())
+        error(g.cooldown_locations[i], fmt::format("'{}' is listed twice", k));
+      else if (std::find(kinds.begin(), kinds.end(), k) == kinds.end())
+        error(g.cooldown_locations[i], fmt::format("'{}' is in `cooldown` but not in `prefer`", k));
+      cooling.push_back(k);
     }
     if (g.inflight) g.device_slot = bound_expression(*g.inflight, "d");
   }
@@ -490,6 +516,7 @@ class Checker {
   std::vector<LangDiagnostic>& diagnostics_;
   std::vector<std::vector<Binding>> scopes_;
   std::vector<const Stmt*> actions_;
+  const Stmt* greedy_ = nullptr;
   std::vector<std::string> defining_;  // patterns whose bodies are being checked
   int next_slot_ = 0;
 };

@@ -13,23 +13,50 @@ namespace {
 
 // The list scheduler keeps, per (kind, stage), which micro-batches are done, and per device the
 // running action. Time jumps from one completion to the next; at each instant every idle device,
-// in device order, starts its most urgent ready action.
+// in device order, starts its most urgent ready action: by kind (`prefer`), or the first of its
+// written list (`written`).
 class GreedyScheduler {
  public:
   GreedyScheduler(Schedule& schedule, const GreedyPolicy& policy, int64_t budget)
       : s_(schedule), policy_(policy), budget_(budget), stages_(schedule.num_stages()), m_(schedule.num_microbatches) {
-    split_ = std::find(policy.prefer.begin(), policy.prefer.end(), ActionKind::W) != policy.prefer.end();
     for (int kind = 0; kind < kKinds; ++kind) {
       end_[kind].assign(static_cast<size_t>(stages_) * m_, kNever);
       first_pending_[kind].assign(stages_, 0);
     }
+    forwards_left_.assign(s_.num_devices, 0);
+    cooldown_rank_.fill(static_cast<int>(policy.cooldown.size()));
+    for (size_t i = 0; i < policy.cooldown.size(); ++i) cooldown_rank_[static_cast<int>(policy.cooldown[i])] = static_cast<int>(i);
+    if (policy.written()) {
+      written_ = std::move(s_.device_actions);
+      s_.device_actions.assign(s_.num_devices, {});
+      positions_.resize(s_.num_devices);
+      taken_.resize(s_.num_devices);
+      head_.assign(s_.num_devices, 0);
+      for (int d = 0; d < s_.num_devices; ++d) {
+        taken_[d].assign(written_[d].size(), false);
+        remaining_ += static_cast<int64_t>(written_[d].size());
+        for (const Action& a : written_[d]) {
+          split_ = split_ || a.kind == ActionKind::I;
+          forwards_left_[d] += a.kind == ActionKind::F;
+        }
+      }
+      return;
+    }
+    split_ = std::find(policy.prefer.begin(), policy.prefer.end(), ActionKind::W) != policy.prefer.end();
+    cooling_prefer_ = policy.cooldown;
+    for (ActionKind kind : policy.prefer)
+      if (cooldown_rank_[static_cast<int>(kind)] == static_cast<int>(policy.cooldown.size())) cooling_prefer_.push_back(kind);
     device_stages_.resize(s_.num_devices);
     for (int st = 0; st < stages_; ++st) device_stages_[s_.stage_device[st]].push_back(st);
     for (int st = 0; st < stages_; ++st)
-      for (int mb = 0; mb < m_; ++mb) remaining_ += s_.pipeline_of_microbatch(mb) == s_.pipeline_of_stage(st) ? (split_ ? 3 : 2) : 0;
+      for (int mb = 0; mb < m_; ++mb)
+        if (in_pipeline(st, mb)) {
+          remaining_ += split_ ? 3 : 2;
+          ++forwards_left_[s_.stage_device[st]];
+        }
   }
 
-  void run() {
+  std::vector<std::vector<int>> run() {
     std::vector<int64_t> busy_until(s_.num_devices, 0);
     std::vector<int64_t> in_flight(s_.num_devices, 0);
     int64_t now = 0;
@@ -37,15 +64,16 @@ class GreedyScheduler {
       for (int d = 0; d < s_.num_devices; ++d) {
         if (busy_until[d] > now) continue;
         if (--budget_ < 0) throw Error("the greedy policy ran past the step limit");
-        const Candidate c = choose(d, now, in_flight[d]);
+        const Candidate c = policy_.written() ? choose_written(d, now, in_flight[d]) : choose(d, now, in_flight[d]);
         if (c.kind < 0) continue;
         const ActionKind kind = static_cast<ActionKind>(c.kind);
         const int64_t end = now + policy_.time[c.kind];
         end_[slot(kind)][index(c.stage, c.mb)] = end;
         busy_until[d] = end;
-        if (kind == ActionKind::F) ++in_flight[d];
-        if (kind == (split_ ? ActionKind::W : ActionKind::B)) --in_flight[d];
+        in_flight[d] += in_flight_delta(kind);
+        if (kind == ActionKind::F) --forwards_left_[d];
         s_.device_actions[d].push_back(Action::make(kind, c.stage, c.mb));
+        if (c.position >= 0) take(d, c.position);
         --remaining_;
       }
       int64_t next = std::numeric_limits<int64_t>::max();
@@ -54,6 +82,7 @@ class GreedyScheduler {
       if (next == std::numeric_limits<int64_t>::max() && remaining_ > 0) stalled(in_flight);
       now = next;
     }
+    return std::move(positions_);
   }
 
  private:
@@ -62,6 +91,7 @@ class GreedyScheduler {
 
   struct Candidate {
     int kind = -1, stage = -1, mb = -1;
+    int position = -1;  // in the written list
   };
 
   static int slot(ActionKind kind) {
@@ -75,6 +105,11 @@ class GreedyScheduler {
   size_t index(int stage, int mb) const { return static_cast<size_t>(stage) * m_ + mb; }
   bool done(ActionKind kind, int stage, int mb, int64_t now) const { return end_[slot(kind)][index(stage, mb)] <= now; }
   bool started(ActionKind kind, int stage, int mb) const { return end_[slot(kind)][index(stage, mb)] != kNever; }
+  int in_flight_delta(ActionKind kind) const {
+    if (kind == ActionKind::F) return 1;
+    return kind == (split_ ? ActionKind::W : ActionKind::B) ? -1 : 0;
+  }
+  bool cooling(int d) const { return !policy_.cooldown.empty() && forwards_left_[d] == 0; }
 
   bool ready(ActionKind kind, int stage, int mb, int64_t now) const {
     const ActionKind backward = split_ ? ActionKind::I : ActionKind::B;
@@ -88,7 +123,7 @@ class GreedyScheduler {
   }
 
   Candidate choose(int d, int64_t now, int64_t in_flight) {
-    for (ActionKind kind : policy_.prefer) {
+    for (ActionKind kind : cooling(d) ? cooling_prefer_ : policy_.prefer) {
       if (kind == ActionKind::F && policy_.inflight[d] >= 0 && in_flight >= policy_.inflight[d]) continue;
       Candidate best;
       for (int stage : device_stages_[d]) {
@@ -105,6 +140,39 @@ class GreedyScheduler {
       if (best.kind >= 0) return best;
     }
     return {};
+  }
+
+  // The first ready action of the written list (by cool-down rank first, when cooling). A forward
+  // may run ahead of actions written before it only if, with it, the count in flight stays within
+  // the limit at each of them: `peak_before` is the highest count the list reaches before it.
+  Candidate choose_written(int d, int64_t now, int64_t in_flight) const {
+    const std::vector<Action>& list = written_[d];
+    const int64_t limit = policy_.inflight[d];
+    const bool cool = cooling(d);
+    int64_t level = in_flight, peak_before = in_flight;
+    Candidate best;
+    int best_rank = std::numeric_limits<int>::max();
+    for (size_t j = head_[d]; j < list.size(); ++j) {
+      if (taken_[d][j]) continue;
+      const Action& a = list[j];
+      if (ready(a.kind, a.stage, a.microbatch, now) && (a.kind != ActionKind::F || limit < 0 || peak_before < limit)) {
+        const int rank = cool ? cooldown_rank_[static_cast<int>(a.kind)] : 0;
+        if (rank < best_rank) {
+          best = {static_cast<int>(a.kind), a.stage, a.microbatch, static_cast<int>(j)};
+          best_rank = rank;
+          if (rank == 0) break;
+        }
+      }
+      level += in_flight_delta(a.kind);
+      peak_before = std::max(peak_before, level);
+    }
+    return best;
+  }
+
+  void take(int d, int position) {
+    taken_[d][position] = true;
+    positions_[d].push_back(position);
+    while (head_[d] < taken_[d].size() && taken_[d][head_[d]]) ++head_[d];
   }
 
   bool in_pipeline(int stage, int mb) const { return s_.pipeline_of_microbatch(mb) == s_.pipeline_of_stage(stage); }
@@ -127,12 +195,21 @@ class GreedyScheduler {
   std::vector<int64_t> end_[kKinds];        // per kind, (stage, micro-batch): end time; kNever before it starts
   std::vector<int> first_pending_[kKinds];  // per kind, stage: no micro-batch below it is pending
   std::vector<std::vector<int>> device_stages_;
+  std::vector<int> forwards_left_;          // per device: forwards not yet started
+  std::array<int, kNumActionKinds> cooldown_rank_{};  // per kind: position in `cooldown`, its size if absent
+  std::vector<ActionKind> cooling_prefer_;  // `cooldown`, then the rest of `prefer`
+  // `written` only: the program's lists, which of their actions have run, the first that has not,
+  // and the written position of each action run.
+  std::vector<std::vector<Action>> written_;
+  std::vector<std::vector<bool>> taken_;
+  std::vector<size_t> head_;
+  std::vector<std::vector<int>> positions_;
 };
 
 }  // namespace
 
-void schedule_greedy(Schedule& schedule, const GreedyPolicy& policy, int64_t step_budget) {
-  GreedyScheduler(schedule, policy, step_budget).run();
+std::vector<std::vector<int>> schedule_greedy(Schedule& schedule, const GreedyPolicy& policy, int64_t step_budget) {
+  return GreedyScheduler(schedule, policy, step_budget).run();
 }
 
 }  // namespace flexpipe::lang

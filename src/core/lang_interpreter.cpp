@@ -1,5 +1,6 @@
 #include "flexpipe/lang/interpreter.h"
 
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <limits>
@@ -503,9 +504,15 @@ class Interpreter final : public Evaluator::State {
     GreedyPolicy policy;
     policy.time.fill(1);
     for (const std::string& k : g.prefer) {
+      if (g.written) break;
       ActionKind kind;
       builtin_kind(k, kind);
       policy.prefer.push_back(kind);
+    }
+    for (const std::string& k : g.cooldown) {
+      ActionKind kind;
+      builtin_kind(k, kind);
+      policy.cooldown.push_back(kind);
     }
     for (size_t i = 0; i < g.time.size(); ++i) {
       ActionKind kind;
@@ -523,13 +530,65 @@ class Interpreter final : public Evaluator::State {
     if (static_cast<int64_t>(num_stages_) * num_microbatches_ > options_.max_steps - steps_)
       fail(s.location, fmt::format("a greedy policy over {} stages and {} micro-batches exceeds the step limit of {}",
                                    num_stages_, num_microbatches_, options_.max_steps));
+    if (g.written) check_written_lists(s);
+    std::vector<std::vector<int>> written_positions;
     try {
-      schedule_greedy(out_->schedule, policy, options_.max_steps - steps_);
+      written_positions = schedule_greedy(out_->schedule, policy, options_.max_steps - steps_);
     } catch (const Error& e) {
       fail(s.location, e.what());
     }
+    for (int d = 0; d < num_devices_; ++d) {
+      std::vector<SourceLocation>& at = out_->map.device_positions[d];
+      if (!g.written) {
+        at.assign(out_->schedule.device_actions[d].size(), s.location);
+        continue;
+      }
+      std::vector<SourceLocation> reordered;
+      reordered.reserve(at.size());
+      for (int position : written_positions[d]) reordered.push_back(at[position]);
+      at = std::move(reordered);
+    }
+  }
+
+  // `prefer written` reorders the lists, so they must hold exactly what the scheduler runs: one F
+  // and one backward (B, or I and W) of every stage and micro-batch of its pipeline.
+  void check_written_lists(const Stmt& greedy) const {
+    const Schedule& schedule = out_->schedule;
+    constexpr ActionKind kinds[] = {ActionKind::F, ActionKind::B, ActionKind::I, ActionKind::W};
+    std::vector<uint8_t> seen(static_cast<size_t>(num_stages_) * num_microbatches_ * 4, 0);
+    auto seen_at = [&](int kind, int stage, int mb) -> uint8_t& {
+      return seen[(static_cast<size_t>(stage) * num_microbatches_ + mb) * 4 + kind];
+    };
+    const Action* split = nullptr;  // the first I or W: then no B may be written
+    const Action* whole = nullptr;  // the first B
     for (int d = 0; d < num_devices_; ++d)
-      out_->map.device_positions[d].assign(out_->schedule.device_actions[d].size(), s.location);
+      for (size_t j = 0; j < schedule.device_actions[d].size(); ++j) {
+        const Action& a = schedule.device_actions[d][j];
+        const SourceLocation at = out_->map.device_positions[d][j];
+        const auto kind = std::find(std::begin(kinds), std::end(kinds), a.kind);
+        if (kind == std::end(kinds))
+          fail(at, fmt::format("`prefer written` runs F, B, I and W, not {}", action_text(a)),
+               fmt::format("the greedy policy at {}:{} reorders this list", greedy.location.line, greedy.location.column));
+        if (a.kind == ActionKind::B && whole == nullptr) whole = &a;
+        if ((a.kind == ActionKind::I || a.kind == ActionKind::W) && split == nullptr) split = &a;
+        if (a.kind != ActionKind::F && whole != nullptr && split != nullptr)
+          fail(at, fmt::format("whole and split backwards mixed: {} and {}", action_text(*whole), action_text(*split)),
+               "`prefer written` runs B for every backward, or I and W for every one");
+        if (seen_at(static_cast<int>(kind - std::begin(kinds)), a.stage, a.microbatch)++ > 0)
+          fail(at, fmt::format("{} is written twice: `prefer written` runs each action once", action_text(a)));
+      }
+    for (int stage = 0; stage < num_stages_; ++stage)
+      for (int mb = 0; mb < num_microbatches_; ++mb) {
+        if (schedule.pipeline_of_microbatch(mb) != schedule.pipeline_of_stage(stage)) continue;
+        for (int k = 0; k < 4; ++k) {
+          const bool needed = k == 0 || (split != nullptr ? k >= 2 : k == 1);
+          if (needed && seen_at(k, stage, mb) == 0)
+            fail(greedy.location,
+                 fmt::format("`prefer written` needs every F and backward, but no list holds {}",
+                             action_text(Action::make(kinds[k], stage, mb))),
+                 fmt::format("write it on device {}", placement_[stage]));
+        }
+      }
   }
 
   const Program& program_;

@@ -409,12 +409,18 @@ class Parser {
       while (accept_punct(";")) {
       }
       if (accept_punct("}")) break;
-      const Token& field = expect_name("a policy field (prefer, time, inflight)");
+      const Token& field = expect_name("a policy field (prefer, time, inflight, cooldown)");
       if (field.text == "prefer") {
         do {
-          const Token& kind = expect_name("an action kind");
+          const Token& kind = expect_name("an action kind, or `written`");
           s->greedy.prefer.push_back(kind.text);
           s->greedy.prefer_locations.push_back(kind.location);
+        } while (accept_punct(","));
+      } else if (field.text == "cooldown") {
+        do {
+          const Token& kind = expect_name("an action kind");
+          s->greedy.cooldown.push_back(kind.text);
+          s->greedy.cooldown_locations.push_back(kind.location);
         } while (accept_punct(","));
       } else if (field.text == "time") {
         do {
@@ -425,7 +431,7 @@ class Parser {
       } else if (field.text == "inflight") {
         s->greedy.inflight = expression();
       } else {
-        fail(field, fmt::format("unknown policy field '{}'", field.text), "fields: prefer, time, inflight");
+        fail(field, fmt::format("unknown policy field '{}'", field.text), "fields: prefer, time, inflight, cooldown");
       }
     }
     return s;
@@ -612,7 +618,7 @@ bool is_reserved(const std::string& name) {
       "param", "where", "name", "devices", "microbatches", "padded", "to", "stages", "placed", "loop", "vshape",
       "pipelines", "route", "let", "for", "in", "reversed", "repeat", "while", "if", "else", "on", "pattern",
       "op", "after", "before", "duration", "memory", "communicates", "stagewide", "all", "greedy", "prefer",
-      "time", "inflight", "and", "or", "not", "count", "min", "max", "abs", "device",
+      "time", "inflight", "written", "cooldown", "and", "or", "not", "count", "min", "max", "abs", "device",
       "F", "B", "I", "W", "R", "OFFLOAD", "RELOAD", "OPT", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
   return reserved.count(name) > 0;
 }

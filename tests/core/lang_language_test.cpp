@@ -189,6 +189,75 @@ TEST(Language, GreedyFillBubblesWithW) {
     for (const SourceLocation& at : positions) EXPECT_EQ(at, (SourceLocation{4, 1}));
 }
 
+// `prefer written`: the program's lists are the priority and the scheduler runs each action as
+// soon as it is ready. Device 0 writes its I0 and W0 first; they wait for device 1's input
+// gradient while the forwards written after them run. Unit times, worked out by hand:
+// t0 0F0 | t1 0F1, 1F0 | t2 1I0 | t3 0I0, 1F1 | t4 0W0, 1I1 | t5 0I1, 1W0 | t6 0W1, 1W1
+TEST(Language, GreedyWrittenRunsTheWrittenOrderWhenReady) {
+  const CompiledProgram p = compile_program("devices 2\nmicrobatches 2\nstages 2\ngreedy { prefer written }\n"
+                                            "on 0 { I(0, 0)  W(0, 0) }\n"
+                                            "on 0 { F(0, 0)  F(0, 1)  I(0, 1)  W(0, 1) }\n"
+                                            "on 1 { F(1, 0)  I(1, 0)  F(1, 1)  I(1, 1)  W() W() }\n",
+                                            "g.fps");
+  EXPECT_EQ(cells(p.schedule, 0), (Cells{"0F0", "0F1", "0I0", "0W0", "0I1", "0W1"}));
+  EXPECT_EQ(cells(p.schedule, 1), (Cells{"1F0", "1I0", "1F1", "1I1", "1W0", "1W1"}));
+  EXPECT_TRUE(validate(p.schedule).empty());
+  // The source map follows the actions to their new places: 0I0 was written on line 5, 0F0 on line 6.
+  EXPECT_EQ(p.map.at(0, 0), (SourceLocation{6, 8}));
+  EXPECT_EQ(p.map.at(0, 2), (SourceLocation{5, 8}));
+  EXPECT_EQ(p.map.at(1, 4), (SourceLocation{7, 44}));  // the first W() took 1I0
+}
+
+// With `prefer written` the in-flight limit holds for the written order too: a forward runs ahead
+// of what is written before it only if the count stays within the limit there. Device 1 writes
+// 1F1 I1 W1 F0 I0 W0. At t1 only 1F0 is ready and nothing is in flight, but running it would make
+// two in flight once 1F1 runs: with limit 1 it waits behind 1W1, with limit 2 it goes first.
+//   limit 1: t0 0F0 | t1 0F1 | t2 1F1 | t3 1I1 | t4 0I1, 1W1 | t5 0W1, 1F0 | t6 1I0 | t7 0I0, 1W0 | t8 0W0
+//   limit 2: t0 0F0 | t1 0F1, 1F0 | t2 1F1 | t3 1I1 | t4 0I1, 1W1 | t5 0W1, 1I0 | t6 0I0, 1W0 | t7 0W0
+TEST(Language, GreedyWrittenKeepsTheLimitAlongTheWrittenOrder) {
+  const std::string text =
+      "param limit = 1\ndevices 2\nmicrobatches 2\nstages 2\ngreedy {\n  prefer written\n  inflight d == 0 ? 2 : limit\n}\n"
+      "F(0, 0)  F(0, 1)  I(0, 0)  W(0, 0)  I(0, 1)  W(0, 1)\n"
+      "F(1, 1)  I(1, 1)  W(1, 1)  F(1, 0)  I(1, 0)  W(1, 0)\n";
+  const CompiledProgram one = compile_program(text, "g.fps");
+  EXPECT_EQ(cells(one.schedule, 0), (Cells{"0F0", "0F1", "0I1", "0W1", "0I0", "0W0"}));
+  EXPECT_EQ(cells(one.schedule, 1), (Cells{"1F1", "1I1", "1W1", "1F0", "1I0", "1W0"}));
+  const CompiledProgram two = compile_program(text, "g.fps", {{"limit", 2}});
+  EXPECT_EQ(cells(two.schedule, 0), (Cells{"0F0", "0F1", "0I1", "0W1", "0I0", "0W0"}));
+  EXPECT_EQ(cells(two.schedule, 1), (Cells{"1F0", "1F1", "1I1", "1W1", "1I0", "1W0"}));
+  EXPECT_TRUE(validate(one.schedule).empty());
+  EXPECT_TRUE(validate(two.schedule).empty());
+}
+
+// `cooldown I, W`: once a device has started its last F, a ready I goes before a ready W written
+// earlier. Both devices write F0 F1 I0 W0 I1 W1; device 1 starts its last F at t2, device 0 at t1.
+//   without: t0 0F0 | t1 0F1, 1F0 | t2 1F1 | t3 1I0 | t4 0I0, 1W0 | t5 0W0, 1I1 | t6 0I1, 1W1 | t7 0W1
+//   with:    t0 0F0 | t1 0F1, 1F0 | t2 1F1 | t3 1I0 | t4 0I0, 1I1 | t5 0I1, 1W0 | t6 0W0, 1W1 | t7 0W1
+TEST(Language, GreedyCooldownPutsInputGradientsFirst) {
+  const std::string lists = "for d in 0..2 { F(d, 0)  F(d, 1)  I(d, 0)  W(d, 0)  I(d, 1)  W(d, 1) }\n";
+  const std::string header = "devices 2\nmicrobatches 2\nstages 2\n";
+  const CompiledProgram without = compile_program(header + "greedy { prefer written }\n" + lists, "g.fps");
+  const CompiledProgram with = compile_program(header + "greedy { prefer written\n cooldown I, W }\n" + lists, "g.fps");
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(cells(without.schedule, d), (Cells{std::to_string(d) + "F0", std::to_string(d) + "F1", std::to_string(d) + "I0",
+                                                 std::to_string(d) + "W0", std::to_string(d) + "I1", std::to_string(d) + "W1"}));
+    EXPECT_EQ(cells(with.schedule, d), (Cells{std::to_string(d) + "F0", std::to_string(d) + "F1", std::to_string(d) + "I0",
+                                              std::to_string(d) + "I1", std::to_string(d) + "W0", std::to_string(d) + "W1"}));
+  }
+}
+
+// `cooldown` is orthogonal to how the priority is given: with `prefer I, F, W` (the case of
+// GreedyFillBubblesWithW), `cooldown W, I` lets device 1, whose last F starts at t3, run its W0
+// before I1. t0 0F0 | t1 0F1, 1F0 | t2 1I0 | t3 0I0, 1F1 | t4 0W0, 1W0 | t5 1I1 | t6 0I1, 1W1 | t7 0W1
+TEST(Language, GreedyCooldownWithKindPreference) {
+  const CompiledProgram p = compile_program("devices 2\nmicrobatches 2\nstages 2\n"
+                                            "greedy {\n  prefer I, F, W\n  inflight 2\n  cooldown W, I\n}\n",
+                                            "g.fps");
+  EXPECT_EQ(cells(p.schedule, 0), (Cells{"0F0", "0F1", "0I0", "0W0", "0I1", "0W1"}));
+  EXPECT_EQ(cells(p.schedule, 1), (Cells{"1F0", "1I0", "1F1", "1W0", "1I1", "1W1"}));
+  EXPECT_TRUE(validate(p.schedule).empty());
+}
+
 TEST(Language, LoadProgramNamesAnUnreadableFile) {
   try {
     load_program("/nonexistent/x.fps");

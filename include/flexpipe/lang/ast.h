@@ -61,12 +61,15 @@ struct OpDecl {
 };
 
 struct GreedyDecl {
-  std::vector<std::string> prefer;
+  std::vector<std::string> prefer;  // kinds, or the one word `written`
   std::vector<SourceLocation> prefer_locations;
+  std::vector<std::string> cooldown;
+  std::vector<SourceLocation> cooldown_locations;
   std::vector<std::pair<std::string, ExprPtr>> time;
   std::vector<SourceLocation> time_locations;
   ExprPtr inflight;  // in d; null: unlimited
   int device_slot = -1;
+  bool written = false;  // set by the checker: `prefer written`
 };
 
 enum class PlacementForm : uint8_t { Loop, VShape, List, Expression };
