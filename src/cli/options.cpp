@@ -7,6 +7,7 @@
 #include "flexpipe/core/error.h"
 #include "flexpipe/core/schedule_io.h"
 #include "flexpipe/core/validator.h"
+#include "flexpipe/lang/library.h"
 
 namespace flexpipe::cli {
 
@@ -73,6 +74,12 @@ LoadedSchedule load_schedule_spec(const ScheduleOptions& options, const CompileO
   params.devices = options.devices == 0 ? 4 : options.devices;
   params.microbatches = options.microbatches;
   params.chunks = options.chunks;
+  if (!is_file) {
+    // Built-in names come from the embedded library programs, so they explain like any program.
+    CompiledProgram program = compile_builtin(options.spec, params);
+    Schedule schedule = program.schedule;
+    return {std::move(schedule), std::move(program)};
+  }
   CsvReadOptions csv;
   csv.lettering = options.lettering == "legacy"    ? CsvLettering::Legacy
                   : options.lettering == "current" ? CsvLettering::Current

@@ -35,7 +35,7 @@ const BuiltinSchedule* find_builtin(std::string_view name) {
   return nullptr;
 }
 
-Schedule make_builtin(std::string_view name, ScheduleParams params) {
+const BuiltinSchedule& resolve_builtin(std::string_view name, ScheduleParams& params) {
   const BuiltinSchedule* builtin = find_builtin(name);
   if (builtin == nullptr) {
     std::string known;
@@ -54,7 +54,12 @@ Schedule make_builtin(std::string_view name, ScheduleParams params) {
   if (std::string why = builtin->check(params); !why.empty())
     throw Error(fmt::format("{} with p={}, m={}, v={}: {}", builtin->name, params.devices, params.microbatches,
                             params.chunks, why));
-  return builtin->build(params);
+  return *builtin;
+}
+
+Schedule make_builtin(std::string_view name, ScheduleParams params) {
+  const BuiltinSchedule& builtin = resolve_builtin(name, params);
+  return builtin.build(params);
 }
 
 }  // namespace flexpipe

@@ -16,6 +16,7 @@
 
 #include "flexpipe/core/error.h"
 #include "flexpipe/core/schedule_json.h"
+#include "flexpipe/lang/library.h"
 #include "flexpipe/lang/program.h"
 #include "flexpipe/lang/writer.h"
 
@@ -104,7 +105,7 @@ bool looks_like_file(const std::string& spec) {
 }
 
 Schedule load_schedule(const std::string& spec, const ScheduleParams& params, const CsvReadOptions& csv) {
-  if (!looks_like_file(spec)) return make_builtin(spec, params);
+  if (!looks_like_file(spec)) return compile_builtin(spec, params).schedule;
   const std::string ext = lower_extension(spec);
   if (ext == ".csv") return load_pytorch_csv(spec, csv);
   if (ext == ".json") return parse_schedule_json(read_text_file(spec), spec);

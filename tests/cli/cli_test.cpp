@@ -220,7 +220,15 @@ TEST_F(Cli, ExplainNamesTheLineOfEveryAction) {
   Outcome steps = flexpipe("show " + kLibrary + "1f1b.fps -D p=2 -D m=2 --steps");
   ASSERT_EQ(steps.exit_code, 0) << steps.err;
   EXPECT_EQ(steps.out.substr(0, steps.out.find('\n')), kLibrary + "1f1b.fps:11:19: 0F0 -> device 0 #0");
-  EXPECT_EQ(flexpipe("show 1f1b --explain").exit_code, 2);
+  // Built-in names are served from the library programs, so they explain too.
+  Outcome builtin = flexpipe("show 1f1b -p 2 -m 2 --explain");
+  ASSERT_EQ(builtin.exit_code, 0) << builtin.err;
+  EXPECT_NE(builtin.out.find("  #0    0F0            1f1b.fps:11:19"), std::string::npos) << builtin.out;
+  const fs::path csv = dir_ / "s.csv";
+  ASSERT_EQ(flexpipe("show 1f1b --format csv -o " + csv.string()).exit_code, 0);
+  Outcome not_a_program = flexpipe("show " + csv.string() + " --explain");
+  EXPECT_EQ(not_a_program.exit_code, 2);
+  EXPECT_NE(not_a_program.err.find("--explain needs a program (.fps)"), std::string::npos) << not_a_program.err;
 }
 
 TEST_F(Cli, AnyScheduleConvertsToAProgramAndBack) {

@@ -27,6 +27,9 @@ struct BuiltinSchedule {
 const std::vector<BuiltinSchedule>& builtin_schedules();
 // Looks a name up case-insensitively, ignoring '-', '_' and spaces; nullptr when unknown.
 const BuiltinSchedule* find_builtin(std::string_view name);
+// Looks `name` up and fills in and checks `params` (defaults for 0); throws Error for unknown names
+// and impossible parameters.
+const BuiltinSchedule& resolve_builtin(std::string_view name, ScheduleParams& params);
 // Builds a schedule by name; throws Error for unknown names and impossible parameters.
 Schedule make_builtin(std::string_view name, ScheduleParams params);
 
