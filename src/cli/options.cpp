@@ -33,6 +33,8 @@ bool is_program(const std::string& spec) {
   return spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".fps") == 0;
 }
 
+}  // namespace
+
 std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& defines) {
   std::map<std::string, int64_t> values;
   for (const std::string& define : defines) {
@@ -52,8 +54,6 @@ std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& def
   }
   return values;
 }
-
-}  // namespace
 
 LoadedSchedule load_schedule_spec(const ScheduleOptions& options, const CompileOptions& compile) {
   const bool is_file = looks_like_file(options.spec);

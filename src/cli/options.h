@@ -1,5 +1,7 @@
 #pragma once
 // Options shared by the subcommands that take a schedule and costs.
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +27,8 @@ struct ScheduleOptions {
 
 // Adds SCHEDULE, -p, -m, -v, -D and --lettering to a subcommand.
 void add_schedule_options(CLI::App* command, ScheduleOptions& options);
+// "-D name=value" strings as a program's defines; throws Error naming a malformed one.
+std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& defines);
 // Adds only what a file needs (SCHEDULE, -D, --lettering): for `check`.
 void add_file_options(CLI::App* command, ScheduleOptions& options);
 
@@ -73,5 +77,6 @@ void add_simulate_command(CLI::App& app, int& exit_code);
 void add_check_command(CLI::App& app, int& exit_code);
 void add_convert_command(CLI::App& app, int& exit_code);
 void add_model_command(CLI::App& app, int& exit_code);
+void add_params_command(CLI::App& app, int& exit_code);
 
 }  // namespace flexpipe::cli

@@ -1,61 +1,22 @@
 // Drives the real flexpipe binary: exit codes, messages and the files it writes.
-#include <sys/wait.h>
-
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_harness.h"
+
 namespace {
 
 namespace fs = std::filesystem;
+using flexpipe::test::Outcome;
+using flexpipe::test::slurp;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-class Cli : public ::testing::Test {
+class Cli : public flexpipe::test::CliHarness {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("flexpipe_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Outcome flexpipe(const std::string& args) {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string command = std::string("timeout 60 ") + FLEXPIPE_BINARY + " " + args + " >" + out.string() +
-                                " 2>" + err.string() + " </dev/null";
-    const int status = std::system(command.c_str());
-    Outcome run;
-    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    run.out = slurp(out);
-    run.err = slurp(err);
-    return run;
-  }
-
-  fs::path write(const std::string& name, const std::string& text) {
-    const fs::path path = dir_ / name;
-    std::ofstream(path) << text;
-    return path;
-  }
-
-  fs::path dir_;
+  Cli() : CliHarness("flexpipe_cli_") {}
 };
 
 TEST_F(Cli, SchedulesListsTheWholeLibrary) {
@@ -167,7 +128,7 @@ TEST_F(Cli, ParametersOnAFileAreRejected) {
 }
 
 TEST_F(Cli, EverySubcommandHasHelp) {
-  for (const char* command : {"schedules", "show", "simulate", "check", "convert"}) {
+  for (const char* command : {"schedules", "show", "simulate", "check", "convert", "params", "model"}) {
     Outcome run = flexpipe(std::string(command) + " --help");
     EXPECT_EQ(run.exit_code, 0) << command;
     EXPECT_NE(run.out.find("Usage"), std::string::npos) << command << run.out;
@@ -260,6 +221,30 @@ TEST_F(Cli, ExamplesStayValid) {
   Outcome gpt = flexpipe("simulate zb-h1 -p 4 -m 8 --costs " + kExamples + "costs/gpt-4stage-illustrative.json --json");
   ASSERT_EQ(gpt.exit_code, 0) << gpt.err;
   EXPECT_TRUE(nlohmann::json::parse(gpt.out)["fits"].get<bool>());
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(Cli, ParamsListsAProgramsParametersAndRanges) {
+  const std::string program = std::string(FLEXPIPE_TEST_DATA) + "/../../examples/schedules/1f1b.fps";
+  Outcome run = flexpipe("params " + program + " -D p=8 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto params = nlohmann::json::parse(run.out);
+  ASSERT_EQ(params.size(), 2u);
+  EXPECT_EQ(params[0]["name"], "p");
+  EXPECT_EQ(params[0]["value"], 8);
+  EXPECT_EQ(params[0]["min"], 1);
+  EXPECT_EQ(params[1]["name"], "m");
+  EXPECT_EQ(params[1]["value"], 16);  // default 2 * p
+  EXPECT_EQ(params[1]["min"], 8);     // where m >= p
+  EXPECT_TRUE(params[1]["max"].is_null());
+  Outcome failing = flexpipe("params " + program + " -D m=2");
+  ASSERT_EQ(failing.exit_code, 0) << failing.err;
+  EXPECT_NE(failing.out.find("(fails)"), std::string::npos) << failing.out;
+  EXPECT_EQ(flexpipe("params 1f1b").exit_code, 2);
+  EXPECT_EQ(flexpipe("params " + program + " -D m=x").exit_code, 2);
 }
 
 }  // namespace
