@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <span>
+#include <initializer_list>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,12 +15,16 @@
 #include "flexpipe/core/cost_graph.h"
 #include "flexpipe/core/error.h"
 #include "flexpipe/core/schedule_io.h"
+#include "json_reader.h"
 
 namespace flexpipe {
 
 namespace {
 
 using nlohmann::json;
+using detail::describe_json;
+using detail::json_child;
+using detail::json_element;
 using ordered = nlohmann::ordered_json;
 
 constexpr std::string_view kFormat = "flexpipe-cost-graph";
@@ -43,24 +49,12 @@ constexpr std::pair<std::string_view, LayerRole> kRoles[] = {{"embedding", Layer
                                                              {"loss", LayerRole::Loss},
                                                              {"other", LayerRole::Other}};
 
-std::string describe(const json& value) {
-  if (value.is_object()) return "an object";
-  if (value.is_array()) return "an array";
-  return value.dump();
-}
-
-std::string child(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
-}
-
-std::string element(const std::string& path, size_t index) { return fmt::format("{}[{}]", path, index); }
-
-class Reader {
+class Reader : public detail::JsonPathReader {
  public:
-  explicit Reader(const std::string& origin) : origin_(origin) {}
+  explicit Reader(const std::string& origin) : JsonPathReader(origin) {}
 
   CostGraph graph(const json& document) {
-    if (!document.is_object()) fail("", fmt::format("expected a JSON object at the top level, got {}", describe(document)));
+    if (!document.is_object()) fail("", fmt::format("expected a JSON object at the top level, got {}", describe_json(document)));
     only_known_keys(document, "", kTopLevelKeys);
     if (!document.contains("format"))
       fail("format", fmt::format("missing (a cost graph starts with \"format\": \"{}\")", kFormat));
@@ -88,7 +82,7 @@ class Reader {
       RooflineRates rates;
       if (hardware.contains("name")) rates.name = text(hardware["name"], "hardware.name");
       for (const char* key : {"flop_rate", "byte_rate"})
-        if (!hardware.contains(key)) fail(child("hardware", key), "missing");
+        if (!hardware.contains(key)) fail(json_child("hardware", key), "missing");
       rates.flop_rate = positive(hardware["flop_rate"], "hardware.flop_rate");
       rates.byte_rate = positive(hardware["byte_rate"], "hardware.byte_rate");
       result.hardware = rates;
@@ -101,28 +95,14 @@ class Reader {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
-    throw Error(located(origin_, 0, 0, path.empty() ? message : fmt::format("{}: {}", path, message)));
-  }
-
-  void require_object(const json& value, const std::string& path) const {
-    if (!value.is_object()) fail(path, fmt::format("expected an object, got {}", describe(value)));
-  }
-
-  void only_known_keys(const json& object, const std::string& path, std::span<const std::string_view> known) const {
-    for (const auto& [key, value] : object.items()) {
-      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-      std::string list;
-      for (std::string_view k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
-      fail(child(path, key), fmt::format("unknown key (known keys: {})", list));
-    }
-  }
-
-  double number(const json& value, const std::string& path) const {
-    if (!value.is_number()) fail(path, fmt::format("expected a number, got {}", describe(value)));
-    const double result = value.get<double>();
-    if (result < 0) fail(path, fmt::format("must not be negative, got {}", value.dump()));
-    return result;
+  // Reads each listed key that `object` has into its field with `read_value`; absent keys keep the
+  // field's default. Keys are read in list order, so the first bad one is the one reported.
+  template <typename Field, typename Owner>
+  void read_present(const json& object, const std::string& path,
+                    std::initializer_list<std::pair<const char*, std::type_identity_t<Field>*>> fields,
+                    Field (Owner::*read_value)(const json&, const std::string&) const) const {
+    for (const auto& [key, field] : fields)
+      if (object.contains(key)) *field = (this->*read_value)(object[key], json_child(path, key));
   }
 
   double positive(const json& value, const std::string& path) const {
@@ -131,13 +111,8 @@ class Reader {
     return result;
   }
 
-  std::string text(const json& value, const std::string& path) const {
-    if (!value.is_string()) fail(path, fmt::format("expected a string, got {}", describe(value)));
-    return value.get<std::string>();
-  }
-
   const json& array(const json& value, const std::string& path) const {
-    if (!value.is_array()) fail(path, fmt::format("expected an array, got {}", describe(value)));
+    if (!value.is_array()) fail(path, fmt::format("expected an array, got {}", describe_json(value)));
     return value;
   }
 
@@ -145,16 +120,15 @@ class Reader {
   ShapePolynomial polynomial(const json& value, const std::string& path) const {
     if (value.is_number()) return fixed_amount(number(value, path));
     if (!value.is_object())
-      fail(path, fmt::format("expected a number or an object of shape terms, got {}", describe(value)));
+      fail(path, fmt::format("expected a number or an object of shape terms, got {}", describe_json(value)));
     only_known_keys(value, path, kPolynomialKeys);
     ShapePolynomial result;
-    auto read = [&](const char* key, double& field) {
-      if (value.contains(key)) field = number(value[key], child(path, key));
-    };
-    read("fixed", result.fixed);
-    read("per_sample", result.per_sample);
-    read("per_token", result.per_token);
-    read("per_token_seq", result.per_token_seq);
+    read_present(value, path,
+                 {{"fixed", &result.fixed},
+                  {"per_sample", &result.per_sample},
+                  {"per_token", &result.per_token},
+                  {"per_token_seq", &result.per_token_seq}},
+                 &Reader::number);
     return result;
   }
 
@@ -162,30 +136,30 @@ class Reader {
     require_object(value, path);
     only_known_keys(value, path, kPassKeys);
     PassCost result;
-    if (value.contains("time")) result.time = number(value["time"], child(path, "time"));
-    if (value.contains("flops")) result.flops = polynomial(value["flops"], child(path, "flops"));
-    if (value.contains("bytes")) result.bytes = polynomial(value["bytes"], child(path, "bytes"));
+    if (value.contains("time")) result.time = number(value["time"], json_child(path, "time"));
+    if (value.contains("flops")) result.flops = polynomial(value["flops"], json_child(path, "flops"));
+    if (value.contains("bytes")) result.bytes = polynomial(value["bytes"], json_child(path, "bytes"));
     return result;
   }
 
   Scaling scaling(const json& value, const std::string& path) const {
     require_object(value, path);
     only_known_keys(value, path, kScalingKeys);
-    if (!value.contains("rule")) fail(child(path, "rule"), "missing (\"roofline\" or \"power\")");
-    const std::string rule = text(value["rule"], child(path, "rule"));
+    if (!value.contains("rule")) fail(json_child(path, "rule"), "missing (\"roofline\" or \"power\")");
+    const std::string rule = text(value["rule"], json_child(path, "rule"));
     Scaling result;
     if (rule == "roofline") {
       result.rule = ScalingRule::Roofline;
       for (const char* key : {"batch_exponent", "sequence_exponent"})
-        if (value.contains(key)) fail(child(path, key), "only goes with \"rule\": \"power\"");
+        if (value.contains(key)) fail(json_child(path, key), "only goes with \"rule\": \"power\"");
     } else if (rule == "power") {
       result.rule = ScalingRule::Power;
       if (value.contains("batch_exponent"))
-        result.batch_exponent = number(value["batch_exponent"], child(path, "batch_exponent"));
+        result.batch_exponent = number(value["batch_exponent"], json_child(path, "batch_exponent"));
       if (value.contains("sequence_exponent"))
-        result.sequence_exponent = number(value["sequence_exponent"], child(path, "sequence_exponent"));
+        result.sequence_exponent = number(value["sequence_exponent"], json_child(path, "sequence_exponent"));
     } else {
-      fail(child(path, "rule"), fmt::format("expected \"roofline\" or \"power\", got {}", value["rule"].dump()));
+      fail(json_child(path, "rule"), fmt::format("expected \"roofline\" or \"power\", got {}", value["rule"].dump()));
     }
     return result;
   }
@@ -193,23 +167,23 @@ class Reader {
   void read_layers(const json& layers, CostGraph& result) {
     array(layers, "layers");
     for (size_t i = 0; i < layers.size(); ++i) {
-      const std::string path = element("layers", i);
+      const std::string path = json_element("layers", i);
       const json& entry = layers[i];
       require_object(entry, path);
       only_known_keys(entry, path, kLayerKeys);
-      if (!entry.contains("name")) fail(child(path, "name"), "missing");
+      if (!entry.contains("name")) fail(json_child(path, "name"), "missing");
       LayerInfo layer;
-      layer.name = text(entry["name"], child(path, "name"));
+      layer.name = text(entry["name"], json_child(path, "name"));
       if (entry.contains("role")) {
-        const std::string role = text(entry["role"], child(path, "role"));
+        const std::string role = text(entry["role"], json_child(path, "role"));
         const auto* found = std::find_if(std::begin(kRoles), std::end(kRoles), [&](const auto& r) { return r.first == role; });
         if (found == std::end(kRoles))
-          fail(child(path, "role"),
+          fail(json_child(path, "role"),
                fmt::format("expected one of embedding, transformer, mtp, loss, other; got {}", entry["role"].dump()));
         layer.role = found->second;
       }
       if (!layer_index_.emplace(layer.name, static_cast<int>(i)).second)
-        fail(child(path, "name"), fmt::format("layer '{}' is defined twice", layer.name));
+        fail(json_child(path, "name"), fmt::format("layer '{}' is defined twice", layer.name));
       result.layers.push_back(layer);
     }
   }
@@ -218,100 +192,79 @@ class Reader {
     array(nodes, "nodes");
     // Names first, so that tied_to may point at any node and the error for a missing one is exact.
     for (size_t i = 0; i < nodes.size(); ++i) {
-      const std::string path = element("nodes", i);
+      const std::string path = json_element("nodes", i);
       require_object(nodes[i], path);
-      if (!nodes[i].contains("name")) fail(child(path, "name"), "missing");
-      const std::string name = text(nodes[i]["name"], child(path, "name"));
+      if (!nodes[i].contains("name")) fail(json_child(path, "name"), "missing");
+      const std::string name = text(nodes[i]["name"], json_child(path, "name"));
       if (auto [it, inserted] = node_index_.emplace(name, static_cast<int>(i)); !inserted)
-        fail(child(path, "name"), fmt::format("'{}' is already the name of nodes[{}]", name, it->second));
+        fail(json_child(path, "name"), fmt::format("'{}' is already the name of nodes[{}]", name, it->second));
     }
-    for (size_t i = 0; i < nodes.size(); ++i) result.nodes.push_back(node(nodes[i], element("nodes", i)));
+    for (size_t i = 0; i < nodes.size(); ++i) result.nodes.push_back(node(nodes[i], json_element("nodes", i)));
   }
 
   OperatorNode node(const json& entry, const std::string& path) const {
     only_known_keys(entry, path, kNodeKeys);
     OperatorNode result;
     result.name = entry["name"].get<std::string>();
-    if (entry.contains("kind")) result.kind = text(entry["kind"], child(path, "kind"));
+    if (entry.contains("kind")) result.kind = text(entry["kind"], json_child(path, "kind"));
     if (entry.contains("layer")) {
-      const std::string layer = text(entry["layer"], child(path, "layer"));
+      const std::string layer = text(entry["layer"], json_child(path, "layer"));
       const auto found = layer_index_.find(layer);
       if (found == layer_index_.end())
-        fail(child(path, "layer"), fmt::format("unknown layer '{}' (define it in \"layers\")", layer));
+        fail(json_child(path, "layer"), fmt::format("unknown layer '{}' (define it in \"layers\")", layer));
       result.layer = found->second;
     }
-    if (entry.contains("parameters")) result.parameters = number(entry["parameters"], child(path, "parameters"));
+    if (entry.contains("parameters")) result.parameters = number(entry["parameters"], json_child(path, "parameters"));
     result.active_parameters = result.parameters;
     if (entry.contains("active_parameters"))
-      result.active_parameters = number(entry["active_parameters"], child(path, "active_parameters"));
+      result.active_parameters = number(entry["active_parameters"], json_child(path, "active_parameters"));
     if (entry.contains("tied_to")) {
-      const std::string owner = text(entry["tied_to"], child(path, "tied_to"));
+      const std::string owner = text(entry["tied_to"], json_child(path, "tied_to"));
       const auto found = node_index_.find(owner);
-      if (found == node_index_.end()) fail(child(path, "tied_to"), fmt::format("unknown node '{}'", owner));
+      if (found == node_index_.end()) fail(json_child(path, "tied_to"), fmt::format("unknown node '{}'", owner));
       result.tied_to = found->second;
     }
-    if (entry.contains("scaling")) result.scaling = scaling(entry["scaling"], child(path, "scaling"));
-    if (entry.contains("forward")) result.forward = pass(entry["forward"], child(path, "forward"));
-    if (entry.contains("backward_input"))
-      result.backward_input = pass(entry["backward_input"], child(path, "backward_input"));
-    if (entry.contains("backward_weight"))
-      result.backward_weight = pass(entry["backward_weight"], child(path, "backward_weight"));
-    auto read = [&](const char* key, ShapePolynomial& field) {
-      if (entry.contains(key)) field = polynomial(entry[key], child(path, key));
-    };
-    read("saved_bytes", result.saved_bytes);
-    read("freed_by_input", result.freed_by_input);
-    read("output_bytes", result.output_bytes);
-    read("workspace_bytes", result.workspace_bytes);
+    if (entry.contains("scaling")) result.scaling = scaling(entry["scaling"], json_child(path, "scaling"));
+    read_present(entry, path,
+                 {{"forward", &result.forward},
+                  {"backward_input", &result.backward_input},
+                  {"backward_weight", &result.backward_weight}},
+                 &Reader::pass);
+    read_present(entry, path,
+                 {{"saved_bytes", &result.saved_bytes},
+                  {"freed_by_input", &result.freed_by_input},
+                  {"output_bytes", &result.output_bytes},
+                  {"workspace_bytes", &result.workspace_bytes}},
+                 &Reader::polynomial);
     return result;
   }
 
   void read_edges(const json& edges, CostGraph& result) const {
     array(edges, "edges");
     for (size_t i = 0; i < edges.size(); ++i) {
-      const std::string path = element("edges", i);
+      const std::string path = json_element("edges", i);
       const json& entry = edges[i];
       require_object(entry, path);
       only_known_keys(entry, path, kEdgeKeys);
       TensorEdge edge;
       edge.from = endpoint(entry, path, "from");
       edge.to = endpoint(entry, path, "to");
-      if (entry.contains("bytes")) edge.bytes = polynomial(entry["bytes"], child(path, "bytes"));
+      if (entry.contains("bytes")) edge.bytes = polynomial(entry["bytes"], json_child(path, "bytes"));
       result.edges.push_back(edge);
     }
   }
 
   int endpoint(const json& entry, const std::string& path, const char* key) const {
-    if (!entry.contains(key)) fail(child(path, key), "missing (an edge names its \"from\" and \"to\" nodes)");
-    const std::string name = text(entry[key], child(path, key));
+    if (!entry.contains(key)) fail(json_child(path, key), "missing (an edge names its \"from\" and \"to\" nodes)");
+    const std::string name = text(entry[key], json_child(path, key));
     const auto found = node_index_.find(name);
-    if (found == node_index_.end()) fail(child(path, key), fmt::format("unknown node '{}' (dangling edge)", name));
+    if (found == node_index_.end()) fail(json_child(path, key), fmt::format("unknown node '{}' (dangling edge)", name));
     return found->second;
   }
 
-  const std::string& origin_;
   std::unordered_map<std::string, int> layer_index_;
   std::unordered_map<std::string, int> node_index_;
 };
-
-std::pair<int, int> line_and_column(const std::string& text, size_t byte) {
-  const size_t offset = std::min(byte == 0 ? 0 : byte - 1, text.size());
-  int line = 1;
-  size_t line_start = 0;
-  for (size_t i = 0; i < offset; ++i)
-    if (text[i] == '\n') ++line, line_start = i + 1;
-  return {line, static_cast<int>(offset - line_start) + 1};
-}
-
-std::string syntax_message(const json::parse_error& error) {
-  std::string_view message = error.what();
-  const size_t prefix = message.find("parse error");
-  if (prefix != std::string_view::npos) {
-    const size_t colon = message.find(": ", prefix);
-    if (colon != std::string_view::npos) message.remove_prefix(colon + 2);
-  }
-  return std::string(message);
-}
 
 ordered number_json(double value) {
   if (value == std::floor(value) && std::abs(value) < 9e15) return static_cast<int64_t>(value);
@@ -365,13 +318,7 @@ ordered node_json(const CostGraph& graph, const OperatorNode& node) {
 }  // namespace
 
 CostGraph parse_cost_graph(const std::string& text, const std::string& origin) {
-  json document;
-  try {
-    document = json::parse(text);
-  } catch (const json::parse_error& error) {
-    const auto [line, column] = line_and_column(text, error.byte);
-    throw Error(located(origin, line, column, fmt::format("invalid JSON: {}", syntax_message(error))));
-  }
+  const json document = detail::parse_json_text(text, origin, "invalid JSON", detail::ColumnUnit::Byte);
   CostGraph graph = Reader(origin).graph(document);
   validate_cost_graph(graph, origin);
   return graph;

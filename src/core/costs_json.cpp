@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <span>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -12,12 +11,16 @@
 #include "flexpipe/core/costs.h"
 #include "flexpipe/core/error.h"
 #include "flexpipe/core/schedule_io.h"
+#include "json_reader.h"
 
 namespace flexpipe {
 
 namespace {
 
 using nlohmann::json;
+using detail::describe_json;
+using detail::json_child;
+using detail::json_element;
 
 constexpr std::string_view kFormat = "flexpipe-costs";
 constexpr int kVersion = 1;
@@ -32,65 +35,23 @@ constexpr std::string_view kStageKeys[] = {"forward",          "backward_input",
 constexpr std::string_view kLinkKeys[] = {"latency", "bandwidth"};
 constexpr std::string_view kLinkOverrideKeys[] = {"src", "dst", "latency", "bandwidth"};
 
-// How a value reads in a message: scalars as JSON, containers by their kind.
-std::string describe(const json& value) {
-  if (value.is_object()) return "an object";
-  if (value.is_array()) return "an array";
-  return value.dump();
-}
-
-std::string child(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
-}
-
-std::string element(const std::string& path, size_t index) { return fmt::format("{}[{}]", path, index); }
-
 // Reads one parsed document; every failure names the origin and the JSON path.
-class Reader {
+class Reader : public detail::JsonPathReader {
  public:
-  explicit Reader(const std::string& origin) : origin_(origin) {}
-
-  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
-    throw Error(located(origin_, 0, 0, path.empty() ? message : fmt::format("{}: {}", path, message)));
-  }
-
-  void require_object(const json& value, const std::string& path) const {
-    if (!value.is_object()) fail(path, fmt::format("expected an object, got {}", describe(value)));
-  }
-
-  void only_known_keys(const json& object, const std::string& path, std::span<const std::string_view> known) const {
-    for (const auto& [key, value] : object.items()) {
-      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-      std::string list;
-      for (std::string_view k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
-      fail(child(path, key), fmt::format("unknown key (known keys: {})", list));
-    }
-  }
-
-  double number(const json& value, const std::string& path) const {
-    if (!value.is_number()) fail(path, fmt::format("expected a number, got {}", describe(value)));
-    const double result = value.get<double>();
-    if (result < 0) fail(path, fmt::format("must not be negative, got {}", value.dump()));
-    return result;
-  }
+  explicit Reader(const std::string& origin) : JsonPathReader(origin) {}
 
   // null stands for "no limit" (infinite bandwidth, unlimited memory).
   double number_or_unlimited(const json& value, const std::string& path) const {
     if (value.is_null()) return kInfinity;
-    if (!value.is_number()) fail(path, fmt::format("expected a number or null, got {}", describe(value)));
+    if (!value.is_number()) fail(path, fmt::format("expected a number or null, got {}", describe_json(value)));
     return number(value, path);
   }
 
   int count(const json& value, const std::string& path) const {
-    if (!value.is_number_integer()) fail(path, fmt::format("expected an integer, got {}", describe(value)));
+    if (!value.is_number_integer()) fail(path, fmt::format("expected an integer, got {}", describe_json(value)));
     if (!value.is_number_unsigned()) fail(path, fmt::format("must not be negative, got {}", value.dump()));
     if (value.get<uint64_t>() > INT32_MAX) fail(path, fmt::format("is too large, got {}", value.dump()));
     return value.get<int>();
-  }
-
-  std::string text(const json& value, const std::string& path) const {
-    if (!value.is_string()) fail(path, fmt::format("expected a string, got {}", describe(value)));
-    return value.get<std::string>();
   }
 
   StageCosts stage(const json& object, const std::string& path) const {
@@ -99,7 +60,7 @@ class Reader {
     StageCosts costs;
     auto read = [&](std::string_view key, double& field) {
       const std::string name(key);
-      if (object.contains(name)) field = number(object[name], child(path, key));
+      if (object.contains(name)) field = number(object[name], json_child(path, key));
     };
     read("forward", costs.forward);
     read("backward_input", costs.backward_input);
@@ -117,7 +78,7 @@ class Reader {
     read("optimizer_bytes", costs.optimizer_bytes);
     read("output_bytes", costs.output_bytes);
     if (costs.freed_by_input > costs.activation_bytes)
-      fail(child(path, "freed_by_input"),
+      fail(json_child(path, "freed_by_input"),
            fmt::format("{} exceeds activation_bytes {}", costs.freed_by_input, costs.activation_bytes));
     return costs;
   }
@@ -125,9 +86,9 @@ class Reader {
   // Fields left out keep their value in `defaults`.
   Link link(const json& object, const std::string& path, const Link& defaults) const {
     Link result = defaults;
-    if (object.contains("latency")) result.latency = number(object["latency"], child(path, "latency"));
+    if (object.contains("latency")) result.latency = number(object["latency"], json_child(path, "latency"));
     if (object.contains("bandwidth")) {
-      const std::string where = child(path, "bandwidth");
+      const std::string where = json_child(path, "bandwidth");
       result.bandwidth = number_or_unlimited(object["bandwidth"], where);
       if (result.bandwidth == 0) fail(where, "must be positive (null for unlimited), got 0");
     }
@@ -136,7 +97,7 @@ class Reader {
 
   CostTable table(const json& document) const {
     if (!document.is_object())
-      fail("", fmt::format("expected a JSON object at the top level, got {}", describe(document)));
+      fail("", fmt::format("expected a JSON object at the top level, got {}", describe_json(document)));
     only_known_keys(document, "", kTopLevelKeys);
 
     if (!document.contains("format"))
@@ -168,11 +129,11 @@ class Reader {
       const json& capacity = document["memory_capacity"];
       if (capacity.is_array()) {
         for (size_t i = 0; i < capacity.size(); ++i)
-          costs.memory_capacity.push_back(number_or_unlimited(capacity[i], element("memory_capacity", i)));
+          costs.memory_capacity.push_back(number_or_unlimited(capacity[i], json_element("memory_capacity", i)));
       } else if (capacity.is_number()) {
         costs.memory_capacity.push_back(number(capacity, "memory_capacity"));
       } else {
-        fail("memory_capacity", fmt::format("expected a number or an array of numbers, got {}", describe(capacity)));
+        fail("memory_capacity", fmt::format("expected a number or an array of numbers, got {}", describe_json(capacity)));
       }
     }
     if (document.contains("overlap_ratio")) costs.overlap_ratio = number(document["overlap_ratio"], "overlap_ratio");
@@ -187,9 +148,9 @@ class Reader {
     if (listed) {
       if (document.contains("num_stages")) fail("num_stages", "goes with \"all_stages\", not with \"stages\"");
       const json& stages = document["stages"];
-      if (!stages.is_array()) fail("stages", fmt::format("expected an array of objects, got {}", describe(stages)));
+      if (!stages.is_array()) fail("stages", fmt::format("expected an array of objects, got {}", describe_json(stages)));
       if (stages.empty()) fail("stages", "needs at least one stage");
-      for (size_t i = 0; i < stages.size(); ++i) costs.stages.push_back(stage(stages[i], element("stages", i)));
+      for (size_t i = 0; i < stages.size(); ++i) costs.stages.push_back(stage(stages[i], json_element("stages", i)));
     } else if (shared) {
       if (!document.contains("num_stages"))
         fail("all_stages", "needs \"num_stages\" (how many stages share these costs)");
@@ -202,17 +163,17 @@ class Reader {
   }
 
   void read_link_overrides(const json& links, CostTable& costs) const {
-    if (!links.is_array()) fail("links", fmt::format("expected an array of objects, got {}", describe(links)));
+    if (!links.is_array()) fail("links", fmt::format("expected an array of objects, got {}", describe_json(links)));
     for (size_t i = 0; i < links.size(); ++i) {
-      const std::string path = element("links", i);
+      const std::string path = json_element("links", i);
       const json& entry = links[i];
       require_object(entry, path);
       only_known_keys(entry, path, kLinkOverrideKeys);
       LinkOverride pair;
       for (const std::string key : {"src", "dst"})
-        if (!entry.contains(key)) fail(child(path, key), "missing (a link names its \"src\" and \"dst\" devices)");
-      pair.src = count(entry["src"], child(path, "src"));
-      pair.dst = count(entry["dst"], child(path, "dst"));
+        if (!entry.contains(key)) fail(json_child(path, key), "missing (a link names its \"src\" and \"dst\" devices)");
+      pair.src = count(entry["src"], json_child(path, "src"));
+      pair.dst = count(entry["dst"], json_child(path, "dst"));
       if (pair.src == pair.dst) fail(path, fmt::format("src and dst are both device {}", pair.src));
       for (size_t j = 0; j < costs.pairs.size(); ++j)
         if (costs.pairs[j].src == pair.src && costs.pairs[j].dst == pair.dst)
@@ -221,30 +182,7 @@ class Reader {
       costs.pairs.push_back(pair);
     }
   }
-
-  const std::string& origin_;
 };
-
-// nlohmann reports the 1-based index of the last byte it read; turn it into line and column.
-std::pair<int, int> line_and_column(const std::string& text, size_t byte) {
-  const size_t offset = std::min(byte == 0 ? 0 : byte - 1, text.size());
-  int line = 1;
-  size_t line_start = 0;
-  for (size_t i = 0; i < offset; ++i)
-    if (text[i] == '\n') ++line, line_start = i + 1;
-  return {line, static_cast<int>(offset - line_start) + 1};
-}
-
-// nlohmann's message without its own "[json.exception...] parse error at line L, column C: " prefix.
-std::string syntax_message(const json::parse_error& error) {
-  std::string_view message = error.what();
-  const size_t prefix = message.find("parse error");
-  if (prefix != std::string_view::npos) {
-    const size_t colon = message.find(": ", prefix);
-    if (colon != std::string_view::npos) message.remove_prefix(colon + 2);
-  }
-  return std::string(message);
-}
 
 // Integral values written as integers, so files stay readable.
 nlohmann::ordered_json number_json(double value) {
@@ -281,13 +219,7 @@ nlohmann::ordered_json link_json(const Link& link) {
 }  // namespace
 
 CostTable parse_cost_table(const std::string& text, const std::string& origin) {
-  json document;
-  try {
-    document = json::parse(text);
-  } catch (const json::parse_error& error) {
-    const auto [line, column] = line_and_column(text, error.byte);
-    throw Error(located(origin, line, column, fmt::format("invalid JSON: {}", syntax_message(error))));
-  }
+  const json document = detail::parse_json_text(text, origin, "invalid JSON", detail::ColumnUnit::Byte);
   return Reader(origin).table(document);
 }
 

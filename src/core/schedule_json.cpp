@@ -10,10 +10,12 @@
 #include <fmt/format.h>
 
 #include "flexpipe/core/error.h"
+#include "json_reader.h"
 
 namespace flexpipe {
 
 using nlohmann::json;
+using detail::json_child;
 
 namespace {
 
@@ -189,9 +191,9 @@ json dependencies_to_json(const std::vector<CustomDependency>& dependencies) {
 }
 
 // Reads one JSON document into a Schedule, naming the JSON path of whatever is wrong.
-class ScheduleReader {
+class ScheduleReader : public detail::JsonPathReader {
  public:
-  explicit ScheduleReader(const std::string& origin) : origin_(origin) {}
+  explicit ScheduleReader(const std::string& origin) : JsonPathReader(origin) {}
 
   Schedule read(const json& root) {
     if (!root.is_object())
@@ -224,15 +226,6 @@ class ScheduleReader {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& path, const std::string& message) const {
-    if (path.empty()) throw Error(fmt::format("{}: {}", origin_, message));
-    throw Error(fmt::format("{}: {}: {}", origin_, path, message));
-  }
-
-  static std::string join(const std::string& parent, const std::string& key) {
-    return parent.empty() ? key : parent + "." + key;
-  }
-
   void check_fields(const json& object, const std::string& path, std::initializer_list<std::string_view> known) const {
     for (const auto& [key, value] : object.items()) {
       bool ok = false;
@@ -248,7 +241,7 @@ class ScheduleReader {
 
   std::string get_string(const json& object, const std::string& key, const std::string& parent) const {
     const json& v = field(object, key, parent);
-    if (!v.is_string()) fail(join(parent, key), fmt::format("expected a string, got {}", v.type_name()));
+    if (!v.is_string()) fail(json_child(parent, key), fmt::format("expected a string, got {}", v.type_name()));
     return v.get<std::string>();
   }
 
@@ -262,7 +255,7 @@ class ScheduleReader {
   }
 
   int get_int(const json& object, const std::string& key, const std::string& parent) const {
-    return as_int(field(object, key, parent), join(parent, key));
+    return as_int(field(object, key, parent), json_child(parent, key));
   }
 
   int get_positive(const json& object, const std::string& key) const {
@@ -273,19 +266,19 @@ class ScheduleReader {
 
   double get_number(const json& object, const std::string& key, const std::string& parent) const {
     const json& v = field(object, key, parent);
-    if (!v.is_number()) fail(join(parent, key), fmt::format("expected a number, got {}", v.type_name()));
+    if (!v.is_number()) fail(json_child(parent, key), fmt::format("expected a number, got {}", v.type_name()));
     return v.get<double>();
   }
 
   bool get_bool(const json& object, const std::string& key, const std::string& parent) const {
     const json& v = field(object, key, parent);
-    if (!v.is_boolean()) fail(join(parent, key), fmt::format("expected true or false, got {}", v.dump()));
+    if (!v.is_boolean()) fail(json_child(parent, key), fmt::format("expected true or false, got {}", v.dump()));
     return v.get<bool>();
   }
 
   const json& get_array(const json& object, const std::string& key, const std::string& parent) const {
     const json& v = field(object, key, parent);
-    if (!v.is_array()) fail(join(parent, key), fmt::format("expected an array, got {}", v.type_name()));
+    if (!v.is_array()) fail(json_child(parent, key), fmt::format("expected an array, got {}", v.type_name()));
     return v;
   }
 
@@ -391,24 +384,7 @@ class ScheduleReader {
       }
     }
   }
-
-  const std::string& origin_;
 };
-
-// "LINE:COL" of a 1-based byte index as nlohmann reports it; the column counts UTF-8 characters.
-std::pair<int, int> line_and_column(const std::string& text, size_t byte) {
-  const size_t end = std::min(byte > 0 ? byte - 1 : 0, text.size());
-  int line = 1, column = 1;
-  for (size_t i = 0; i < end; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
-      ++column;
-    }
-  }
-  return {line, column};
-}
 
 }  // namespace
 
@@ -496,18 +472,7 @@ Schedule schedule_from_json(const json& document, const std::string& origin) {
 }
 
 Schedule parse_schedule_json(const std::string& text, const std::string& origin) {
-  json document;
-  try {
-    document = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // nlohmann's message reads "[json.exception.parse_error.101] parse error at line 1, column 2: REASON".
-    std::string reason = e.what();
-    if (const size_t at = reason.find("parse error"); at != std::string::npos) {
-      if (const size_t colon = reason.find(": ", at); colon != std::string::npos) reason = reason.substr(colon + 2);
-    }
-    const auto [line, column] = line_and_column(text, e.byte);
-    throw Error(located(origin, line, column, "JSON syntax error: " + reason));
-  }
+  const json document = detail::parse_json_text(text, origin, "JSON syntax error", detail::ColumnUnit::Utf8Character);
   return schedule_from_json(document, origin);
 }
 

@@ -1,58 +1,22 @@
 // Drives `flexpipe model` and `flexpipe simulate --model`: exit codes, messages and files written.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli_harness.h"
 #include "flexpipe/core/cost_graph.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using flexpipe::test::Outcome;
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-class ModelCli : public ::testing::Test {
+class ModelCli : public flexpipe::test::CliHarness {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("flexpipe_model_cli_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  Outcome flexpipe(const std::string& args) {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string command = std::string("timeout 60 ") + FLEXPIPE_BINARY + " " + args + " >" + out.string() +
-                                " 2>" + err.string() + " </dev/null";
-    const int status = std::system(command.c_str());
-    Outcome run;
-    run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    run.out = slurp(out);
-    run.err = slurp(err);
-    return run;
-  }
-
-  fs::path dir_;
+  ModelCli() : CliHarness("flexpipe_model_cli_") {}
 };
 
 TEST_F(ModelCli, ListShowsEveryModelWithItsSize) {

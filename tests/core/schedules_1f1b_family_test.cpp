@@ -13,32 +13,19 @@
 #include "flexpipe/core/lowering.h"
 #include "flexpipe/core/simulator.h"
 #include "flexpipe/core/validator.h"
+#include "schedule_test_helpers.h"
 
 namespace flexpipe {
 namespace {
 
+using test::build;
+using test::build_error;
+using test::gaps_inside_window;
+using test::kTolerance;
+using test::row;
+using test::run;
+
 const std::vector<std::string> kFamily = {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2"};
-
-std::string row(const Schedule& schedule, int device) {
-  std::string out;
-  for (const Action& action : schedule.device_actions[device]) {
-    if (!out.empty()) out += ' ';
-    out += schedule.action_name(action);
-  }
-  return out;
-}
-
-Schedule build(const std::string& name, int p, int m, int v = 0) { return make_builtin(name, {p, m, v}); }
-
-// The message make_builtin throws, or "" when it builds.
-std::string build_error(const std::string& name, int p, int m, int v = 0) {
-  try {
-    build(name, p, m, v);
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
 
 struct Case {
   std::string name;
@@ -222,25 +209,9 @@ struct Costs {
   double f, i, w;
 };
 
-SimResult run(const Schedule& schedule, const CostTable& costs) { return simulate(lower(schedule), costs); }
-
 SimResult run(const Schedule& schedule, Costs c) {
   return run(schedule, uniform_costs(schedule.stages_per_pipeline, c.f, c.i, c.w));
 }
-
-// Idle time between a device's first compute start and its last compute end.
-double gaps_inside_window(const Schedule& lowered, const SimResult& result, int device) {
-  double first = kInfinity, last = -kInfinity;
-  const auto& actions = lowered.device_actions[device];
-  for (size_t k = 0; k < actions.size(); ++k) {
-    if (!is_compute(actions[k].kind)) continue;
-    first = std::min(first, result.timeline[device][k].start);
-    last = std::max(last, result.timeline[device][k].end);
-  }
-  return (last - first) - result.devices[device].busy;
-}
-
-constexpr double kTolerance = 1e-9;
 
 TEST(OneFOneBFamily, GPipeAndOneFOneBIdlePMinusOneTimesFPlusBOnEveryDevice) {
   for (const char* name : {"gpipe", "1f1b"})

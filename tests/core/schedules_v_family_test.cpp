@@ -17,32 +17,19 @@
 #include "flexpipe/core/pytorch_csv.h"
 #include "flexpipe/core/simulator.h"
 #include "flexpipe/core/validator.h"
+#include "schedule_test_helpers.h"
 
 namespace flexpipe {
 namespace {
 
+using test::build;
+using test::build_error;
+using test::gaps_inside_window;
+using test::kTolerance;
+using test::row;
+using test::run;
+
 const std::vector<std::string> kFamily = {"zb-v", "v-half", "v-min", "dualpipev", "dualpipe"};
-
-std::string row(const Schedule& schedule, int device) {
-  std::string out;
-  for (const Action& action : schedule.device_actions[device]) {
-    if (!out.empty()) out += ' ';
-    out += schedule.action_name(action);
-  }
-  return out;
-}
-
-Schedule build(const std::string& name, int p, int m, int v = 0) { return make_builtin(name, {p, m, v}); }
-
-// The message make_builtin throws, or "" when it builds.
-std::string build_error(const std::string& name, int p, int m, int v = 0) {
-  try {
-    build(name, p, m, v);
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
 
 bool accepted(const std::string& name, int p, int m) {
   const BuiltinSchedule* builtin = find_builtin(name);
@@ -250,26 +237,10 @@ TEST(VFamily, ChunkCountsAreFixed) {
 // ---------------------------------------------------------------------------------------------
 // Formulas, from the simulator with uniform costs and free communication
 
-constexpr double kTolerance = 1e-9;
-
 CostTable costs_for(const Schedule& schedule, double f, double i, double w, double overlap_ratio = 1.0) {
   CostTable costs = uniform_costs(schedule.stages_per_pipeline, f, i, w);
   costs.overlap_ratio = overlap_ratio;
   return costs;
-}
-
-SimResult run(const Schedule& schedule, const CostTable& costs) { return simulate(lower(schedule), costs); }
-
-// Idle time between a device's first compute start and its last compute end.
-double gaps_inside_window(const Schedule& lowered, const SimResult& result, int device) {
-  double first = kInfinity, last = -kInfinity;
-  const auto& actions = lowered.device_actions[device];
-  for (size_t k = 0; k < actions.size(); ++k) {
-    if (!is_compute(actions[k].kind)) continue;
-    first = std::min(first, result.timeline[device][k].start);
-    last = std::max(last, result.timeline[device][k].end);
-  }
-  return (last - first) - result.devices[device].busy;
 }
 
 double max_idle(const SimResult& result) {

@@ -1,0 +1,46 @@
+#pragma once
+// Strict reading shared by the JSON file formats: syntax errors at FILE:LINE:COL, and field errors
+// that name the file and the JSON path of the bad value. Private to the core library.
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace flexpipe::detail {
+
+// Schedule files have always reported syntax-error columns in UTF-8 characters and the cost formats
+// in bytes; both are kept so that no message changes.
+enum class ColumnUnit { Byte, Utf8Character };
+
+// Parses `text`; a syntax error throws Error "ORIGIN:LINE:COL: LABEL: REASON".
+nlohmann::json parse_json_text(const std::string& text, const std::string& origin, std::string_view label,
+                               ColumnUnit unit);
+
+// How a value reads in a message: scalars as JSON, containers by their kind.
+std::string describe_json(const nlohmann::json& value);
+
+std::string json_child(const std::string& path, std::string_view key);
+std::string json_element(const std::string& path, size_t index);
+
+// Typed field reads for one document; every failure names the origin and the JSON path.
+class JsonPathReader {
+ public:
+  explicit JsonPathReader(const std::string& origin) : origin_(origin) {}
+
+  // "ORIGIN: PATH: MESSAGE", or "ORIGIN: MESSAGE" for the document itself (empty path).
+  [[noreturn]] void fail(const std::string& path, const std::string& message) const;
+
+  void require_object(const nlohmann::json& value, const std::string& path) const;
+  void only_known_keys(const nlohmann::json& object, const std::string& path,
+                       std::span<const std::string_view> known) const;
+  // A number that is not negative.
+  double number(const nlohmann::json& value, const std::string& path) const;
+  std::string text(const nlohmann::json& value, const std::string& path) const;
+
+ private:
+  const std::string& origin_;
+};
+
+}  // namespace flexpipe::detail
