@@ -21,7 +21,7 @@ std::string bound(const std::optional<int64_t>& value) { return value ? std::to_
 
 void run(const ParamsOptions& o) {
   const std::string& spec = o.schedule.spec;
-  if (spec.size() <= 4 || spec.compare(spec.size() - 4, 4, ".fps") != 0)
+  if (!is_program(spec))
     throw Error(fmt::format("{}: params needs a program (.fps)", spec));
   const std::map<std::string, int64_t> defines = parse_defines(o.schedule.defines);
   const std::vector<ProgramParameter> parameters = program_parameters(read_text_file(spec), spec, defines);

@@ -63,13 +63,7 @@ std::string render(const ShowOptions& o) {
     for (const std::string& step : loaded.program->trace) text += step + "\n";
     return text;
   }
-  const std::vector<Diagnostic> diagnostics = validate(loaded.schedule);
-  if (!diagnostics.empty()) {
-    std::string text = fmt::format("{}: invalid schedule ({} error{})", o.schedule.spec, diagnostics.size(),
-                                   diagnostics.size() == 1 ? "" : "s");
-    for (const std::string& line : describe(loaded, diagnostics)) text += "\n  " + line;
-    throw Error(text);
-  }
+  require_valid(loaded, o.schedule.spec);
   if (o.explain) return explain(o, loaded);
   Schedule schedule = o.lowered ? lower(loaded.schedule) : loaded.schedule;
   if (o.format == "order") return render_order(schedule);

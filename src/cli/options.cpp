@@ -11,13 +11,24 @@
 
 namespace flexpipe::cli {
 
+namespace {
+
+// The --lettering names; the one table both the option's check and load_schedule_spec read.
+const std::map<std::string, CsvLettering>& csv_letterings() {
+  static const std::map<std::string, CsvLettering> letterings = {
+      {"detect", CsvLettering::Detect}, {"current", CsvLettering::Current}, {"legacy", CsvLettering::Legacy}};
+  return letterings;
+}
+
+}  // namespace
+
 void add_file_options(CLI::App* command, ScheduleOptions& options) {
   command->add_option("schedule", options.spec,
                       "Built-in schedule name (see `flexpipe schedules`) or a file (.fps program, .csv, .json)")
       ->required();
   command->add_option("-D,--define", options.defines, "Set a program parameter: -D name=value (repeatable)");
   command->add_option("--lettering", options.lettering, "PyTorch CSV lettering: detect, current (I, B) or legacy (B, BW)")
-      ->check(CLI::IsMember({"detect", "current", "legacy"}));
+      ->check(CLI::IsMember(csv_letterings()));
 }
 
 void add_schedule_options(CLI::App* command, ScheduleOptions& options) {
@@ -27,13 +38,7 @@ void add_schedule_options(CLI::App* command, ScheduleOptions& options) {
   command->add_option("-v,--chunks", options.chunks, "Stages per device of a built-in schedule [its default]");
 }
 
-namespace {
-
-bool is_program(const std::string& spec) {
-  return spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".fps") == 0;
-}
-
-}  // namespace
+bool is_program(const std::string& spec) { return spec.size() > 4 && spec.ends_with(".fps"); }
 
 std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& defines) {
   std::map<std::string, int64_t> values;
@@ -81,9 +86,7 @@ LoadedSchedule load_schedule_spec(const ScheduleOptions& options, const CompileO
     return {std::move(schedule), std::move(program)};
   }
   CsvReadOptions csv;
-  csv.lettering = options.lettering == "legacy"    ? CsvLettering::Legacy
-                  : options.lettering == "current" ? CsvLettering::Current
-                                                   : CsvLettering::Detect;
+  csv.lettering = csv_letterings().at(options.lettering);
   return {load_schedule(options.spec, params, csv), std::nullopt};
 }
 
@@ -94,15 +97,18 @@ std::vector<std::string> describe(const LoadedSchedule& loaded, const std::vecto
   return lines;
 }
 
+void require_valid(const LoadedSchedule& loaded, const std::string& spec) {
+  const std::vector<Diagnostic> diagnostics = validate(loaded.schedule);
+  if (diagnostics.empty()) return;
+  std::string text =
+      fmt::format("{}: invalid schedule ({} error{})", spec, diagnostics.size(), diagnostics.size() == 1 ? "" : "s");
+  for (const std::string& line : describe(loaded, diagnostics)) text += "\n  " + line;
+  throw Error(text);
+}
+
 Schedule load_checked_schedule(const ScheduleOptions& options) {
   LoadedSchedule loaded = load_schedule_spec(options);
-  const std::vector<Diagnostic> diagnostics = validate(loaded.schedule);
-  if (!diagnostics.empty()) {
-    std::string text = fmt::format("{}: invalid schedule ({} error{})", options.spec, diagnostics.size(),
-                                   diagnostics.size() == 1 ? "" : "s");
-    for (const std::string& line : describe(loaded, diagnostics)) text += "\n  " + line;
-    throw Error(text);
-  }
+  require_valid(loaded, options.spec);
   return std::move(loaded.schedule);
 }
 

@@ -31,6 +31,8 @@ void add_schedule_options(CLI::App* command, ScheduleOptions& options);
 std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& defines);
 // Adds only what a file needs (SCHEDULE, -D, --lettering): for `check`.
 void add_file_options(CLI::App* command, ScheduleOptions& options);
+// A schedule program (.fps), the only kind of spec that takes -D.
+bool is_program(const std::string& spec);
 
 // A schedule and, when it came from a program, the program's source map.
 struct LoadedSchedule {
@@ -41,6 +43,8 @@ struct LoadedSchedule {
 LoadedSchedule load_schedule_spec(const ScheduleOptions& options, const CompileOptions& compile = {});
 // The validator's findings as lines; for a program, each points at the line that emitted the action.
 std::vector<std::string> describe(const LoadedSchedule& loaded, const std::vector<Diagnostic>& diagnostics);
+// Throws Error "SPEC: invalid schedule (N errors)" with the findings, one per line, when validation finds any.
+void require_valid(const LoadedSchedule& loaded, const std::string& spec);
 // Loads the schedule and checks it; throws Error (unknown name, bad file, invalid schedule).
 Schedule load_checked_schedule(const ScheduleOptions& options);
 

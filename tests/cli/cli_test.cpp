@@ -248,3 +248,34 @@ TEST_F(Cli, ParamsListsAProgramsParametersAndRanges) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(Cli, EveryCommandRejectsAnInvalidScheduleWithOneMessage) {
+  // Stage 1 never runs its backward of micro-batch 0: show, simulate and convert refuse with the same text.
+  const fs::path csv = write("broken.csv", "0F0,0B0\n1F0\n");
+  const std::string expected = "error: " + csv.string() + ": invalid schedule (";
+  Outcome show = flexpipe("show " + csv.string());
+  EXPECT_EQ(show.exit_code, 2);
+  EXPECT_EQ(show.err.rfind(expected, 0), 0u) << show.err;
+  Outcome simulate = flexpipe("simulate " + csv.string());
+  EXPECT_EQ(simulate.exit_code, 2);
+  EXPECT_EQ(simulate.err, show.err);
+  Outcome convert = flexpipe("convert " + csv.string() + " -o " + (dir_ / "out.json").string());
+  EXPECT_EQ(convert.exit_code, 2);
+  EXPECT_EQ(convert.err, show.err);
+}
+
+TEST_F(Cli, LetteringIsDetectedOrForced) {
+  // 1F1B on 2 ranks in the legacy lettering: BW is the full backward.
+  const fs::path csv = write("legacy.csv", "0F0,0F1,0BW0,0BW1\n1F0,1BW0,1F1,1BW1\n");
+  Outcome detected = flexpipe("check " + csv.string());
+  EXPECT_EQ(detected.exit_code, 0) << detected.out << detected.err;
+  EXPECT_EQ(flexpipe("check " + csv.string() + " --lettering legacy").exit_code, 0);
+  Outcome forced = flexpipe("check " + csv.string() + " --lettering current");
+  EXPECT_EQ(forced.exit_code, 2);
+  EXPECT_NE(forced.err.find("BW is the legacy lettering's full backward"), std::string::npos) << forced.err;
+  EXPECT_EQ(flexpipe("check " + csv.string() + " --lettering sideways").exit_code, 2);
+}
+
+}  // namespace
