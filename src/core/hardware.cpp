@@ -41,8 +41,9 @@ std::string lowercase(std::string text) {
 std::span<const HardwareProfile> hardware_profiles() { return kProfiles; }
 
 const HardwareProfile& find_hardware(const std::string& name) {
+  const std::string wanted = lowercase(name);
   for (const HardwareProfile& profile : kProfiles)
-    if (lowercase(profile.name) == lowercase(name)) return profile;
+    if (lowercase(profile.name) == wanted) return profile;
   std::string known;
   for (const HardwareProfile& profile : kProfiles) known += fmt::format("{}{}", known.empty() ? "" : ", ", profile.name);
   throw Error(fmt::format("unknown hardware '{}' (known: {})", name, known));

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "flexpipe/lang/lexer.h"
 #include "flexpipe/lang/parser.h"
 
 namespace flexpipe::lang {
@@ -524,5 +525,12 @@ class Checker {
 }  // namespace
 
 void check(Program& program, std::vector<LangDiagnostic>& diagnostics) { Checker(program, diagnostics).run(); }
+
+Program parse_and_check(const SourceText& source, std::vector<LangDiagnostic>& diagnostics) {
+  const size_t before = diagnostics.size();
+  Program program = parse(tokenize(source, diagnostics), diagnostics);
+  if (diagnostics.size() == before) check(program, diagnostics);
+  return program;
+}
 
 }  // namespace flexpipe::lang

@@ -7,7 +7,6 @@
 #include "flexpipe/core/error.h"
 #include "flexpipe/lang/checker.h"
 #include "flexpipe/lang/interpreter.h"
-#include "flexpipe/lang/parser.h"
 
 namespace flexpipe {
 
@@ -70,9 +69,7 @@ std::vector<ProgramParameter> program_parameters(const std::string& text, const 
   using namespace lang;
   const SourceText source(origin, text);
   std::vector<LangDiagnostic> diagnostics;
-  const std::vector<Token> tokens = tokenize(source, diagnostics);
-  Program program = parse(tokens, diagnostics);
-  if (diagnostics.empty()) check(program, diagnostics);
+  const Program program = parse_and_check(source, diagnostics);
   if (!diagnostics.empty()) throw Error(format_diagnostics(source, diagnostics));
   std::vector<LangDiagnostic> failures;
   ParameterValues values = evaluate_parameters(program, defines, failures);

@@ -10,8 +10,6 @@
 #include "flexpipe/core/error.h"
 #include "flexpipe/lang/checker.h"
 #include "flexpipe/lang/interpreter.h"
-#include "flexpipe/lang/lexer.h"
-#include "flexpipe/lang/parser.h"
 
 namespace flexpipe {
 
@@ -27,10 +25,7 @@ CompiledProgram compile_program(const std::string& text, const std::string& orig
   using namespace lang;
   const SourceText source(origin, text);
   std::vector<LangDiagnostic> diagnostics;
-  const std::vector<Token> tokens = tokenize(source, diagnostics);
-  Program program = parse(tokens, diagnostics);
-  // Name errors after syntax errors would mostly echo them; report the syntax errors alone.
-  if (diagnostics.empty()) check(program, diagnostics);
+  const Program program = parse_and_check(source, diagnostics);
   CompiledProgram compiled;
   if (diagnostics.empty()) compiled = run_program(program, source, defines, options, diagnostics);
   if (!diagnostics.empty()) throw Error(format_diagnostics(source, diagnostics));

@@ -22,6 +22,8 @@ namespace {
 constexpr double kNormFlops[] = {5, 8, 2};
 constexpr double kSoftmaxFlops[] = {5, 3};
 constexpr double kActivationFlops[] = {8, 8};
+constexpr double kSwiGluFlops[] = {5, 8};
+constexpr double kRopeFlops[] = {3, 3};
 constexpr double kStatBytes = 4;   // one fp32 statistic per token (mean or reciprocal std)
 constexpr double kIndexBytes = 8;  // int64 token ids and routing indices
 constexpr double kLossBytes = 4;   // fp32 softmax and per-token loss
@@ -176,7 +178,7 @@ class Builder {
       q_node = k_node = v_node = add(linear("qkv", h, (a + 2 * kv) * d, c_.biases), {query_source});
     }
     if (c_.position == PositionKind::Rotary) {
-      OperatorNode rope = elementwise("rope", "rope", per_token((a + kv) * d), 1, 3, 3, {});
+      OperatorNode rope = elementwise("rope", "rope", per_token((a + kv) * d), 1, kRopeFlops[0], kRopeFlops[1], {});
       const int rope_node = add(rope, {});
       connect(q_node, rope_node, q_bytes + k_bytes);
       q_node = k_node = rope_node;
@@ -238,7 +240,9 @@ class Builder {
                       down = fmt::format("{}fc2", prefix);
     if (c_.mlp == MlpKind::SwiGlu) {
       const int fc1 = add(linear(up.c_str(), h, 2 * ffn, c_.biases), {input});
-      const int gate = add(elementwise(act.c_str(), "swiglu", per_token(ffn), 2, 5, 8, per_token(2 * e_ * ffn)), {fc1});
+      const int gate = add(elementwise(act.c_str(), "swiglu", per_token(ffn), 2, kSwiGluFlops[0], kSwiGluFlops[1],
+                                       per_token(2 * e_ * ffn)),
+                           {fc1});
       return add(linear(down.c_str(), ffn, h, c_.biases), {gate});
     }
     const int fc1 = add(linear(up.c_str(), h, ffn, c_.biases), {input});
@@ -268,7 +272,9 @@ class Builder {
     dispatch.output_bytes = per_token(e_ * h * k);
     const int routed = add(dispatch, {input, gate});
     const int fc1 = add(linear("experts_fc1", h, 2 * ffn, false, k, experts, k), {routed});
-    const int act = add(elementwise("experts_act", "swiglu", per_token(k * ffn), 2, 5, 8, per_token(2 * e_ * k * ffn)), {fc1});
+    const int act = add(elementwise("experts_act", "swiglu", per_token(k * ffn), 2, kSwiGluFlops[0], kSwiGluFlops[1],
+                                    per_token(2 * e_ * k * ffn)),
+                        {fc1});
     const int fc2 = add(linear("experts_fc2", ffn, h, false, k, experts, k), {act});
     OperatorNode combine;
     combine.name = "combine";
@@ -410,7 +416,7 @@ class Builder {
     OperatorNode bias;  // the decoder's own output bias, not tied
     bias.name = "mlm_bias";
     bias.kind = "bias";
-    bias.parameters = bias.active_parameters = c_.vocab;
+    bias.parameters = c_.vocab;
     bias.forward = {0, per_token(c_.vocab), per_token(2 * e_ * c_.vocab)};
     bias.backward_weight = {0, per_token(c_.vocab), per_token(e_ * c_.vocab)};
     bias.output_bytes = per_token(e_ * c_.vocab);
@@ -456,7 +462,7 @@ class Builder {
     OperatorNode patches = linear("patch_projection", patch_inputs, h, true);
     const int projected = add(patches, {});
     OperatorNode positions = sum_op("class_and_position", 2);
-    positions.parameters = positions.active_parameters = h + double(c_.max_positions) * h;
+    positions.parameters = h + double(c_.max_positions) * h;
     int stream = add(positions, {projected});
     if (c_.dropout) stream = add(dropout("dropout", per_token(h)), {stream});
     for (int i = 0; i < c_.layers; ++i) {

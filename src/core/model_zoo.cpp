@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,18 +18,27 @@ namespace {
 constexpr double kMillion = 1e6;
 constexpr double kBillion = 1e9;
 
-// GPT-3 (Brown et al. 2020, Table 2.1): pre-LayerNorm, learned positions, GeLU, biases, dropout,
-// LM head tied to the word embedding. 13B uses hidden 5120 (Megatron's rounding of the paper's 5140).
-ModelConfig gpt3(const char* name, int layers, int hidden, int heads, double published) {
+// What every configuration states: its shape. Attention is multi-head (kv_heads = heads) and
+// head_dim = hidden / heads unless the family says otherwise.
+ModelConfig transformer(const char* name, std::string description, Architecture architecture, int layers, int hidden,
+                        int heads, int ffn_hidden) {
   ModelConfig c;
   c.name = name;
-  c.description = fmt::format("GPT-3 {} layers, hidden {}, {} heads", layers, hidden, heads);
-  c.architecture = Architecture::Decoder;
+  c.description = std::move(description);
+  c.architecture = architecture;
   c.layers = layers;
   c.hidden = hidden;
   c.heads = c.kv_heads = heads;
   c.head_dim = hidden / heads;
-  c.ffn_hidden = 4 * hidden;
+  c.ffn_hidden = ffn_hidden;
+  return c;
+}
+
+// GPT-3 (Brown et al. 2020, Table 2.1): pre-LayerNorm, learned positions, GeLU, biases, dropout,
+// LM head tied to the word embedding. 13B uses hidden 5120 (Megatron's rounding of the paper's 5140).
+ModelConfig gpt3(const char* name, int layers, int hidden, int heads, double published) {
+  ModelConfig c = transformer(name, fmt::format("GPT-3 {} layers, hidden {}, {} heads", layers, hidden, heads),
+                              Architecture::Decoder, layers, hidden, heads, 4 * hidden);
   c.vocab = 50257;
   c.seq_len = c.max_positions = 2048;
   c.published_parameters = c.published_active_parameters = published;
@@ -39,16 +50,10 @@ ModelConfig gpt3(const char* name, int layers, int hidden, int heads, double pub
 // no dropout, untied LM head, grouped-query attention where kv_heads < heads.
 ModelConfig llama(const char* name, int layers, int hidden, int heads, int kv_heads, int ffn, int vocab, int seq,
                   double published, const char* source) {
-  ModelConfig c;
-  c.name = name;
-  c.description = fmt::format("Llama {} layers, hidden {}, {} heads ({} KV), SwiGLU {}", layers, hidden, heads, kv_heads, ffn);
-  c.architecture = Architecture::Decoder;
-  c.layers = layers;
-  c.hidden = hidden;
-  c.heads = heads;
+  ModelConfig c = transformer(
+      name, fmt::format("Llama {} layers, hidden {}, {} heads ({} KV), SwiGLU {}", layers, hidden, heads, kv_heads, ffn),
+      Architecture::Decoder, layers, hidden, heads, ffn);
   c.kv_heads = kv_heads;
-  c.head_dim = hidden / heads;
-  c.ffn_hidden = ffn;
   c.vocab = vocab;
   c.seq_len = seq;
   c.norm = NormKind::RmsNorm;
@@ -61,15 +66,8 @@ ModelConfig llama(const char* name, int layers, int hidden, int heads, int kv_he
 }
 
 ModelConfig bert_large() {
-  ModelConfig c;
-  c.name = "bert-large";
-  c.description = "BERT-large: 24 post-LN encoder layers, hidden 1024, 16 heads, MLM + NSP heads";
-  c.architecture = Architecture::EncoderOnly;
-  c.layers = 24;
-  c.hidden = 1024;
-  c.heads = c.kv_heads = 16;
-  c.head_dim = 64;
-  c.ffn_hidden = 4096;
+  ModelConfig c = transformer("bert-large", "BERT-large: 24 post-LN encoder layers, hidden 1024, 16 heads, MLM + NSP heads",
+                              Architecture::EncoderOnly, 24, 1024, 16, 4096);
   c.vocab = 30522;
   c.seq_len = c.max_positions = 512;
   c.token_types = 2;
@@ -80,16 +78,9 @@ ModelConfig bert_large() {
 }
 
 ModelConfig t5_large() {
-  ModelConfig c;
-  c.name = "t5-large";
-  c.description = "T5-large: 24 encoder + 24 decoder layers, d_model 1024, 16 heads, ReLU FFN 4096";
-  c.architecture = Architecture::EncoderDecoder;
-  c.layers = 24;
+  ModelConfig c = transformer("t5-large", "T5-large: 24 encoder + 24 decoder layers, d_model 1024, 16 heads, ReLU FFN 4096",
+                              Architecture::EncoderDecoder, 24, 1024, 16, 4096);
   c.encoder_layers = 24;
-  c.hidden = 1024;
-  c.heads = c.kv_heads = 16;
-  c.head_dim = 64;
-  c.ffn_hidden = 4096;
   c.vocab = 32128;
   c.seq_len = 512;
   c.norm = NormKind::RmsNorm;
@@ -103,15 +94,9 @@ ModelConfig t5_large() {
 
 // ViT (Dosovitskiy et al. 2021, Table 1) at 224x224 pixels: (224/p)^2 patches plus the class token.
 ModelConfig vit(const char* name, int layers, int hidden, int heads, int mlp, int patch, double published) {
-  ModelConfig c;
-  c.name = name;
-  c.description = fmt::format("ViT {} layers, hidden {}, {} heads, patch {} at 224x224, 1000 classes", layers, hidden, heads, patch);
-  c.architecture = Architecture::Vision;
-  c.layers = layers;
-  c.hidden = hidden;
-  c.heads = c.kv_heads = heads;
-  c.head_dim = hidden / heads;
-  c.ffn_hidden = mlp;
+  ModelConfig c = transformer(
+      name, fmt::format("ViT {} layers, hidden {}, {} heads, patch {} at 224x224, 1000 classes", layers, hidden, heads, patch),
+      Architecture::Vision, layers, hidden, heads, mlp);
   c.vocab = 1000;
   c.seq_len = c.max_positions = (224 / patch) * (224 / patch) + 1;
   c.patch_size = patch;
@@ -181,8 +166,9 @@ std::span<const ModelConfig> model_zoo() {
 }
 
 const ModelConfig& find_model(const std::string& name) {
+  const std::string wanted = lowercase(name);
   for (const ModelConfig& config : model_zoo())
-    if (config.name == lowercase(name)) return config;
+    if (config.name == wanted) return config;
   std::string known;
   for (const ModelConfig& config : model_zoo()) known += fmt::format("{}{}", known.empty() ? "" : ", ", config.name);
   throw Error(fmt::format("unknown model '{}' (known: {})", name, known));

@@ -22,6 +22,22 @@ const char* memory_decision_name(MemoryDecision decision) {
   return "keep";
 }
 
+namespace {
+
+// Every operator goes where its layer goes.
+Partition partition_by_layer(const CostGraph& graph, const std::vector<int>& stage_of_layer, int num_stages) {
+  Partition partition;
+  partition.num_stages = num_stages;
+  for (const OperatorNode& node : graph.nodes) {
+    if (node.layer == kNoLayer) throw Error(fmt::format("operator '{}' has no layer; partition it by operators", node.name));
+    partition.stage_of_node.push_back(stage_of_layer[node.layer]);
+  }
+  check_partition(graph, partition);
+  return partition;
+}
+
+}  // namespace
+
 Partition partition_from_sizes(const CostGraph& graph, std::span<const int> operators_per_stage) {
   const int n = static_cast<int>(graph.nodes.size());
   if (operators_per_stage.empty()) throw Error("a partition needs at least one stage");
@@ -36,6 +52,7 @@ Partition partition_from_sizes(const CostGraph& graph, std::span<const int> oper
   }
   if (total != n)
     throw Error(fmt::format("the stages hold {} operators but the graph '{}' has {}", total, graph.name, n));
+  check_partition(graph, partition);
   return partition;
 }
 
@@ -49,14 +66,7 @@ Partition partition_from_layer_counts(const CostGraph& graph, std::span<const in
   }
   if (static_cast<int>(stage_of_layer.size()) != layers)
     throw Error(fmt::format("the stages hold {} layers but the graph '{}' has {}", stage_of_layer.size(), graph.name, layers));
-  Partition partition;
-  partition.num_stages = static_cast<int>(layers_per_stage.size());
-  for (const OperatorNode& node : graph.nodes) {
-    if (node.layer == kNoLayer) throw Error(fmt::format("operator '{}' has no layer; partition it by operators", node.name));
-    partition.stage_of_node.push_back(stage_of_layer[node.layer]);
-  }
-  check_partition(graph, partition);
-  return partition;
+  return partition_by_layer(graph, stage_of_layer, static_cast<int>(layers_per_stage.size()));
 }
 
 Partition partition_from_sets(const CostGraph& graph, const std::vector<std::vector<std::string>>& stage_nodes) {
@@ -89,23 +99,14 @@ Partition partition_evenly(const CostGraph& graph, int num_stages) {
     const int n = static_cast<int>(graph.nodes.size());
     std::vector<int> sizes;
     for (int k = 0; k < num_stages; ++k) sizes.push_back((k + 1) * n / num_stages - k * n / num_stages);
-    Partition partition = partition_from_sizes(graph, sizes);
-    check_partition(graph, partition);
-    return partition;
+    return partition_from_sizes(graph, sizes);
   }
   const int count = static_cast<int>(transformer_layers.size());
   std::vector<int> stage_of_layer(graph.layers.size(), 0);
   for (int t = 0; t < count; ++t) stage_of_layer[transformer_layers[t]] = static_cast<int>(int64_t(t) * num_stages / count);
   for (size_t l = 0; l < graph.layers.size(); ++l)
     if (int(l) > transformer_layers.back()) stage_of_layer[l] = num_stages - 1;
-  Partition partition;
-  partition.num_stages = num_stages;
-  for (const OperatorNode& node : graph.nodes) {
-    if (node.layer == kNoLayer) throw Error(fmt::format("operator '{}' has no layer; partition it by operators", node.name));
-    partition.stage_of_node.push_back(stage_of_layer[node.layer]);
-  }
-  check_partition(graph, partition);
-  return partition;
+  return partition_by_layer(graph, stage_of_layer, num_stages);
 }
 
 void check_partition(const CostGraph& graph, const Partition& partition) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "flexpipe/lang/ast.h"
+#include "flexpipe/lang/source.h"
 
 namespace flexpipe::lang {
 
@@ -16,5 +17,10 @@ inline constexpr int kBuiltinCounterFamilies = 11;
 bool builtin_kind(const std::string& name, ActionKind& kind);
 
 void check(Program& program, std::vector<LangDiagnostic>& diagnostics);
+
+// The front end every entry point shares: tokenizes, parses and, when there is no syntax error,
+// checks (name errors after syntax errors would mostly echo them). Appends every diagnostic; the
+// program is only usable when none were appended.
+Program parse_and_check(const SourceText& source, std::vector<LangDiagnostic>& diagnostics);
 
 }  // namespace flexpipe::lang
