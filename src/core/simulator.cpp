@@ -51,6 +51,7 @@ struct StageInfo {
 struct Workspace {
   std::vector<StageInfo> stages;
   std::vector<int64_t> link_pairs;  // src * devices + dst, sorted; a link's id is its index
+  std::vector<const Link*> links;   // per link id: its costs, the override looked up once per pair
   std::vector<double> link_free;
   std::vector<double> event_time;     // per key; negative until produced
   std::vector<int32_t> first_waiter;  // per key; devices parked on it, linked through next_waiter
@@ -260,6 +261,9 @@ void Simulation::prepare_stages() {
   std::sort(work_.link_pairs.begin(), work_.link_pairs.end());
   work_.link_pairs.erase(std::unique(work_.link_pairs.begin(), work_.link_pairs.end()), work_.link_pairs.end());
   work_.link_free.assign(work_.link_pairs.size(), 0.0);
+  work_.links.clear();
+  for (int64_t pair : work_.link_pairs)
+    work_.links.push_back(&costs_.link_between(static_cast<int>(pair / devices), static_cast<int>(pair % devices)));
   auto link_id = [&](int src, int dst) {
     const int64_t pair = static_cast<int64_t>(src) * devices + dst;
     return static_cast<int32_t>(std::lower_bound(work_.link_pairs.begin(), work_.link_pairs.end(), pair) -
@@ -287,13 +291,13 @@ void Simulation::prepare_stages() {
     if (!info.last && !info.next_local) {
       info.forward_link = link_id(info.device, placement[s + 1]);
       info.forward_send_bytes = cost.output_bytes;
-      info.forward_send_time = costs_.link_between(info.device, placement[s + 1]).transfer_time(cost.output_bytes);
+      info.forward_send_time = work_.links[info.forward_link]->transfer_time(cost.output_bytes);
     }
     if (!info.first && !info.previous_local) {
       const double bytes = costs_.stages[schedule_.chunk_of_stage(s - 1)].output_bytes;
       info.backward_link = link_id(info.device, placement[s - 1]);
       info.backward_send_bytes = bytes;
-      info.backward_send_time = costs_.link_between(info.device, placement[s - 1]).transfer_time(bytes);
+      info.backward_send_time = work_.links[info.backward_link]->transfer_time(bytes);
     }
   }
 }
@@ -381,7 +385,7 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
 
   const int s = a.stage;
   const int m = a.microbatch;
-  const int column_stage_wide = schedule_.num_microbatches;
+  const int column_stage_wide = layout_.stage_wide_column();
   auto run_compute = [&](double duration) {
     const double end = ready + duration;
     record(device, position, ready, end);
