@@ -1,0 +1,54 @@
+#pragma once
+// What `flexpipe run` hands to the runtime library: everything is decided and checked (schedules
+// validated, partitions computed) before any process talks to another. Torch-free, so the CLI can
+// build a request without loading libtorch; the runtime is loaded on demand (runtime_loader.h).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flexpipe/core/model_zoo.h"
+#include "flexpipe/core/schedule.h"
+#include "flexpipe/core/stage_aggregation.h"
+#include "flexpipe/runtime/rank_env.h"
+
+namespace flexpipe::runtime {
+
+struct TrainingOptions {
+  int steps = 2;
+  uint64_t seed = 1234;
+  int microbatch_size = 2;          // samples per micro-batch; a step sees microbatches * this
+  std::string optimizer = "adamw";  // "sgd" or "adamw"
+  double learning_rate = 1e-3;
+  double weight_decay = 0.0;
+  std::string dtype = "float32";  // "float32" or "float64"
+};
+
+// One schedule to train, with the operator ranges of its model chunks.
+struct ScheduledRun {
+  Schedule schedule;    // valid; compute-only or lowered (the runtime lowers it again)
+  Partition partition;  // num_stages == schedule.stages_per_pipeline
+};
+
+// Testing aid: makes one rank fail at a chosen action, so the others' reaction can be checked.
+struct FaultInjection {
+  int rank = -1;  // -1: none
+  int step = 0;
+  int action = 0;            // index in the rank's lowered action list
+  bool hang = false;         // false: the process dies (SIGKILL); true: it stops answering
+};
+
+struct RunRequest {
+  std::vector<ScheduledRun> runs;  // trained one after another, each from the same initial weights
+  ModelConfig model;               // a GPT-style decoder (runtime_model.h lists what is supported)
+  TrainingOptions training;
+  RankEnv env;
+  double timeout_seconds = 60;  // a peer silent this long fails the job
+  bool verify = false;          // compare with a single-process run of the same model and batch
+  double tolerance = 1e-6;      // relative, per tensor: max|a - b| / max|b|
+  std::string trace_path;       // measured Perfetto trace (rank 0 writes the merged one); "" none
+  std::string svg_path;         // measured SVG timeline; "" none
+  bool json = false;
+  FaultInjection fault;
+};
+
+}  // namespace flexpipe::runtime

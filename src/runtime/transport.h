@@ -1,0 +1,51 @@
+#pragma once
+// The narrow interface the executor talks through: post a send, post a receive, wait. Backends
+// (Gloo over TCP via c10d, NCCL on a CUDA build, in-process queues for tests) live behind it.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "flexpipe/runtime/rank_env.h"
+
+namespace flexpipe::runtime {
+
+// A transfer failed, timed out or its peer went away. what() says which, in the backend's words.
+class TransportError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One posted send or receive. The tensor passed to post_* must stay alive until wait() returns.
+class Transfer {
+ public:
+  virtual ~Transfer() = default;
+  // Blocks until done; throws TransportError on failure or after `timeout`.
+  virtual void wait(std::chrono::milliseconds timeout) = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string backend() const = 0;  // "gloo", "nccl", "local"
+  // `tensor` must be contiguous. Tags are unique per (sender, receiver) among pending transfers.
+  virtual std::unique_ptr<Transfer> post_send(const at::Tensor& tensor, int peer, uint32_t tag) = 0;
+  virtual std::unique_ptr<Transfer> post_recv(const at::Tensor& tensor, int peer, uint32_t tag) = 0;
+  // Collective helpers for bookkeeping (loss reports, trace gathering), not for the pipeline itself.
+  virtual void all_reduce_sum(const at::Tensor& tensor, std::chrono::milliseconds timeout) = 0;
+  virtual void barrier(std::chrono::milliseconds timeout) = 0;
+};
+
+// Rendezvous through a TCPStore at env.master_addr:master_port (rank 0 hosts it), then a
+// ProcessGroupGloo over TCP. Throws TransportError naming the address and what was waited for.
+std::unique_ptr<Transport> connect_gloo(const RankEnv& env, std::chrono::milliseconds timeout);
+
+// In-process transport: `world_size` endpoints that exchange tensors through shared queues, one per
+// thread. For tests of the executor without processes or sockets.
+std::vector<std::unique_ptr<Transport>> make_local_transports(int world_size);
+
+}  // namespace flexpipe::runtime
