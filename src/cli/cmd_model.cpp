@@ -52,16 +52,6 @@ std::vector<int> counts(const std::string& text, const std::string& what) {
   return result;
 }
 
-Partition parse_partition(const CostGraph& graph, const std::string& spec, int stages) {
-  Partition partition;
-  if (spec.empty()) partition = partition_evenly(graph, stages);
-  else if (spec.rfind("layers:", 0) == 0) partition = partition_from_layer_counts(graph, counts(spec.substr(7), "layers:"));
-  else if (spec.rfind("ops:", 0) == 0) partition = partition_from_sizes(graph, counts(spec.substr(4), "ops:"));
-  else partition = partition_from_megatron_layout(graph, spec);
-  if (partition.num_stages != stages)
-    throw Error(fmt::format("--partition makes {} stages but the schedule has {}", partition.num_stages, stages));
-  return partition;
-}
 
 struct ShowOptions {
   ModelOptions model;
@@ -137,6 +127,17 @@ void show(const ShowOptions& o) {
 }
 
 }  // namespace
+
+Partition parse_partition(const CostGraph& graph, const std::string& spec, int stages) {
+  Partition partition;
+  if (spec.empty()) partition = partition_evenly(graph, stages);
+  else if (spec.rfind("layers:", 0) == 0) partition = partition_from_layer_counts(graph, counts(spec.substr(7), "layers:"));
+  else if (spec.rfind("ops:", 0) == 0) partition = partition_from_sizes(graph, counts(spec.substr(4), "ops:"));
+  else partition = partition_from_megatron_layout(graph, spec);
+  if (partition.num_stages != stages)
+    throw Error(fmt::format("--partition makes {} stages but the schedule has {}", partition.num_stages, stages));
+  return partition;
+}
 
 void add_model_shape_options(CLI::App* command, ModelOptions& options) {
   command->add_option("--hardware", options.hardware, "Hardware profile timing a zoo model: A100-80GB, H100-80GB, H200-141GB")

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   flexpipe::cli::add_convert_command(app, exit_code);
   flexpipe::cli::add_model_command(app, exit_code);
   flexpipe::cli::add_params_command(app, exit_code);
+  flexpipe::cli::add_launch_command(app, exit_code);
+  flexpipe::cli::add_run_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -11,6 +11,7 @@
 #include "flexpipe/core/cost_graph.h"
 #include "flexpipe/core/costs.h"
 #include "flexpipe/core/schedule.h"
+#include "flexpipe/core/stage_aggregation.h"
 #include "flexpipe/core/validator.h"
 #include "flexpipe/lang/program.h"
 
@@ -73,6 +74,9 @@ CostGraph load_model_graph(const ModelOptions& options);
 // The stage cost table of the model under a partition for `stages` stages (cmd_model.cpp).
 CostTable model_cost_table(const ModelOptions& options, const std::string& partition, int stages);
 CostTable load_costs(const CostOptions& options, const Schedule& schedule);
+// A --partition spec (Megatron layout, layers:N,..., ops:N,...; empty: even by layers) for `stages`
+// chunks of `graph`; throws Error when it makes another number of chunks (cmd_model.cpp).
+Partition parse_partition(const CostGraph& graph, const std::string& spec, int stages);
 
 // The subcommands. Each sets exit_code when it finishes with a finding rather than an error.
 void add_schedules_command(CLI::App& app, int& exit_code);
@@ -82,5 +86,7 @@ void add_check_command(CLI::App& app, int& exit_code);
 void add_convert_command(CLI::App& app, int& exit_code);
 void add_model_command(CLI::App& app, int& exit_code);
 void add_params_command(CLI::App& app, int& exit_code);
+void add_launch_command(CLI::App& app, int& exit_code);
+void add_run_command(CLI::App& app, int& exit_code);
 
 }  // namespace flexpipe::cli

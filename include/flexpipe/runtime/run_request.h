@@ -3,6 +3,7 @@
 // validated, partitions computed) before any process talks to another. Torch-free, so the CLI can
 // build a request without loading libtorch; the runtime is loaded on demand (runtime_loader.h).
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@ struct RunRequest {
   std::string trace_path;       // measured Perfetto trace (rank 0 writes the merged one); "" none
   std::string svg_path;         // measured SVG timeline; "" none
   bool json = false;
+  std::map<std::string, std::string> hooks;  // custom operation name -> built-in hook spec (hooks.h)
   FaultInjection fault;
 };
 

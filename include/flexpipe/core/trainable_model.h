@@ -1,0 +1,53 @@
+#pragma once
+// The models the runtime trains, described by the same ModelConfig the zoo uses, so that one
+// description yields both the cost graph (for simulation and partitioning) and the executable
+// operator chain: the runtime instantiates exactly one operator per graph node, in graph order, and
+// a partition computed on the graph applies to the model one to one.
+#include <string>
+#include <vector>
+
+#include "flexpipe/core/cost_graph.h"
+#include "flexpipe/core/model_zoo.h"
+#include "flexpipe/core/stage_aggregation.h"
+
+namespace flexpipe {
+
+// A GPT-style decoder the runtime can execute: learned positions, pre-LayerNorm, GeLU MLP of 4x
+// hidden, biases, no dropout (so that runs are deterministic), LM head not tied to the embedding.
+struct GptSize {
+  int layers = 2;
+  int hidden = 32;
+  int heads = 4;
+  int vocab = 64;
+  int seq_len = 16;
+};
+ModelConfig gpt_config(const GptSize& size);
+
+// Throws Error naming every feature of `config` the runtime does not execute (dropout, tied
+// embeddings, MoE, grouped-query attention, RMSNorm, rotary positions, ...).
+void require_trainable(const ModelConfig& config);
+
+// The cost graph of a trainable model at micro-batch size b and the config's sequence length, timed
+// on `hardware`, with activations of `activation_bytes` (4: float32, 8: float64).
+CostGraph trainable_graph(const ModelConfig& config, double microbatch_size, const std::string& hardware = "H100-80GB",
+                          double activation_bytes = 4);
+
+// The producers of each node, in the order its operator takes its inputs (edge order, except that
+// attention_v takes the probabilities before the fused QKV).
+std::vector<std::vector<int>> operator_inputs(const CostGraph& graph);
+
+// The tensors that cross into each chunk: entry k lists, in increasing order, the nodes before chunk
+// k's first node whose output a node of chunk k or later reads (entry 0 is empty). Chunk k-1 sends
+// these to chunk k, relaying the ones it received and does not consume itself; the gradients flow
+// back the same way. The partition must be contiguous (check_partition).
+std::vector<std::vector<int>> boundary_tensors(const CostGraph& graph, const Partition& partition);
+
+// The first node of each chunk, plus the node count at the end.
+std::vector<int> chunk_starts(const Partition& partition);
+
+// Contiguous operator ranges, one non-empty range per chunk, minimising the largest chunk's
+// forward + backward time (F + I + W at the graph's reference shape). Throws Error when there are
+// more chunks than operators.
+Partition partition_balanced(const CostGraph& graph, int num_stages);
+
+}  // namespace flexpipe

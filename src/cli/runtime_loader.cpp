@@ -1,0 +1,39 @@
+#include "runtime_loader.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "flexpipe/core/error.h"
+
+namespace flexpipe::cli {
+
+namespace {
+
+std::string library_path() {
+  if (const char* path = std::getenv("FLEXPIPE_RUNTIME_LIBRARY"); path != nullptr && *path != '\0') return path;
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return ((error ? std::filesystem::path(".") : self.parent_path()) / "libflexpipe_runtime.so").string();
+}
+
+}  // namespace
+
+int run_runtime(const runtime::RunRequest& request) {
+  const std::string path = library_path();
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr)
+    throw Error(fmt::format("cannot load the runtime library {}: {}\n(the runtime is built when libtorch-dev and "
+                            "libgloo-dev are installed and FLEXPIPE_RUNTIME is ON; scripts/setup.sh installs them)",
+                            path, dlerror()));
+  using Entry = int (*)(const runtime::RunRequest*);
+  auto entry = reinterpret_cast<Entry>(dlsym(library, "flexpipe_runtime_main"));
+  if (entry == nullptr) throw Error(fmt::format("{} has no flexpipe_runtime_main: {}", path, dlerror()));
+  // Never unloaded: libtorch does not support being unloaded.
+  return entry(&request);
+}
+
+}  // namespace flexpipe::cli

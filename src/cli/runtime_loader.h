@@ -1,0 +1,12 @@
+#pragma once
+// The runtime (libtorch + c10d) is a shared library loaded only by the subcommands that train, so
+// that every other subcommand starts in milliseconds and builds without libtorch.
+#include "flexpipe/runtime/run_request.h"
+
+namespace flexpipe::cli {
+
+// Loads libflexpipe_runtime.so (from $FLEXPIPE_RUNTIME_LIBRARY, else next to this executable) and
+// runs this rank's part of the request; returns its exit code. Throws Error when it cannot be loaded.
+int run_runtime(const runtime::RunRequest& request);
+
+}  // namespace flexpipe::cli

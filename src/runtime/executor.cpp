@@ -1,0 +1,599 @@
+#include "executor.h"
+
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/lowering.h"
+
+namespace flexpipe::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Tags: one per (boundary, micro-batch, direction); replica gradient exchanges above kReplicaTags.
+constexpr uint32_t kReplicaTags = 1u << 30;
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Several boundary tensors travel as one message: flattened and concatenated.
+at::Tensor pack(const std::vector<at::Tensor>& tensors) {
+  if (tensors.size() == 1) return tensors[0].contiguous().view({-1});
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+std::vector<at::Tensor> unpack(const at::Tensor& buffer, const std::vector<std::vector<int64_t>>& shapes) {
+  std::vector<at::Tensor> tensors;
+  int64_t offset = 0;
+  for (const auto& shape : shapes) {
+    const int64_t n = numel_of(shape);
+    tensors.push_back(buffer.narrow(0, offset, n).view(shape));
+    offset += n;
+  }
+  return tensors;
+}
+
+int64_t total_numel(const std::vector<std::vector<int64_t>>& shapes) {
+  int64_t n = 0;
+  for (const auto& shape : shapes) n += numel_of(shape);
+  return n;
+}
+
+void add_to(at::Tensor& sum, const at::Tensor& term) { sum = sum.defined() ? sum + term : term; }
+
+// A copy in separate memory: host memory on a GPU build, a fresh buffer on a CPU build, so that an
+// offload round trip is a real copy either way.
+at::Tensor move_to_host(const at::Tensor& t) {
+  return t.is_cuda() ? t.to(at::TensorOptions().device(at::kCPU).pinned_memory(true), /*non_blocking=*/true)
+                     : t.clone();
+}
+
+}  // namespace
+
+struct Executor::State {
+  struct Micro {
+    std::vector<at::Tensor> inputs;
+    std::vector<Saved> saved;
+    bool has_saved = false;
+    bool offloaded = false;
+    std::vector<at::Tensor> outputs;
+    std::vector<at::Tensor> input_grads;
+    std::vector<std::pair<int, at::Tensor>> pending_weight;  // (node, gradient of its output)
+    std::vector<at::Device> saved_devices;
+    double loss = 0;
+    int64_t saved_bytes = 0;
+  };
+  struct Pending {
+    std::unique_ptr<Transfer> transfer;
+    at::Tensor buffer;
+    int peer = -1;
+    std::string posted_by;
+  };
+  struct Local {
+    int stage = 0;
+    int chunk = 0;
+    ChunkModule module;
+    std::vector<int> replicas;  // stages computing the same chunk, in pipeline order (itself included)
+    std::unique_ptr<Optimizer> optimizer;
+    bool has_opt_action = false;
+    bool stepped = false;
+    std::vector<char> recompute;  // per micro-batch: F keeps nothing, R rebuilds it
+    std::vector<Micro> micro;
+    std::vector<Pending> recv_forward, recv_backward;  // per micro-batch
+  };
+
+  Schedule schedule;
+  const ModelPlan& plan;
+  Transport& transport;
+  ExecutorOptions options;
+  std::vector<const Hook*> hooks;  // per custom operation kind
+  int rank = 0;
+  int microbatches = 0;
+  std::vector<int> local_of_stage;  // global stage -> index into locals, -1 elsewhere
+  std::vector<Local> locals;
+  std::vector<std::vector<int>> crossing_index;  // per chunk: node -> position in plan.crossing[chunk], -1
+  std::vector<std::vector<std::vector<int64_t>>> crossing_shapes;  // per chunk
+  std::vector<Pending> sends;
+  int step = 0;
+  int action_index = 0;
+  const std::vector<MicroBatchData>* batch = nullptr;
+  int64_t saved_bytes = 0, peak_saved = 0, offloaded_bytes = 0, peak_offloaded = 0;
+
+  State(const Schedule& s, const ModelPlan& p, Transport& t, const HookRegistry& registry, ExecutorOptions o)
+      : schedule(lower(s)), plan(p), transport(t), options(std::move(o)) {
+    rank = transport.rank();
+    microbatches = schedule.num_microbatches;
+    if (transport.world_size() != schedule.num_devices)
+      throw Error(fmt::format("schedule {} runs on {} devices but the job has {} ranks", schedule.name,
+                              schedule.num_devices, transport.world_size()));
+    if (plan.num_chunks() != schedule.stages_per_pipeline)
+      throw Error(fmt::format("schedule {} has {} stages per pipeline but the model is cut into {} chunks",
+                              schedule.name, schedule.stages_per_pipeline, plan.num_chunks()));
+    for (const CustomOpKind& op : schedule.custom_ops) {
+      const Hook* hook = registry.find(op.name);
+      if (hook == nullptr) {
+        std::string known;
+        for (const std::string& n : registry.names()) known += (known.empty() ? "" : ", ") + n;
+        throw Error(fmt::format("schedule {} uses operation {} but no hook is registered for it (registered: {}); "
+                                "map it with --hook {}=noop|log|sleep:MS", schedule.name, op.name,
+                                known.empty() ? "none" : known, op.name));
+      }
+      hooks.push_back(hook);
+    }
+    const int nodes = static_cast<int>(plan.graph.nodes.size());
+    for (int k = 0; k < plan.num_chunks(); ++k) {
+      crossing_index.emplace_back(nodes, -1);
+      crossing_shapes.emplace_back();
+      for (size_t i = 0; i < plan.crossing[k].size(); ++i) {
+        crossing_index[k][plan.crossing[k][i]] = static_cast<int>(i);
+        crossing_shapes[k].push_back(output_shape(plan, plan.crossing[k][i]));
+      }
+    }
+    local_of_stage.assign(schedule.num_stages(), -1);
+    for (int s = 0; s < schedule.num_stages(); ++s) {
+      if (schedule.stage_device[s] != rank) continue;
+      local_of_stage[s] = static_cast<int>(locals.size());
+      Local local;
+      local.stage = s;
+      local.chunk = schedule.chunk_of_stage(s);
+      local.module = make_chunk_module(plan, local.chunk);
+      for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline)
+        local.replicas.push_back(pipeline * schedule.stages_per_pipeline + local.chunk);
+      std::vector<at::Tensor> params;
+      for (auto& op : local.module.operators)
+        for (at::Tensor& p : op->parameters()) params.push_back(p);
+      local.optimizer = std::make_unique<Optimizer>(options.optimizer, params);
+      local.recompute.assign(microbatches, 0);
+      local.micro.resize(microbatches);
+      local.recv_forward.resize(microbatches);
+      local.recv_backward.resize(microbatches);
+      locals.push_back(std::move(local));
+    }
+    for (const Action& a : schedule.device_actions[rank]) {
+      if (a.kind == ActionKind::R) locals[local_of_stage[a.stage]].recompute[a.microbatch] = 1;
+      if (a.kind == ActionKind::Opt) locals[local_of_stage[a.stage]].has_opt_action = true;
+    }
+  }
+
+  Local& local(int stage) { return locals[local_of_stage[stage]]; }
+
+  std::string where(const Action& a) const {
+    return fmt::format("rank {}: step {}, action {} ({})", rank, step, action_index, schedule.action_name(a));
+  }
+
+  void wait(Transfer& transfer, const std::string& what) {
+    const Clock::time_point begin = Clock::now();
+    try {
+      transfer.wait(options.timeout);
+    } catch (const std::exception& e) {
+      throw PeerFailure(fmt::format("{}: {}", what, e.what()));
+    }
+    waited_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - begin).count();
+  }
+  int64_t waited_ns = 0;
+
+  uint32_t forward_tag(int to_stage, int mb) const {
+    return static_cast<uint32_t>((int64_t(mb) * schedule.num_stages() + to_stage) * 2);
+  }
+  uint32_t backward_tag(int from_stage, int mb) const { return forward_tag(from_stage, mb) + 1; }
+
+  void post_send(const at::Tensor& data, int peer, uint32_t tag, const Action& a) {
+    Pending p;
+    p.buffer = data;
+    p.peer = peer;
+    p.posted_by = where(a);
+    p.transfer = transport.post_send(p.buffer, peer, tag);
+    sends.push_back(std::move(p));
+  }
+
+  Pending post_recv(const std::vector<std::vector<int64_t>>& shapes, int peer, uint32_t tag, const Action& a) {
+    Pending p;
+    p.buffer = at::empty({total_numel(shapes)}, at::TensorOptions().dtype(plan.dtype));
+    p.peer = peer;
+    p.posted_by = where(a);
+    p.transfer = transport.post_recv(p.buffer, peer, tag);
+    return p;
+  }
+
+  std::vector<at::Tensor> take(Pending& p, const std::vector<std::vector<int64_t>>& shapes, const std::string& use) {
+    wait(*p.transfer, fmt::format("{}: waiting for rank {} (receive posted at {})", use, p.peer, p.posted_by));
+    std::vector<at::Tensor> tensors = unpack(p.buffer, shapes);
+    p = Pending{};
+    return tensors;
+  }
+
+  void track(int64_t delta_saved, int64_t delta_offloaded) {
+    saved_bytes += delta_saved;
+    offloaded_bytes += delta_offloaded;
+    peak_saved = std::max(peak_saved, saved_bytes);
+    peak_offloaded = std::max(peak_offloaded, offloaded_bytes);
+  }
+
+  static int64_t bytes_of(const Micro& m) {
+    int64_t total = 0;
+    for (const Saved& s : m.saved) total += s.bytes();
+    return total;
+  }
+
+  void set_saved_bytes(Micro& m, bool on_device) {
+    const int64_t now = bytes_of(m);
+    if (on_device) track(now - m.saved_bytes, 0);
+    m.saved_bytes = now;
+  }
+
+  // ---- compute ----
+  void run_forward(Local& l, int mb, bool keep, bool set_outputs) {
+    const ChunkModule& mod = l.module;
+    const int k = l.chunk;
+    Micro& m = l.micro[mb];
+    const MicroBatchData& data = (*batch)[mb];
+    std::vector<at::Tensor> values(mod.end - mod.begin);
+    m.saved.assign(values.size(), Saved{});
+    Saved discarded;
+    for (int v = mod.begin; v < mod.end; ++v) {
+      std::vector<at::Tensor> in;
+      for (int p : plan.inputs[v]) in.push_back(p >= mod.begin ? values[p - mod.begin] : m.inputs[crossing_index[k][p]]);
+      values[v - mod.begin] = mod.operators[v - mod.begin]->forward(in, data, keep ? m.saved[v - mod.begin] : discarded);
+    }
+    m.has_saved = keep;
+    set_saved_bytes(m, true);
+    if (!set_outputs) return;
+    if (k + 1 < plan.num_chunks()) {
+      m.outputs.clear();
+      for (int u : plan.crossing[k + 1])
+        m.outputs.push_back(u >= mod.begin ? values[u - mod.begin] : m.inputs[crossing_index[k][u]]);
+    } else {
+      m.loss = values.back().item<double>();
+    }
+  }
+
+  void forward(const Action& a, int stage, int mb) {
+    Local& l = local(stage);
+    Micro& m = l.micro[mb];
+    if (l.chunk > 0) {
+      Pending& p = l.recv_forward[mb];
+      if (p.transfer) {
+        m.inputs = take(p, crossing_shapes[l.chunk], where(a));
+      } else {
+        const int prev = schedule.prev_stage(stage);
+        if (local_of_stage[prev] < 0 || local(prev).micro[mb].outputs.empty())
+          throw Error(fmt::format("{}: the input of stage {} micro-batch {} was neither received nor computed here",
+                                  where(a), stage, mb));
+        m.inputs = std::move(local(prev).micro[mb].outputs);
+        local(prev).micro[mb].outputs.clear();
+      }
+    }
+    run_forward(l, mb, !l.recompute[mb], true);
+  }
+
+  void recompute(const Action& a, int stage, int mb) {
+    Local& l = local(stage);
+    if (l.chunk > 0 && l.micro[mb].inputs.empty())
+      throw Error(fmt::format("{}: recompute before the forward of stage {} micro-batch {}", where(a), stage, mb));
+    run_forward(l, mb, true, false);
+  }
+
+  std::vector<at::Tensor> output_gradients(const Action& a, Local& l, int mb) {
+    Pending& p = l.recv_backward[mb];
+    if (p.transfer) return take(p, crossing_shapes[l.chunk + 1], where(a));
+    const int next = schedule.next_stage(l.stage);
+    if (local_of_stage[next] < 0 || local(next).micro[mb].input_grads.empty())
+      throw Error(fmt::format("{}: the output gradient of stage {} micro-batch {} was neither received nor computed here",
+                              where(a), l.stage, mb));
+    std::vector<at::Tensor> grads = std::move(local(next).micro[mb].input_grads);
+    local(next).micro[mb].input_grads.clear();
+    return grads;
+  }
+
+  void backward(const Action& a, int stage, int mb, bool split) {
+    Local& l = local(stage);
+    Micro& m = l.micro[mb];
+    ChunkModule& mod = l.module;
+    const int k = l.chunk;
+    if (!m.has_saved)
+      throw Error(fmt::format("{}: stage {} micro-batch {} has no saved activations (no forward, or dropped without "
+                              "recompute)", where(a), stage, mb));
+    if (m.offloaded)
+      throw Error(fmt::format("{}: the activations of stage {} micro-batch {} are offloaded; RELOAD them first", where(a),
+                              stage, mb));
+    std::vector<at::Tensor> grads(mod.end - mod.begin);
+    std::vector<at::Tensor> input_grads(plan.crossing[k].size());
+    auto target = [&](int node) -> at::Tensor& {
+      return mod.holds(node) ? grads[node - mod.begin] : input_grads[crossing_index[k][node]];
+    };
+    if (k + 1 == plan.num_chunks()) {
+      grads.back() = at::full({}, 1.0 / microbatches, at::TensorOptions().dtype(plan.dtype));
+    } else {
+      const std::vector<at::Tensor> out = output_gradients(a, l, mb);
+      for (size_t i = 0; i < out.size(); ++i) add_to(target(plan.crossing[k + 1][i]), out[i]);
+    }
+    for (int v = mod.end - 1; v >= mod.begin; --v) {
+      const at::Tensor& g = grads[v - mod.begin];
+      if (!g.defined()) continue;
+      Operator& op = mod.op(v);
+      const Saved& saved = m.saved[v - mod.begin];
+      const std::vector<at::Tensor> in = op.backward_input(g, saved);
+      for (size_t i = 0; i < in.size(); ++i)
+        if (in[i].defined()) add_to(target(plan.inputs[v][i]), in[i]);
+      if (!op.has_parameters()) continue;
+      if (split) m.pending_weight.emplace_back(v, g);
+      else op.backward_weight(g, saved);
+    }
+    m.input_grads = std::move(input_grads);
+    if (k == 0) m.input_grads.clear();
+    // What only the input gradient needed goes now; W keeps the rest until it runs.
+    for (int v = mod.begin; v < mod.end; ++v)
+      if (!split || !mod.op(v).has_parameters()) m.saved[v - mod.begin].tensors.clear();
+    if (!split) release(m);
+    else set_saved_bytes(m, true);
+  }
+
+  void weight(const Action& a, int stage, int mb) {
+    Local& l = local(stage);
+    Micro& m = l.micro[mb];
+    if (m.offloaded)
+      throw Error(fmt::format("{}: the activations of stage {} micro-batch {} are offloaded; RELOAD them first", where(a),
+                              stage, mb));
+    for (const auto& [node, g] : m.pending_weight) l.module.op(node).backward_weight(g, m.saved[node - l.module.begin]);
+    m.pending_weight.clear();
+    release(m);
+  }
+
+  void release(Micro& m) {
+    m.saved.clear();
+    m.inputs.clear();
+    m.has_saved = false;
+    set_saved_bytes(m, true);
+  }
+
+  // Moves every saved tensor to host memory (or back), once per distinct tensor.
+  void transfer_saved(const Action& a, int stage, int mb, bool to_host) {
+    Micro& m = local(stage).micro[mb];
+    if (m.offloaded == to_host)
+      throw Error(fmt::format("{}: stage {} micro-batch {} is already {}", where(a), stage, mb,
+                              to_host ? "offloaded" : "on the device"));
+    std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> moved;
+    for (Saved& s : m.saved)
+      for (at::Tensor& t : s.tensors) {
+        if (!t.defined()) continue;
+        auto it = std::find_if(moved.begin(), moved.end(), [&](const auto& e) { return e.first == t.unsafeGetTensorImpl(); });
+        if (it != moved.end()) {
+          t = it->second;
+          continue;
+        }
+        const c10::TensorImpl* original = t.unsafeGetTensorImpl();
+        at::Tensor copy = to_host ? move_to_host(t) : (t.clone());
+        moved.emplace_back(original, copy);
+        t = copy;
+      }
+    const int64_t bytes = bytes_of(m);
+    m.offloaded = to_host;
+    if (to_host) track(-m.saved_bytes, bytes);
+    else track(bytes, -m.saved_bytes);
+    m.saved_bytes = bytes;
+  }
+
+  void optimizer_step(Local& l) {
+    std::vector<at::Tensor> grads;
+    for (auto& op : l.module.operators)
+      for (at::Tensor& g : op->gradients()) grads.push_back(g);
+    l.optimizer->step(grads);
+    l.stepped = true;
+  }
+
+  std::vector<at::Tensor> gradients_of(Local& l) {
+    std::vector<at::Tensor> grads;
+    for (auto& op : l.module.operators)
+      for (at::Tensor& g : op->gradients()) grads.push_back(g);
+    return grads;
+  }
+
+  // Stages that compute the same chunk in different pipelines (DualPipe) hold replicas of its
+  // parameters: their gradients are summed, in pipeline order on every holder, before the step.
+  void synchronise_replicas() {
+    if (schedule.num_pipelines == 1) return;
+    const int pipelines = schedule.num_pipelines;
+    auto tag = [&](int stage) { return kReplicaTags + static_cast<uint32_t>(stage); };
+    std::vector<Pending> incoming(schedule.num_stages());
+    std::vector<Pending> outgoing;
+    for (Local& l : locals) {
+      const at::Tensor mine = pack(gradients_of(l));
+      for (int other : l.replicas) {
+        const int device = schedule.stage_device[other];
+        if (device == rank) continue;
+        Pending p;
+        p.buffer = mine;
+        p.peer = device;
+        p.transfer = transport.post_send(mine, device, tag(l.stage));
+        outgoing.push_back(std::move(p));
+        if (!incoming[other].transfer) {
+          incoming[other].buffer = at::empty_like(mine);
+          incoming[other].peer = device;
+          incoming[other].transfer = transport.post_recv(incoming[other].buffer, device, tag(other));
+        }
+      }
+    }
+    for (Local& l : locals) {
+      at::Tensor sum;
+      for (int pipeline = 0; pipeline < pipelines; ++pipeline) {
+        const int other = l.replicas[pipeline];
+        at::Tensor part;
+        if (schedule.stage_device[other] == rank) {
+          part = pack(gradients_of(local(other)));
+        } else {
+          Pending& p = incoming[other];
+          if (p.transfer) {
+            wait(*p.transfer, fmt::format("rank {}: step {}, gradient exchange of chunk {}: waiting for rank {}", rank,
+                                          step, l.chunk, p.peer));
+            p.transfer.reset();
+          }
+          part = p.buffer;
+        }
+        add_to(sum, part);
+      }
+      const std::vector<at::Tensor> grads = gradients_of(l);
+      std::vector<std::vector<int64_t>> shapes;
+      for (const at::Tensor& g : grads) shapes.push_back(g.sizes().vec());
+      const std::vector<at::Tensor> summed = unpack(sum.clone(), shapes);
+      replica_sums.emplace_back(std::move(summed));
+    }
+    for (size_t i = 0; i < locals.size(); ++i) {
+      std::vector<at::Tensor> grads = gradients_of(locals[i]);
+      for (size_t j = 0; j < grads.size(); ++j) grads[j].copy_(replica_sums[i][j]);
+    }
+    replica_sums.clear();
+    for (Pending& p : outgoing)
+      wait(*p.transfer, fmt::format("rank {}: step {}, gradient exchange: sending to rank {}", rank, step, p.peer));
+  }
+  std::vector<std::vector<at::Tensor>> replica_sums;
+
+  void custom(const Action& a) {
+    const CustomOpKind& op = schedule.custom_ops[a.custom];
+    (*hooks[a.custom])(HookContext{op.name, rank, step, a.stage, a.microbatch});
+  }
+
+  void inject_fault() {
+    const FaultInjection& f = options.fault;
+    if (f.rank != rank || f.step != step || f.action != action_index) return;
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (!f.hang) std::raise(SIGKILL);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+
+  void execute(const Action& a) {
+    switch (a.kind) {
+      case ActionKind::F: forward(a, a.stage, a.microbatch); break;
+      case ActionKind::B: backward(a, a.stage, a.microbatch, false); break;
+      case ActionKind::I: backward(a, a.stage, a.microbatch, true); break;
+      case ActionKind::W: weight(a, a.stage, a.microbatch); break;
+      case ActionKind::R: recompute(a, a.stage, a.microbatch); break;
+      case ActionKind::Overlap:
+        // Run one after the other: on a CPU there is no second stream to overlap them on.
+        forward(a, a.stage, a.microbatch);
+        backward(a, a.stage2, a.microbatch2, a.sub_kind == ActionKind::I);
+        break;
+      case ActionKind::SendF: {
+        const int next = schedule.next_stage(a.stage);
+        post_send(pack(local(a.stage).micro[a.microbatch].outputs), schedule.stage_device[next],
+                  forward_tag(next, a.microbatch), a);
+        local(a.stage).micro[a.microbatch].outputs.clear();
+        break;
+      }
+      case ActionKind::RecvF: {
+        const int prev = schedule.prev_stage(a.stage);
+        local(a.stage).recv_forward[a.microbatch] = post_recv(crossing_shapes[local(a.stage).chunk],
+                                                              schedule.stage_device[prev], forward_tag(a.stage, a.microbatch), a);
+        break;
+      }
+      case ActionKind::SendB: {
+        const int prev = schedule.prev_stage(a.stage);
+        post_send(pack(local(a.stage).micro[a.microbatch].input_grads), schedule.stage_device[prev],
+                  backward_tag(a.stage, a.microbatch), a);
+        local(a.stage).micro[a.microbatch].input_grads.clear();
+        break;
+      }
+      case ActionKind::RecvB: {
+        const int next = schedule.next_stage(a.stage);
+        local(a.stage).recv_backward[a.microbatch] =
+            post_recv(crossing_shapes[local(a.stage).chunk + 1], schedule.stage_device[next],
+                      backward_tag(next, a.microbatch), a);
+        break;
+      }
+      case ActionKind::Offload: transfer_saved(a, a.stage, a.microbatch, true); break;
+      case ActionKind::Reload: transfer_saved(a, a.stage, a.microbatch, false); break;
+      case ActionKind::Opt: {
+        Local& l = local(a.stage);
+        // A replicated chunk steps once its replicas' gradients are summed, at the end of the step.
+        if (schedule.num_pipelines == 1) optimizer_step(l);
+        break;
+      }
+      case ActionKind::Custom: custom(a); break;
+    }
+  }
+};
+
+Executor::Executor(const Schedule& schedule, const ModelPlan& plan, Transport& transport, const HookRegistry& hooks,
+                   ExecutorOptions options)
+    : state_(std::make_unique<State>(schedule, plan, transport, hooks, std::move(options))) {}
+
+Executor::~Executor() = default;
+
+const Schedule& Executor::lowered() const { return state_->schedule; }
+
+std::vector<int> Executor::local_stages() const {
+  std::vector<int> stages;
+  for (const auto& l : state_->locals) stages.push_back(l.stage);
+  return stages;
+}
+
+std::vector<std::pair<int, std::vector<at::Tensor>>> Executor::stage_parameters(int stage) const {
+  std::vector<std::pair<int, std::vector<at::Tensor>>> result;
+  const auto& l = state_->locals[state_->local_of_stage[stage]];
+  for (int node = l.module.begin; node < l.module.end; ++node)
+    result.emplace_back(node, l.module.operators[node - l.module.begin]->parameters());
+  return result;
+}
+
+StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch) {
+  State& s = *state_;
+  if (static_cast<int>(batch.size()) != s.microbatches)
+    throw Error(fmt::format("step {}: {} micro-batches of data for a schedule of {}", step, batch.size(), s.microbatches));
+  at::NoGradGuard no_grad;
+  s.step = step;
+  s.batch = &batch;
+  s.peak_saved = s.saved_bytes;
+  s.peak_offloaded = s.offloaded_bytes;
+  for (auto& l : s.locals) l.stepped = false;
+  StepReport report;
+  s.transport.barrier(s.options.timeout);
+  const Clock::time_point start = Clock::now();
+  auto since_start = [&] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(); };
+  const auto& actions = s.schedule.device_actions[s.rank];
+  if (s.options.record_trace) report.trace.reserve(actions.size());
+  for (s.action_index = 0; s.action_index < static_cast<int>(actions.size()); ++s.action_index) {
+    s.inject_fault();
+    const int64_t begin = since_start();
+    s.waited_ns = 0;
+    s.execute(actions[s.action_index]);
+    if (s.options.record_trace) report.trace.push_back({s.action_index, begin, since_start(), s.waited_ns});
+  }
+  for (auto& p : s.sends)
+    s.wait(*p.transfer, fmt::format("{}: send to rank {} did not complete", p.posted_by, p.peer));
+  s.sends.clear();
+  s.synchronise_replicas();
+  double local_loss = 0;
+  for (auto& l : s.locals) {
+    if (!l.stepped) s.optimizer_step(l);
+    if (l.chunk + 1 == s.plan.num_chunks())
+      for (auto& m : l.micro) local_loss += m.loss / s.microbatches;
+    for (int mb = 0; mb < s.microbatches; ++mb) {
+      if (l.recv_forward[mb].transfer || l.recv_backward[mb].transfer)
+        throw Error(fmt::format("rank {}: step {}: a receive of stage {} micro-batch {} was posted but never used",
+                                s.rank, step, l.stage, mb));
+      l.micro[mb] = State::Micro{};
+    }
+  }
+  s.saved_bytes = 0;
+  s.offloaded_bytes = 0;
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  at::Tensor loss = at::full({1}, local_loss, at::TensorOptions().dtype(at::kDouble));
+  s.transport.all_reduce_sum(loss, s.options.timeout);
+  report.loss = loss.item<double>();
+  report.peak_saved_bytes = s.peak_saved;
+  report.peak_offloaded_bytes = s.peak_offloaded;
+  return report;
+}
+
+}  // namespace flexpipe::runtime

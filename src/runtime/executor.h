@@ -1,0 +1,73 @@
+#pragma once
+// Runs one rank's share of a schedule: walks the rank's lowered action list, one training step at a
+// time. Semantics per action kind: docs/runtime.md. Transfers are posted at their SEND/RECV action
+// and waited for right before the data is used (receives) or at the end of the step (sends); stages
+// on the same rank hand tensors over directly.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "flexpipe/core/schedule.h"
+#include "flexpipe/runtime/run_request.h"
+#include "hooks.h"
+#include "model_plan.h"
+#include "optimizer.h"
+#include "transport.h"
+
+namespace flexpipe::runtime {
+
+// A peer failed or went silent, or a transfer broke: names this rank, the action and the peer.
+class PeerFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ExecutorOptions {
+  OptimizerConfig optimizer;
+  std::chrono::milliseconds timeout{60000};
+  FaultInjection fault;
+  bool record_trace = true;
+};
+
+// One executed action: its index in the lowered list and when it ran, in nanoseconds since the step
+// began on this rank (after the step's starting barrier).
+struct ActionRecord {
+  int32_t index = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t wait_ns = 0;  // of which blocked waiting for a peer's data
+};
+
+struct StepReport {
+  double loss = 0;                  // mean over all micro-batches (all ranks summed)
+  std::vector<ActionRecord> trace;  // this rank's actions
+  int64_t peak_saved_bytes = 0;     // activations held for backward passes, device side
+  int64_t peak_offloaded_bytes = 0;
+  double seconds = 0;               // this rank's step, from the barrier to the last wait
+};
+
+class Executor {
+ public:
+  // `schedule` must be valid; it is lowered here. Throws Error (before any communication) when the
+  // schedule does not fit: world size vs devices, partition vs stages, a custom operation without hook.
+  Executor(const Schedule& schedule, const ModelPlan& plan, Transport& transport, const HookRegistry& hooks,
+           ExecutorOptions options);
+  ~Executor();
+
+  StepReport run_step(int step, const std::vector<MicroBatchData>& batch);
+
+  const Schedule& lowered() const;
+  // Parameters of the stage's operators, in node order, for verification.
+  std::vector<std::pair<int, std::vector<at::Tensor>>> stage_parameters(int stage) const;
+  std::vector<int> local_stages() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace flexpipe::runtime

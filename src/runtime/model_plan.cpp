@@ -1,0 +1,77 @@
+#include "model_plan.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/trainable_model.h"
+
+namespace flexpipe::runtime {
+
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+ModelPlan make_model_plan(const ModelConfig& config, const Partition& partition, int microbatch_size,
+                          at::ScalarType dtype, uint64_t seed) {
+  if (microbatch_size < 1) throw Error(fmt::format("micro-batch size must be positive (got {})", microbatch_size));
+  ModelPlan plan;
+  plan.graph = trainable_graph(config, microbatch_size, "H100-80GB", dtype == at::kDouble ? 8 : 4);
+  if (partition.stage_of_node.size() != plan.graph.nodes.size())
+    throw Error(fmt::format("partition covers {} operators but {} has {}", partition.stage_of_node.size(),
+                            plan.graph.name, plan.graph.nodes.size()));
+  plan.shape = {config.hidden, config.heads, config.ffn_hidden, config.vocab, config.max_positions};
+  plan.inputs = operator_inputs(plan.graph);
+  plan.partition = partition;
+  plan.starts = chunk_starts(partition);
+  plan.crossing = boundary_tensors(plan.graph, partition);
+  for (int k = 0; k < partition.num_stages; ++k)
+    if (plan.starts[k] == plan.starts[k + 1])
+      throw Error(fmt::format("partition: model chunk {} holds no operator; the runtime needs at least one per chunk", k));
+  plan.microbatch_size = microbatch_size;
+  plan.seq_len = config.seq_len;
+  plan.dtype = dtype;
+  plan.seed = seed;
+  return plan;
+}
+
+ChunkModule make_chunk_module(const ModelPlan& plan, int chunk) {
+  ChunkModule module;
+  module.chunk = chunk;
+  module.begin = plan.starts[chunk];
+  module.end = plan.starts[chunk + 1];
+  for (int node = module.begin; node < module.end; ++node)
+    module.operators.push_back(make_operator(plan.graph, node, plan.shape, plan.seed, plan.dtype));
+  return module;
+}
+
+std::vector<int64_t> output_shape(const ModelPlan& plan, int node) {
+  const OperatorNode& n = plan.graph.nodes[node];
+  const int64_t b = plan.microbatch_size, s = plan.seq_len, h = plan.shape.hidden;
+  if (n.kind == "cross_entropy") return {};
+  if (n.kind == "softmax" || ends_with(n.name, ".scores")) return {b, plan.shape.heads, s, s};
+  if (ends_with(n.name, ".qkv")) return {b, s, 3 * h};
+  if (ends_with(n.name, ".fc1") || n.kind == "gelu") return {b, s, plan.shape.ffn_hidden};
+  if (ends_with(n.name, ".lm_head")) return {b, s, plan.shape.vocab};
+  return {b, s, h};
+}
+
+std::vector<MicroBatchData> make_batch(const ModelPlan& plan, int microbatches, int step) {
+  at::Generator generator = at::detail::createCPUGenerator(plan.seed * 7777777ULL + static_cast<uint64_t>(step) + 17);
+  const int64_t b = plan.microbatch_size, s = plan.seq_len;
+  const at::Tensor sequences =
+      at::randint(plan.shape.vocab, {microbatches * b, s + 1}, generator, at::TensorOptions().dtype(at::kLong));
+  std::vector<MicroBatchData> batch;
+  for (int m = 0; m < microbatches; ++m) {
+    const at::Tensor rows = sequences.narrow(0, m * b, b);
+    batch.push_back({rows.narrow(1, 0, s).contiguous(), rows.narrow(1, 1, s).contiguous()});
+  }
+  return batch;
+}
+
+}  // namespace flexpipe::runtime

@@ -1,0 +1,57 @@
+#pragma once
+// A trainable model cut into chunks: the cost graph, each node's inputs, and what crosses each cut.
+// Shared by the executor (which builds the operators of its own stages only) and the single-process
+// reference (which builds all of them).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "flexpipe/core/cost_graph.h"
+#include "flexpipe/core/model_zoo.h"
+#include "flexpipe/core/stage_aggregation.h"
+#include "operators.h"
+
+namespace flexpipe::runtime {
+
+struct ModelPlan {
+  CostGraph graph;
+  OperatorShape shape;
+  std::vector<std::vector<int>> inputs;    // per node: producers, in operator input order
+  Partition partition;                     // chunk of each node
+  std::vector<int> starts;                 // first node of each chunk; starts.back() == node count
+  std::vector<std::vector<int>> crossing;  // per chunk: nodes whose output enters it (boundary_tensors)
+  int microbatch_size = 1;
+  int seq_len = 1;
+  at::ScalarType dtype = at::kFloat;
+  uint64_t seed = 0;
+
+  int num_chunks() const { return partition.num_stages; }
+  int loss_node() const { return static_cast<int>(graph.nodes.size()) - 1; }
+};
+
+// Throws Error when the model is not trainable or the partition does not fit the graph.
+ModelPlan make_model_plan(const ModelConfig& config, const Partition& partition, int microbatch_size,
+                          at::ScalarType dtype, uint64_t seed);
+
+// The operators of one chunk, nodes [begin, end): one copy per stage holding the chunk.
+struct ChunkModule {
+  int chunk = 0;
+  int begin = 0;
+  int end = 0;
+  std::vector<std::unique_ptr<Operator>> operators;  // operators[i] is node begin + i
+
+  Operator& op(int node) { return *operators[node - begin]; }
+  bool holds(int node) const { return node >= begin && node < end; }
+};
+ChunkModule make_chunk_module(const ModelPlan& plan, int chunk);
+
+// The shape of node `node`'s output for one micro-batch.
+std::vector<int64_t> output_shape(const ModelPlan& plan, int node);
+
+// Deterministic synthetic data for a training step: `microbatches` x b sequences of seq_len + 1
+// token ids from a generator seeded by (seed, step); targets are the tokens shifted by one.
+std::vector<MicroBatchData> make_batch(const ModelPlan& plan, int microbatches, int step);
+
+}  // namespace flexpipe::runtime

@@ -1,0 +1,107 @@
+#include "reference_model.h"
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+
+namespace flexpipe::runtime {
+
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Q, K or V of the fused projection as [b, heads, s, head_dim].
+at::Tensor head_part(const at::Tensor& qkv, int which, int64_t heads) {
+  const int64_t b = qkv.size(0), s = qkv.size(1), h = qkv.size(2) / 3;
+  return qkv.narrow(2, which * h, h).reshape({b, s, heads, h / heads}).transpose(1, 2);
+}
+
+}  // namespace
+
+at::Tensor reference_loss(const ModelPlan& plan, const std::vector<std::vector<at::Tensor>>& parameters,
+                          const MicroBatchData& data) {
+  const CostGraph& graph = plan.graph;
+  const int64_t b = data.tokens.size(0), s = data.tokens.size(1), heads = plan.shape.heads;
+  std::vector<at::Tensor> values(graph.nodes.size());
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const OperatorNode& node = graph.nodes[n];
+    const std::vector<at::Tensor>& p = parameters[n];
+    std::vector<at::Tensor> in;
+    for (int producer : plan.inputs[n]) in.push_back(values[producer]);
+    at::Tensor& out = values[n];
+    if (node.kind == "embedding") {
+      out = ends_with(node.name, ".position")
+                ? at::embedding(p[0], at::arange(s, data.tokens.options())).unsqueeze(0).expand({b, s, p[0].size(1)})
+                : at::embedding(p[0], data.tokens);
+    } else if (node.kind == "add") {
+      out = in[0];
+      for (size_t i = 1; i < in.size(); ++i) out = out + in[i];
+    } else if (node.kind == "layernorm") {
+      out = at::layer_norm(in[0], {p[0].size(0)}, p[0], p[1], 1e-5);
+    } else if (node.kind == "linear") {
+      out = at::linear(in[0], p[0], p.size() > 1 ? c10::optional<at::Tensor>(p[1]) : c10::nullopt);
+    } else if (ends_with(node.name, ".scores")) {
+      const at::Tensor q = head_part(in[0], 0, heads), k = head_part(in[0], 1, heads);
+      const at::Tensor mask = at::ones({s, s}, data.tokens.options().dtype(at::kBool)).triu(1);
+      out = (at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1))))
+                .masked_fill(mask, -std::numeric_limits<double>::infinity());
+    } else if (node.kind == "softmax") {
+      out = at::softmax(in[0], -1);
+    } else if (ends_with(node.name, ".attention_v")) {
+      out = at::matmul(in[0], head_part(in[1], 2, heads)).transpose(1, 2).reshape({b, s, plan.shape.hidden});
+    } else if (node.kind == "gelu") {
+      out = at::gelu(in[0]);
+    } else if (node.kind == "cross_entropy") {
+      out = at::cross_entropy_loss(in[0].reshape({-1, in[0].size(-1)}), data.targets.reshape({-1}));
+    }
+  }
+  return values.back();
+}
+
+ReferenceRun train_reference(const ModelPlan& plan, int microbatches, int steps, const OptimizerConfig& config) {
+  ReferenceRun run;
+  std::vector<std::vector<at::Tensor>> parameters;
+  std::vector<at::Tensor> flat;
+  for (size_t n = 0; n < plan.graph.nodes.size(); ++n) {
+    parameters.push_back(initial_parameters(plan.graph, static_cast<int>(n), plan.shape, plan.seed, plan.dtype));
+    for (at::Tensor& p : parameters.back()) {
+      p.requires_grad_(true);
+      flat.push_back(p);
+    }
+  }
+  Optimizer optimizer(config, flat);
+  for (int step = 0; step < steps; ++step) {
+    double loss = 0;
+    for (const MicroBatchData& data : make_batch(plan, microbatches, step)) {
+      const at::Tensor mb_loss = reference_loss(plan, parameters, data) / microbatches;
+      mb_loss.backward();
+      loss += mb_loss.item<double>();
+    }
+    run.losses.push_back(loss);
+    std::vector<at::Tensor> gradients;
+    for (at::Tensor& p : flat) gradients.push_back(p.grad());
+    if (step == 0)
+      for (const auto& node_params : parameters) {
+        run.first_gradients.emplace_back();
+        for (const at::Tensor& p : node_params) run.first_gradients.back().push_back(p.grad().clone());
+      }
+    optimizer.step(gradients);
+  }
+  for (const auto& node_params : parameters) {
+    run.parameters.emplace_back();
+    for (const at::Tensor& p : node_params) run.parameters.back().push_back(p.detach().clone());
+  }
+  return run;
+}
+
+double relative_difference(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = b.abs().max().item<double>();
+  const double diff = (a - b).abs().max().item<double>();
+  if (scale == 0) return diff == 0 ? 0 : std::numeric_limits<double>::infinity();
+  return diff / scale;
+}
+
+}  // namespace flexpipe::runtime
