@@ -39,7 +39,6 @@ void run(RunOptions& o, int& exit_code) {
   runtime::RunRequest& request = o.request;
   request.env = runtime::rank_env_from_environment();
   request.model = gpt_config(o.model);
-  if (o.schedule.devices == 0) o.schedule.devices = request.env.world_size;
   for (const std::string& hook : o.hooks) {
     const size_t eq = hook.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == hook.size())
@@ -52,6 +51,9 @@ void run(RunOptions& o, int& exit_code) {
   for (const std::string& spec : o.schedules) {
     ScheduleOptions options = o.schedule;
     options.spec = spec;
+    // A built-in schedule takes its device count from the job; a file fixes its own.
+    const bool file = spec.find_first_of("./") != std::string::npos;
+    if (!file && options.devices == 0) options.devices = request.env.world_size;
     runtime::ScheduledRun run;
     run.schedule = load_checked_schedule(options);
     if (run.schedule.num_devices != request.env.world_size)

@@ -557,7 +557,12 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
   s.peak_offloaded = s.offloaded_bytes;
   for (auto& l : s.locals) l.stepped = false;
   StepReport report;
-  s.transport.barrier(s.options.timeout);
+  try {
+    s.transport.barrier(s.options.timeout);
+  } catch (const std::exception& e) {
+    throw PeerFailure(fmt::format("rank {}: step {}: waiting for every rank at the start of the step: {}", s.rank, step,
+                                  e.what()));
+  }
   const Clock::time_point start = Clock::now();
   auto since_start = [&] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(); };
   const auto& actions = s.schedule.device_actions[s.rank];
@@ -589,7 +594,11 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
   s.offloaded_bytes = 0;
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   at::Tensor loss = at::full({1}, local_loss, at::TensorOptions().dtype(at::kDouble));
-  s.transport.all_reduce_sum(loss, s.options.timeout);
+  try {
+    s.transport.all_reduce_sum(loss, s.options.timeout);
+  } catch (const std::exception& e) {
+    throw PeerFailure(fmt::format("rank {}: step {}: summing the loss over all ranks: {}", s.rank, step, e.what()));
+  }
   report.loss = loss.item<double>();
   report.peak_saved_bytes = s.peak_saved;
   report.peak_offloaded_bytes = s.peak_offloaded;

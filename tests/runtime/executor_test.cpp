@@ -1,0 +1,206 @@
+// The executor with every rank as a thread over the in-process transport: exactness against the
+// autograd reference for cuts inside blocks, relayed tensors, recompute, offload, custom operations
+// and float32, and the errors raised before any communication.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "executor.h"
+#include "flexpipe/core/builtin_schedules.h"
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/schedule_io.h"
+#include "flexpipe/core/trainable_model.h"
+#include "flexpipe/lang/library.h"
+#include "reference_model.h"
+
+namespace flexpipe::runtime {
+namespace {
+
+const GptSize kSize{2, 16, 4, 32, 8};
+
+ModelPlan plan_for(const Partition& partition, at::ScalarType dtype = at::kDouble) {
+  return make_model_plan(gpt_config(kSize), partition, 2, dtype, 5);
+}
+Partition balanced(int chunks) { return partition_balanced(trainable_graph(gpt_config(kSize), 2), chunks); }
+Partition sizes(std::vector<int> counts) {
+  return partition_from_sizes(trainable_graph(gpt_config(kSize), 2), counts);
+}
+
+struct RankResult {
+  std::vector<StepReport> steps;
+  std::vector<std::pair<int, std::vector<at::Tensor>>> parameters;  // (node, tensors) of every local stage
+  std::string error;
+};
+
+std::vector<RankResult> train(const Schedule& schedule, const ModelPlan& plan, int steps, const OptimizerConfig& opt,
+                              const HookRegistry& hooks = {}) {
+  auto transports = make_local_transports(schedule.num_devices);
+  std::vector<RankResult> results(schedule.num_devices);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < schedule.num_devices; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        ExecutorOptions options;
+        options.optimizer = opt;
+        options.timeout = std::chrono::milliseconds(20000);
+        Executor executor(schedule, plan, *transports[r], hooks, options);
+        for (int step = 0; step < steps; ++step)
+          results[r].steps.push_back(executor.run_step(step, make_batch(plan, schedule.num_microbatches, step)));
+        for (int stage : executor.local_stages())
+          for (auto& entry : executor.stage_parameters(stage)) results[r].parameters.push_back(entry);
+      } catch (const std::exception& e) {
+        results[r].error = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+// Largest relative difference of losses and parameters against the single-process reference.
+double difference(const std::vector<RankResult>& results, const ModelPlan& plan, int microbatches, int steps,
+                  const OptimizerConfig& opt) {
+  const ReferenceRun ref = train_reference(plan, microbatches, steps, opt);
+  double worst = 0;
+  for (const RankResult& r : results) {
+    EXPECT_EQ(r.error, "");
+    for (int step = 0; step < static_cast<int>(r.steps.size()); ++step)
+      worst = std::max(worst, std::abs(r.steps[step].loss - ref.losses[step]) / std::abs(ref.losses[step]));
+    for (const auto& [node, tensors] : r.parameters)
+      for (size_t i = 0; i < tensors.size(); ++i) worst = std::max(worst, relative_difference(tensors[i], ref.parameters[node][i]));
+  }
+  return worst;
+}
+
+Schedule data_schedule(const std::string& name) {
+  return load_schedule(std::string(FLEXPIPE_TEST_DATA) + "/runtime/" + name, {}, {});
+}
+// OFFLOAD, RELOAD, R, a stage-wide custom operation and OPT in one schedule.
+Schedule example_schedule() {
+  return load_schedule(std::string(FLEXPIPE_TEST_DATA) + "/../../examples/offload-1f1b-2dev.json", {}, {});
+}
+
+OptimizerConfig adamw() { return {"adamw", 1e-2, 0.01}; }
+
+TEST(Executor, CutInsideABlockIsExact) {
+  const Schedule schedule = make_builtin("1f1b", {2, 4});
+  const ModelPlan plan = plan_for(sizes({4, 26}));  // cut after ln1: the residual crosses too
+  ASSERT_EQ(plan.crossing[1].size(), 2u);
+  const auto results = train(schedule, plan, 2, adamw());
+  EXPECT_LT(difference(results, plan, 4, 2, adamw()), 1e-9);
+  // The comparison does see a difference when there is one: another learning rate.
+  EXPECT_GT(difference(results, plan, 4, 2, {"adamw", 2e-2, 0.01}), 1e-3);
+}
+
+TEST(Executor, RelayedTensorsAreExact) {
+  const Schedule schedule = compile_builtin("zb-h1", {3, 6, 0}).schedule;
+  const ModelPlan plan = plan_for(sizes({4, 3, 23}));  // chunk 1 relays the residual stream
+  ASSERT_EQ(plan.crossing[2].size(), 3u);
+  EXPECT_LT(difference(train(schedule, plan, 2, adamw()), plan, 6, 2, adamw()), 1e-9);
+}
+
+TEST(Executor, VPlacementHandsOverLocally) {
+  const Schedule schedule = compile_builtin("zb-v", {2, 4, 0}).schedule;
+  const ModelPlan plan = plan_for(balanced(4));
+  EXPECT_LT(difference(train(schedule, plan, 2, adamw()), plan, 4, 2, adamw()), 1e-9);
+}
+
+TEST(Executor, DualPipeReplicasStayIdentical) {
+  const Schedule schedule = compile_builtin("dualpipe", {2, 4, 0}).schedule;
+  const ModelPlan plan = plan_for(balanced(2));
+  const auto results = train(schedule, plan, 2, adamw());
+  EXPECT_LT(difference(results, plan, 4, 2, adamw()), 1e-9);
+  // Rank 0 holds chunk 0 of pipeline 0 and chunk 1 of pipeline 1; rank 1 the other copies.
+  for (const auto& [node, tensors] : results[0].parameters)
+    for (const auto& [other_node, other] : results[1].parameters)
+      if (node == other_node)
+        for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(at::equal(tensors[i], other[i]));
+}
+
+TEST(Executor, RecomputeOffloadAndCustomOperationsAreExact) {
+  const Schedule schedule = example_schedule();
+  const ModelPlan plan = plan_for(balanced(2));
+  HookRegistry hooks;
+  int calls = 0;
+  hooks.add("GRAD_ALLREDUCE", [&](const HookContext& c) {
+    EXPECT_EQ(c.microbatch, -1);
+    ++calls;
+  });
+  const auto results = train(schedule, plan, 2, adamw(), hooks);
+  EXPECT_LT(difference(results, plan, 3, 2, adamw()), 1e-9);
+  EXPECT_EQ(calls, 2 * 2);  // once per stage per step
+  EXPECT_GT(results[0].steps[1].peak_offloaded_bytes, 0);
+  EXPECT_EQ(results[1].steps[1].peak_offloaded_bytes, 0);
+}
+
+TEST(Executor, RecomputeLowersThePeakOfSavedActivations) {
+  // 1F1B on 2 ranks, 3 micro-batches: stage 0 holds two micro-batches' activations at its peak;
+  // recomputing every micro-batch right before its backward leaves one at a time.
+  const Schedule plain = data_schedule("1f1b-2dev.json");
+  const Schedule recompute = data_schedule("1f1b-2dev-recompute.json");
+  const ModelPlan plan = plan_for(balanced(2));
+  const auto a = train(plain, plan, 1, adamw()), b = train(recompute, plan, 1, adamw());
+  EXPECT_GT(b[0].steps[0].peak_saved_bytes, 0);
+  EXPECT_EQ(a[0].steps[0].peak_saved_bytes, 2 * b[0].steps[0].peak_saved_bytes);
+  EXPECT_EQ(a[1].steps[0].peak_saved_bytes, b[1].steps[0].peak_saved_bytes);  // stage 1 is unchanged
+  EXPECT_LT(difference(b, plan, 3, 1, adamw()), 1e-9);
+}
+
+TEST(Executor, Float32WithSgdIsWithinOneMillionth) {
+  const OptimizerConfig sgd{"sgd", 0.1, 0};
+  for (const char* name : {"1f1b", "zb-h1", "interleaved-1f1b"}) {
+    const Schedule schedule = compile_builtin(name, {2, 4, 0}).schedule;
+    const ModelPlan plan = plan_for(balanced(schedule.stages_per_pipeline), at::kFloat);
+    EXPECT_LT(difference(train(schedule, plan, 3, sgd), plan, 4, 3, sgd), 1e-6) << name;
+  }
+}
+
+TEST(Executor, MismatchesAreRejectedBeforeAnyCommunication) {
+  const ModelPlan plan = plan_for(balanced(2));
+  auto transports = make_local_transports(3);
+  const HookRegistry none;
+  try {
+    Executor(make_builtin("1f1b", {2, 4}), plan, *transports[0], none, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "schedule 1f1b runs on 2 devices but the job has 3 ranks");
+  }
+  auto two = make_local_transports(2);
+  try {
+    Executor(make_builtin("interleaved-1f1b", {2, 4, 2}), plan, *two[0], none, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "schedule interleaved-1f1b has 4 stages per pipeline but the model is cut into 2 chunks");
+  }
+  try {
+    Executor(example_schedule(), plan, *two[0],
+             none, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "schedule 1f1b-offload-recompute uses operation GRAD_ALLREDUCE but no hook is registered for it "
+                 "(registered: none); map it with --hook GRAD_ALLREDUCE=noop|log|sleep:MS");
+  }
+}
+
+TEST(Executor, ASilentPeerTimesOutNamingTheRankAndAction) {
+  const Schedule schedule = make_builtin("1f1b", {2, 2});
+  const ModelPlan plan = plan_for(balanced(2));
+  auto transports = make_local_transports(2);
+  ExecutorOptions options;
+  options.timeout = std::chrono::milliseconds(300);
+  Executor executor(schedule, plan, *transports[1], HookRegistry{}, options);
+  // Rank 0 never starts: rank 1 gives up at the step's starting barrier.
+  try {
+    executor.run_step(0, make_batch(plan, 2, 0));
+    FAIL();
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1: step 0: waiting for every rank at the start of the step"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace flexpipe::runtime
