@@ -92,4 +92,19 @@ CostTable measured_costs(const Schedule& lowered, const std::vector<std::vector<
   return table;
 }
 
+Schedule with_measured_custom_durations(Schedule lowered, const std::vector<std::vector<MeasuredAction>>& devices) {
+  check_indices(lowered, devices);
+  std::vector<double> sum(lowered.custom_ops.size(), 0.0), count(lowered.custom_ops.size(), 0.0);
+  for (size_t d = 0; d < devices.size(); ++d)
+    for (const MeasuredAction& m : devices[d]) {
+      const Action& a = lowered.device_actions[d][m.index];
+      if (a.kind != ActionKind::Custom) continue;
+      sum[a.custom] += std::max(0.0, m.end - m.start - m.wait);
+      count[a.custom] += 1;
+    }
+  for (size_t k = 0; k < lowered.custom_ops.size(); ++k)
+    if (count[k] > 0) lowered.custom_ops[k].duration = sum[k] / count[k];
+  return lowered;
+}
+
 }  // namespace flexpipe

@@ -16,6 +16,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Adds the time of its scope to `total`: what the operators and the optimizer take, so that the
+// executor's own overhead per action can be told apart from compute.
+struct ComputeTimer {
+  int64_t& total;
+  Clock::time_point start = Clock::now();
+  ~ComputeTimer() { total += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(); }
+};
+
 // Tags: one per (boundary, micro-batch, direction); replica gradient exchanges above kReplicaTags.
 constexpr uint32_t kReplicaTags = 1u << 30;
 
@@ -182,6 +190,8 @@ struct Executor::State {
     waited_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - begin).count();
   }
   int64_t waited_ns = 0;
+  int64_t compute_ns = 0;
+  int64_t transfer_ns = 0;  // posting sends and receives (the transport's share, not the executor's)
 
   uint32_t forward_tag(int to_stage, int mb) const {
     return static_cast<uint32_t>((int64_t(mb) * schedule.num_stages() + to_stage) * 2);
@@ -193,6 +203,7 @@ struct Executor::State {
     p.buffer = data;
     p.peer = peer;
     p.posted_by = where(a);
+    ComputeTimer timer{transfer_ns};
     p.transfer = transport.post_send(p.buffer, peer, tag);
     sends.push_back(std::move(p));
   }
@@ -202,6 +213,7 @@ struct Executor::State {
     p.buffer = at::empty({total_numel(shapes)}, at::TensorOptions().dtype(plan.dtype));
     p.peer = peer;
     p.posted_by = where(a);
+    ComputeTimer timer{transfer_ns};
     p.transfer = transport.post_recv(p.buffer, peer, tag);
     return p;
   }
@@ -244,6 +256,7 @@ struct Executor::State {
     for (int v = mod.begin; v < mod.end; ++v) {
       std::vector<at::Tensor> in;
       for (int p : plan.inputs[v]) in.push_back(p >= mod.begin ? values[p - mod.begin] : m.inputs[crossing_index[k][p]]);
+      ComputeTimer timer{compute_ns};
       values[v - mod.begin] = mod.operators[v - mod.begin]->forward(in, data, keep ? m.saved[v - mod.begin] : discarded);
     }
     m.has_saved = keep;
@@ -323,6 +336,7 @@ struct Executor::State {
       if (!g.defined()) continue;
       Operator& op = mod.op(v);
       const Saved& saved = m.saved[v - mod.begin];
+      ComputeTimer timer{compute_ns};
       const std::vector<at::Tensor> in = op.backward_input(g, saved);
       for (size_t i = 0; i < in.size(); ++i)
         if (in[i].defined()) add_to(target(plan.inputs[v][i]), in[i]);
@@ -345,7 +359,10 @@ struct Executor::State {
     if (m.offloaded)
       throw Error(fmt::format("{}: the activations of stage {} micro-batch {} are offloaded; RELOAD them first", where(a),
                               stage, mb));
-    for (const auto& [node, g] : m.pending_weight) l.module.op(node).backward_weight(g, m.saved[node - l.module.begin]);
+    for (const auto& [node, g] : m.pending_weight) {
+      ComputeTimer timer{compute_ns};
+      l.module.op(node).backward_weight(g, m.saved[node - l.module.begin]);
+    }
     m.pending_weight.clear();
     release(m);
   }
@@ -388,6 +405,7 @@ struct Executor::State {
     std::vector<at::Tensor> grads;
     for (auto& op : l.module.operators)
       for (at::Tensor& g : op->gradients()) grads.push_back(g);
+    ComputeTimer timer{compute_ns};
     l.optimizer->step(grads);
     l.stepped = true;
   }
@@ -571,11 +589,16 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
     s.inject_fault();
     const int64_t begin = since_start();
     s.waited_ns = 0;
+    s.compute_ns = 0;
+    s.transfer_ns = 0;
     s.execute(actions[s.action_index]);
-    if (s.options.record_trace) report.trace.push_back({s.action_index, begin, since_start(), s.waited_ns});
+    const int64_t end = since_start();
+    report.overhead_ns += end - begin - s.waited_ns - s.compute_ns - s.transfer_ns;
+    if (s.options.record_trace) report.trace.push_back({s.action_index, begin, end, s.waited_ns});
   }
   for (auto& p : s.sends)
     s.wait(*p.transfer, fmt::format("{}: send to rank {} did not complete", p.posted_by, p.peer));
+  report.actions = static_cast<int64_t>(actions.size());
   s.sends.clear();
   s.synchronise_replicas();
   double local_loss = 0;

@@ -48,6 +48,8 @@ struct StepReport {
   int64_t peak_saved_bytes = 0;     // activations held for backward passes, device side
   int64_t peak_offloaded_bytes = 0;
   double seconds = 0;               // this rank's step, from the barrier to the last wait
+  int64_t overhead_ns = 0;          // summed over actions: neither computing, posting nor waiting for a transfer
+  int64_t actions = 0;              // actions run
 };
 
 class Executor {

@@ -100,14 +100,18 @@ class RankJob {
       last = executor.run_step(step, make_batch(plan, m, step));
       const std::vector<double> seconds = gather(transport_, last.seconds, timeout_);
       const std::vector<double> peak = gather(transport_, double(last.peak_saved_bytes), timeout_);
+      const std::vector<double> overhead =
+          gather(transport_, last.overhead_ns / 1e3 / std::max<double>(1, double(last.actions)), timeout_);
       j["steps"].push_back({{"loss", last.loss},
                             {"seconds", *std::max_element(seconds.begin(), seconds.end())},
-                            {"peak_saved_bytes", peak}});
+                            {"peak_saved_bytes", peak},
+                            {"overhead_us_per_action", overhead}});
     }
     const auto devices = gather_trace(transport_, last.trace, timeout_);
     const Schedule& lowered = executor.lowered();
     const SimResult measured = measured_result(lowered, devices);
-    const SimResult predicted = simulate(lowered, measured_costs(lowered, devices), {false, false});
+    const SimResult predicted =
+        simulate(with_measured_custom_durations(lowered, devices), measured_costs(lowered, devices), {false, false});
     j["measured_makespan_ms"] = measured.makespan;
     j["predicted_makespan_ms"] = predicted.makespan;
     j["measured_bubble_ratio"] = measured.bubble_ratio;

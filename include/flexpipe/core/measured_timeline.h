@@ -29,4 +29,8 @@ SimResult measured_result(const Schedule& lowered, const std::vector<std::vector
 // the derived defaults (B = I + W, R = F). Links cost nothing: the prediction isolates the schedule.
 CostTable measured_costs(const Schedule& lowered, const std::vector<std::vector<MeasuredAction>>& devices);
 
+// The schedule with each custom operation kind's duration set to its mean measured time (the
+// simulator reads custom durations from the schedule, not from the cost table).
+Schedule with_measured_custom_durations(Schedule lowered, const std::vector<std::vector<MeasuredAction>>& devices);
+
 }  // namespace flexpipe
