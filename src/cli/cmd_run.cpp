@@ -57,12 +57,17 @@ void run(RunOptions& o, int& exit_code) {
     runtime::ScheduledRun run;
     run.schedule = load_checked_schedule(options);
     if (run.schedule.num_devices != request.env.world_size)
-      throw Error(fmt::format("{} runs on {} devices but this job has {} ranks (WORLD_SIZE); start it with "
+      throw Error(fmt::format("{} runs on {} devices but this job has {} rank{} (WORLD_SIZE); start it with "
                               "`flexpipe launch -n {} -- flexpipe run ...`", spec, run.schedule.num_devices,
-                              request.env.world_size, run.schedule.num_devices));
+                              request.env.world_size, request.env.world_size == 1 ? "" : "s",
+                              run.schedule.num_devices));
     const int chunks = run.schedule.stages_per_pipeline;
-    run.partition = o.partition.empty() ? partition_balanced(graph, chunks) : parse_partition(graph, o.partition, chunks);
-    check_partition(graph, run.partition);
+    try {
+      run.partition = o.partition.empty() ? partition_balanced(graph, chunks) : parse_partition(graph, o.partition, chunks);
+      check_partition(graph, run.partition);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: partition{}: {}", spec, o.partition.empty() ? "" : " " + o.partition, e.what()));
+    }
     request.runs.push_back(std::move(run));
   }
   exit_code = run_runtime(request);
