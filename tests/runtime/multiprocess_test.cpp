@@ -62,6 +62,12 @@ TEST_F(MultiProcess, EveryBuiltinIsExactOnFourRanks) {
   expect_exact(4, kAllBuiltins + " dualpipe", "--dtype float64 --layers 4 --steps 3", 11);
 }
 
+TEST_F(MultiProcess, RecomputeAndOffloadAreExactOnThreeAndFourRanks) {
+  // Every stage but the last offloads its even warm-up micro-batches and recomputes its odd ones.
+  expect_exact(3, kData + "/runtime/1f1b-memory.fps", "-D p=3 --dtype float64 --layers 3 --steps 3", 1);
+  expect_exact(4, kData + "/runtime/1f1b-memory.fps", "--dtype float64 --layers 4 --steps 3", 1);
+}
+
 TEST_F(MultiProcess, Float32WithSgdIsExactToOneMillionth) {
   expect_exact(4, "1f1b zb-h2 interleaved-1f1b dualpipev", "--optimizer sgd --lr 0.1 --steps 3", 4);
 }
