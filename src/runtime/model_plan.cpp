@@ -11,10 +11,6 @@ namespace flexpipe::runtime {
 
 namespace {
 
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 ModelPlan make_model_plan(const ModelConfig& config, const Partition& partition, int microbatch_size,
@@ -54,10 +50,9 @@ std::vector<int64_t> output_shape(const ModelPlan& plan, int node) {
   const OperatorNode& n = plan.graph.nodes[node];
   const int64_t b = plan.microbatch_size, s = plan.seq_len, h = plan.shape.hidden;
   if (n.kind == "cross_entropy") return {};
-  if (n.kind == "softmax" || ends_with(n.name, ".scores")) return {b, plan.shape.heads, s, s};
-  if (ends_with(n.name, ".qkv")) return {b, s, 3 * h};
-  if (ends_with(n.name, ".fc1") || n.kind == "gelu") return {b, s, plan.shape.ffn_hidden};
-  if (ends_with(n.name, ".lm_head")) return {b, s, plan.shape.vocab};
+  if (n.kind == "softmax" || n.name.ends_with(".scores")) return {b, plan.shape.heads, s, s};
+  if (n.kind == "linear") return {b, s, linear_sizes(n.name, plan.shape).at(0)};
+  if (n.kind == "gelu") return {b, s, plan.shape.ffn_hidden};
   return {b, s, h};
 }
 

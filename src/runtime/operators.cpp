@@ -16,10 +16,6 @@ constexpr double kNormEpsilon = 1e-5;
 constexpr double kInitStd = 0.02;  // GPT-2's initialisation of weights and embeddings
 constexpr int64_t kIgnoreIndex = -100;
 
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 at::Tensor flat_rows(const at::Tensor& t) { return t.reshape({-1, t.size(-1)}); }
 
 // ---- embeddings: a table lookup by token id (word) or by position ----
@@ -243,16 +239,16 @@ class CrossEntropy final : public Operator {
 
 uint64_t node_seed(uint64_t seed, int node) { return seed * 1000003ULL + static_cast<uint64_t>(node) * 7919ULL + 1; }
 
+}  // namespace
+
 std::vector<int64_t> linear_sizes(const std::string& name, const OperatorShape& s) {
-  if (ends_with(name, ".qkv")) return {3 * s.hidden, s.hidden};
-  if (ends_with(name, ".out_proj")) return {s.hidden, s.hidden};
-  if (ends_with(name, ".fc1")) return {s.ffn_hidden, s.hidden};
-  if (ends_with(name, ".fc2")) return {s.hidden, s.ffn_hidden};
-  if (ends_with(name, ".lm_head")) return {s.vocab, s.hidden};
+  if (name.ends_with(".qkv")) return {3 * s.hidden, s.hidden};
+  if (name.ends_with(".out_proj")) return {s.hidden, s.hidden};
+  if (name.ends_with(".fc1")) return {s.ffn_hidden, s.hidden};
+  if (name.ends_with(".fc2")) return {s.hidden, s.ffn_hidden};
+  if (name.ends_with(".lm_head")) return {s.vocab, s.hidden};
   return {};
 }
-
-}  // namespace
 
 int64_t Saved::bytes() const {
   int64_t total = 0;
@@ -275,7 +271,7 @@ std::vector<at::Tensor> initial_parameters(const CostGraph& graph, int node, con
   at::Generator generator = at::detail::createCPUGenerator(node_seed(seed, node));
   auto normal = [&](std::vector<int64_t> sizes) { return at::empty(sizes, options).normal_(0, kInitStd, generator); };
   if (n.kind == "embedding") {
-    const int64_t rows = ends_with(n.name, ".position") ? shape.max_positions : shape.vocab;
+    const int64_t rows = n.name.ends_with(".position") ? shape.max_positions : shape.vocab;
     return {normal({rows, shape.hidden})};
   }
   if (n.kind == "layernorm") return {at::ones({shape.hidden}, options), at::zeros({shape.hidden}, options)};
@@ -293,7 +289,7 @@ std::unique_ptr<Operator> make_operator(const CostGraph& graph, int node, const 
                                         at::ScalarType dtype) {
   const OperatorNode& n = graph.nodes[node];
   std::vector<at::Tensor> params = initial_parameters(graph, node, shape, seed, dtype);
-  if (n.kind == "embedding") return std::make_unique<Embedding>(n.name, ends_with(n.name, ".position"), std::move(params));
+  if (n.kind == "embedding") return std::make_unique<Embedding>(n.name, n.name.ends_with(".position"), std::move(params));
   if (n.kind == "add") {
     size_t inputs = 0;
     for (const TensorEdge& e : graph.edges) inputs += e.to == node;
@@ -304,8 +300,8 @@ std::unique_ptr<Operator> make_operator(const CostGraph& graph, int node, const 
     if (linear_sizes(n.name, shape).empty()) throw Error(fmt::format("runtime: no shape known for linear operator '{}'", n.name));
     return std::make_unique<Linear>(n.name, std::move(params));
   }
-  if (n.kind == "bmm" && ends_with(n.name, ".scores")) return std::make_unique<AttentionScores>(n.name, shape.heads);
-  if (n.kind == "bmm" && ends_with(n.name, ".attention_v"))
+  if (n.kind == "bmm" && n.name.ends_with(".scores")) return std::make_unique<AttentionScores>(n.name, shape.heads);
+  if (n.kind == "bmm" && n.name.ends_with(".attention_v"))
     return std::make_unique<AttentionValues>(n.name, shape.heads, shape.hidden);
   if (n.kind == "softmax") return std::make_unique<Softmax>(n.name);
   if (n.kind == "gelu") return std::make_unique<Gelu>(n.name);

@@ -69,6 +69,10 @@ struct OperatorShape {
   int64_t max_positions = 0;
 };
 
+// [out, in] of the linear operator named `name` (by its role: qkv, out_proj, fc1, fc2, lm_head);
+// empty for any other name.
+std::vector<int64_t> linear_sizes(const std::string& name, const OperatorShape& shape);
+
 // The operator of graph node `node`, parameters drawn from a generator seeded by (seed, node index),
 // so that every rank and the single-process reference build identical weights.
 // Throws Error for a node kind the runtime cannot execute.

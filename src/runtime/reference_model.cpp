@@ -9,10 +9,6 @@ namespace flexpipe::runtime {
 
 namespace {
 
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Q, K or V of the fused projection as [b, heads, s, head_dim].
 at::Tensor head_part(const at::Tensor& qkv, int which, int64_t heads) {
   const int64_t b = qkv.size(0), s = qkv.size(1), h = qkv.size(2) / 3;
@@ -33,7 +29,7 @@ at::Tensor reference_loss(const ModelPlan& plan, const std::vector<std::vector<a
     for (int producer : plan.inputs[n]) in.push_back(values[producer]);
     at::Tensor& out = values[n];
     if (node.kind == "embedding") {
-      out = ends_with(node.name, ".position")
+      out = node.name.ends_with(".position")
                 ? at::embedding(p[0], at::arange(s, data.tokens.options())).unsqueeze(0).expand({b, s, p[0].size(1)})
                 : at::embedding(p[0], data.tokens);
     } else if (node.kind == "add") {
@@ -43,14 +39,14 @@ at::Tensor reference_loss(const ModelPlan& plan, const std::vector<std::vector<a
       out = at::layer_norm(in[0], {p[0].size(0)}, p[0], p[1], 1e-5);
     } else if (node.kind == "linear") {
       out = at::linear(in[0], p[0], p.size() > 1 ? c10::optional<at::Tensor>(p[1]) : c10::nullopt);
-    } else if (ends_with(node.name, ".scores")) {
+    } else if (node.name.ends_with(".scores")) {
       const at::Tensor q = head_part(in[0], 0, heads), k = head_part(in[0], 1, heads);
       const at::Tensor mask = at::ones({s, s}, data.tokens.options().dtype(at::kBool)).triu(1);
       out = (at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(q.size(-1))))
                 .masked_fill(mask, -std::numeric_limits<double>::infinity());
     } else if (node.kind == "softmax") {
       out = at::softmax(in[0], -1);
-    } else if (ends_with(node.name, ".attention_v")) {
+    } else if (node.name.ends_with(".attention_v")) {
       out = at::matmul(in[0], head_part(in[1], 2, heads)).transpose(1, 2).reshape({b, s, plan.shape.hidden});
     } else if (node.kind == "gelu") {
       out = at::gelu(in[0]);

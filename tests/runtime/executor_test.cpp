@@ -114,8 +114,9 @@ TEST(Executor, DualPipeReplicasStayIdentical) {
   // Rank 0 holds chunk 0 of pipeline 0 and chunk 1 of pipeline 1; rank 1 the other copies.
   for (const auto& [node, tensors] : results[0].parameters)
     for (const auto& [other_node, other] : results[1].parameters)
-      if (node == other_node)
+      if (node == other_node) {
         for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(at::equal(tensors[i], other[i]));
+      }
 }
 
 TEST(Executor, RecomputeOffloadAndCustomOperationsAreExact) {

@@ -1,0 +1,244 @@
+// The Gloo transport: c10d's TCPStore for the rendezvous, ProcessGroupGloo over TCP for the tensors.
+// The only file of the library that includes c10d (each of its headers costs seconds per TU).
+//
+// What c10d 1.13 / Gloo do that shapes this file:
+// - SendWork/RecvWork::wait(timeout) throws gloo::IoException after `timeout`. A timeout of 0 means
+//   "no timeout" to c10d (it then waits for the process group's own timeout), hence the 1 ms floor.
+// - A timed-out wait closes every pair of the Gloo context ("Application timeout caused pair
+//   closure"): the group is unusable afterwards and the peers see their connections close. A timeout
+//   is therefore fatal to the job, which is what the executor does with it anyway.
+// - A peer whose process exits closes its sockets; pending transfers to or from it fail at once with
+//   "Connection closed by peer [addr]:port" instead of waiting for their timeout.
+// - A second wait() on a completed SendWork/RecvWork would wait for a second completion, so the
+//   Transfer remembers its outcome.
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "transport.h"
+
+namespace flexpipe::runtime {
+
+namespace {
+
+// The backend's own sentence, without what only its developers need: c10::Error::what() appends a
+// C++ backtrace, and Gloo prefixes "[./gloo/transport/tcp/pair.cc:598] ".
+std::string backend_message(const std::exception& error) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+  std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : error.what();
+  if (text.starts_with("[")) {
+    const size_t close = text.find("] ");
+    if (close != std::string::npos && text.find(':') < close) text.erase(0, close + 2);
+  }
+  return text;
+}
+
+// c10d treats a zero timeout as "none" (wait for the group's default); a caller asking for 0 wants
+// the opposite, so the shortest wait c10d can express stands in.
+std::chrono::milliseconds c10d_timeout(std::chrono::milliseconds timeout) {
+  return std::max(timeout, std::chrono::milliseconds(1));
+}
+
+// Gloo writes with writev(), which raises SIGPIPE when the peer's socket is closed. The default action
+// would kill this process silently (exit status 141) instead of failing the transfer with
+// "Connection closed by peer"; a handler someone installed on purpose is left alone.
+void ignore_sigpipe() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+}
+
+bool is_loopback(const std::string& address) {
+  return address == "localhost" || address.starts_with("127.") || address == "::1";
+}
+
+// Single-host jobs (and the tests) bind to loopback. Across hosts each rank must bind its own
+// interface: GLOO_SOCKET_IFNAME (as torch's own launcher honours it) or the address this machine's
+// hostname resolves to.
+std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master_addr) {
+  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface != nullptr && *interface != '\0')
+    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
+  if (is_loopback(master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname(master_addr);
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Rank 0 hosts the TCPStore; the others connect to it. A refused client retries after 1 s, and only
+// while that fits in `timeout`: with a timeout of 1 s or less, a rank that starts before rank 0
+// listens fails at once. The returned store is prefixed, to keep our keys and Gloo's apart from the
+// store's own.
+c10::intrusive_ptr<c10d::Store> open_store(const RankEnv& env, const std::string& address,
+                                           std::chrono::milliseconds timeout) {
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(env.master_port);
+    options.isServer = env.rank == 0;
+    options.waitWorkers = false;  // check_in does it, and names who is missing
+    options.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    return c10::make_intrusive<c10d::PrefixStore>("flexpipe", store);
+  } catch (const std::exception& error) {
+    if (env.rank == 0)
+      throw TransportError(fmt::format("rendezvous at {} failed: rank 0 could not host the TCPStore there: {}", address,
+                                       backend_message(error)));
+    throw TransportError(fmt::format("rendezvous at {} failed: rank {} waited up to {} ms to reach rank 0's TCPStore: {}",
+                                     address, env.rank, timeout.count(), backend_message(error)));
+  }
+}
+
+// Every rank announces itself, then waits until all have. 1.13's own waitWorkers gives up silently
+// on the server after its timeout and leaves a bare "Socket Timeout" to the group's constructor;
+// this says which ranks never came. Polling check() rather than a blocking wait() keeps the client
+// usable after a timeout (an abandoned wait's late reply would desynchronise its socket).
+void check_in(c10d::Store& store, const RankEnv& env, const std::string& address, std::chrono::milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (int rank = 0; rank < env.world_size; ++rank) keys.push_back(fmt::format("joined/{}", rank));
+  const auto deadline = Clock::now() + timeout;
+  try {
+    store.set(keys[env.rank], std::vector<uint8_t>{1});
+    while (!store.check(keys)) {
+      if (Clock::now() >= deadline) {
+        std::vector<int> missing;
+        for (int rank = 0; rank < env.world_size; ++rank)
+          if (!store.check({keys[rank]})) missing.push_back(rank);
+        std::string list;
+        for (int rank : missing) list += fmt::format("{}{}", list.empty() ? "" : ", ", rank);
+        throw TransportError(fmt::format("rendezvous at {} timed out after {} ms: rank{} {} of {} never joined (seen from "
+                                         "rank {})",
+                                         address, timeout.count(), missing.size() > 1 ? "s" : "", list, env.world_size,
+                                         env.rank));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } catch (const TransportError&) {
+    throw;
+  } catch (const std::exception& error) {
+    // Mostly rank 0 having given up (its deadline came first) and taken its store with it.
+    throw TransportError(fmt::format("rendezvous at {} failed: rank {} lost the TCPStore (has rank 0, its host, given "
+                                     "up or exited?): {}",
+                                     address, env.rank, backend_message(error)));
+  }
+}
+
+class GlooTransfer final : public Transfer {
+ public:
+  explicit GlooTransfer(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
+
+  void wait(std::chrono::milliseconds timeout) override {
+    if (done_) return;
+    if (!error_.empty()) throw TransportError(error_);
+    try {
+      if (!work_->wait(c10d_timeout(timeout))) error_ = "the transfer was aborted";
+    } catch (const std::exception& error) {
+      error_ = backend_message(error);
+    }
+    if (!error_.empty()) throw TransportError(error_);
+    done_ = true;
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;  // holds the tensor and Gloo's buffer until it completes
+  bool done_ = false;
+  std::string error_;
+};
+
+class GlooTransport final : public Transport {
+ public:
+  GlooTransport(const RankEnv& env, c10::intrusive_ptr<c10d::Store> store,
+                c10::intrusive_ptr<c10d::ProcessGroupGloo> group)
+      : env_(env), store_(std::move(store)), group_(std::move(group)) {}
+
+  int rank() const override { return env_.rank; }
+  int world_size() const override { return env_.world_size; }
+  std::string backend() const override { return "gloo"; }
+
+  std::unique_ptr<Transfer> post_send(const at::Tensor& tensor, int peer, uint32_t tag) override {
+    return post(tensor, peer, tag, /*is_send=*/true);
+  }
+  std::unique_ptr<Transfer> post_recv(const at::Tensor& tensor, int peer, uint32_t tag) override {
+    return post(tensor, peer, tag, /*is_send=*/false);
+  }
+
+  void all_reduce_sum(const at::Tensor& tensor, std::chrono::milliseconds timeout) override {
+    if (!tensor.defined() || !tensor.is_contiguous() || !tensor.is_cpu())
+      throw TransportError("all_reduce_sum needs a defined, contiguous CPU tensor");
+    all_reduce(tensor, "all_reduce_sum", timeout);
+  }
+
+  // ProcessGroupGloo::barrier would do, but an allreduce is the same rendezvous with one code path less.
+  void barrier(std::chrono::milliseconds timeout) override { all_reduce(at::zeros({1}), "barrier", timeout); }
+
+ private:
+  std::unique_ptr<Transfer> post(const at::Tensor& tensor, int peer, uint32_t tag, bool is_send) {
+    const char* what = is_send ? "send" : "receive";
+    if (peer < 0 || peer >= env_.world_size || peer == env_.rank)
+      throw TransportError(fmt::format("cannot {} tag {} to/from rank {}: peers are the other ranks of 0..{}", what, tag,
+                                       peer, env_.world_size - 1));
+    // c10d takes an int tag and rejects negative ones.
+    if (tag > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
+      throw TransportError(fmt::format("tag {} is too large (Gloo tags are at most 2^31-1)", tag));
+    if (!tensor.defined() || !tensor.is_contiguous() || !tensor.is_cpu())
+      throw TransportError(fmt::format("cannot {} tag {}: the tensor must be defined, contiguous and on the CPU", what, tag));
+    std::vector<at::Tensor> tensors{tensor};
+    try {
+      auto work = is_send ? group_->send(tensors, peer, static_cast<int>(tag))
+                          : group_->recv(tensors, peer, static_cast<int>(tag));
+      return std::make_unique<GlooTransfer>(std::move(work));
+    } catch (const std::exception& error) {
+      // A group closed by an earlier failure refuses new transfers here, at posting time.
+      throw TransportError(backend_message(error));
+    }
+  }
+
+  // c10d's collective timeout says only "Operation timed out!", so the collective's name goes first.
+  void all_reduce(const at::Tensor& tensor, const char* what, std::chrono::milliseconds timeout) {
+    std::vector<at::Tensor> tensors{tensor};
+    try {
+      group_->allreduce(tensors)->wait(c10d_timeout(timeout));
+    } catch (const std::exception& error) {
+      throw TransportError(fmt::format("{}: {}", what, backend_message(error)));
+    }
+  }
+
+  RankEnv env_;
+  c10::intrusive_ptr<c10d::Store> store_;  // kept for the group's lifetime; rank 0's also serves the others
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> connect_gloo(const RankEnv& env, std::chrono::milliseconds timeout) {
+  if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size)
+    throw TransportError(fmt::format("rank {} is out of range for a world of {} ranks", env.rank, env.world_size));
+  if (env.master_port < 1 || env.master_port > 65535)
+    throw TransportError(fmt::format("master port {} is out of range (1..65535)", env.master_port));
+  ignore_sigpipe();
+  const std::string address = fmt::format("{}:{}", env.master_addr, env.master_port);
+  const auto store = open_store(env, address, timeout);
+  check_in(*store, env, address, timeout);
+  try {
+    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+    options->devices.push_back(make_device(env.master_addr));
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+    // Nobody returns before everyone is connected: rank 0 hosts the store, and a rank 0 that raced
+    // ahead and exited would pull it from under ranks still reading their peers' addresses.
+    std::vector<at::Tensor> token{at::zeros({1})};
+    group->allreduce(token)->wait(c10d_timeout(timeout));
+    return std::make_unique<GlooTransport>(env, store, std::move(group));
+  } catch (const std::exception& error) {
+    throw TransportError(fmt::format("connecting the Gloo group of {} ranks through the TCPStore at {} failed: rank {} "
+                                     "waited up to {} ms for the others' addresses and connections: {}",
+                                     env.world_size, address, env.rank, timeout.count(), backend_message(error)));
+  }
+}
+
+}  // namespace flexpipe::runtime
