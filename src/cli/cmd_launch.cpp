@@ -1,0 +1,72 @@
+// flexpipe launch: run N ranks of a command on this machine with torchrun's environment
+// (`torchrun --nproc-per-node N` without torch). The process logic is in launcher.cpp; this file
+// only turns the command line into validated LaunchOptions.
+#include <fmt/format.h>
+
+#include "flexpipe/core/error.h"
+#include "launcher.h"
+#include "options.h"
+
+namespace flexpipe::cli {
+
+namespace {
+
+constexpr double kMaxGraceSeconds = 24 * 3600;
+
+constexpr const char* kFooter = R"(Put the command after --, so that its own options are not read as launch's:
+  flexpipe launch -n 2 -- python train.py --epochs 1
+
+Rank i of N runs with RANK=i, WORLD_SIZE=N, LOCAL_RANK=i, LOCAL_WORLD_SIZE=N, MASTER_ADDR and
+MASTER_PORT; and, when N > 1, OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 unless already set.
+Each rank runs in its own process group and writes straight to the launcher's stdout and stderr
+(through the launcher with --tag-output). SIGINT, SIGTERM and SIGHUP are forwarded to every rank.
+
+When a rank exits non-zero or is killed by a signal (or a signal is forwarded), the other ranks get
+--grace seconds to exit on their own, then SIGTERM, then SIGKILL 3 s later. Every rank is reaped.
+
+Exit code: 0 when every rank exits 0; else that of the first rank that failed (128+S when killed
+by signal S; 127 when the command is not found, 126 when it cannot be executed); 128+S when signal
+S interrupted the launcher and every rank still exited 0; 1 when a rank could not be started
+(fork or pipe failed); 2 bad options. See docs/launch.md.)";
+
+void check(const LaunchOptions& o, bool ranks_given, bool port_given) {
+  if (!ranks_given)
+    throw Error(fmt::format("launch needs -n N, the number of ranks to start (1..{})", kMaxRanks));
+  if (o.ranks < 1 || o.ranks > kMaxRanks)
+    throw Error(fmt::format("-n {}: the number of ranks must be between 1 and {}", o.ranks, kMaxRanks));
+  if (o.command.empty())
+    throw Error("launch needs a command to run: flexpipe launch -n N [OPTIONS] -- COMMAND [ARGS...]");
+  if (port_given && (o.master_port < 1 || o.master_port > 65535))
+    throw Error(fmt::format("--master-port {}: must be between 1 and 65535", o.master_port));
+  if (o.master_addr.empty()) throw Error("--master-addr must not be empty");
+  if (!(o.grace_seconds >= 0 && o.grace_seconds <= kMaxGraceSeconds))
+    throw Error(fmt::format("--grace {}: must be between 0 and {} seconds", o.grace_seconds, kMaxGraceSeconds));
+}
+
+}  // namespace
+
+void add_launch_command(CLI::App& app, int& exit_code) {
+  auto* command = app.add_subcommand("launch",
+                                     "Run N ranks of a command on this machine with torchrun's environment "
+                                     "(like torchrun --nproc-per-node N)");
+  auto o = std::make_shared<LaunchOptions>();
+  auto* ranks = command->add_option("-n,--nproc-per-node", o->ranks,
+                                    fmt::format("Number of ranks to start, 1..{} (required)", kMaxRanks));
+  command->add_option("--master-addr", o->master_addr, "MASTER_ADDR given to every rank")->capture_default_str();
+  auto* port = command->add_option("--master-port", o->master_port,
+                                    "MASTER_PORT given to every rank, 1..65535 (default: a free port on 127.0.0.1)");
+  command
+      ->add_option("--grace", o->grace_seconds,
+                   "Seconds the other ranks get to exit on their own after one fails, before SIGTERM")
+      ->capture_default_str();
+  command->add_flag("--tag-output", o->tag_output,
+                    "Prefix every line the ranks print with '[rank i] ' (stdout and stderr each go through a pipe)");
+  command->add_option("command", o->command, "The command to run and its arguments, after --");
+  command->footer(kFooter);
+  command->callback([o, ranks, port, &exit_code] {
+    check(*o, ranks->count() > 0, port->count() > 0);
+    exit_code = launch(*o);
+  });
+}
+
+}  // namespace flexpipe::cli
