@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("flexpipe 0.1.0"));
   int exit_code = 0;
+  const std::vector<std::string> command_line(argv, argv + argc);
   flexpipe::cli::add_schedules_command(app, exit_code);
   flexpipe::cli::add_show_command(app, exit_code);
   flexpipe::cli::add_simulate_command(app, exit_code);
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
   flexpipe::cli::add_params_command(app, exit_code);
   flexpipe::cli::add_launch_command(app, exit_code);
   flexpipe::cli::add_run_command(app, exit_code);
+  flexpipe::cli::add_profile_command(app, exit_code);
+  flexpipe::cli::add_train_command(app, command_line, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -20,20 +20,25 @@ std::string library_path() {
   return ((error ? std::filesystem::path(".") : self.parent_path()) / "libflexpipe_runtime.so").string();
 }
 
-}  // namespace
-
-int run_runtime(const runtime::RunRequest& request) {
+template <typename Request>
+int call(const char* symbol, const Request& request) {
   const std::string path = library_path();
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr)
     throw Error(fmt::format("cannot load the runtime library {}: {}\n(the runtime is built when libtorch-dev and "
                             "libgloo-dev are installed and FLEXPIPE_RUNTIME is ON; scripts/setup.sh installs them)",
                             path, dlerror()));
-  using Entry = int (*)(const runtime::RunRequest*);
-  auto entry = reinterpret_cast<Entry>(dlsym(library, "flexpipe_runtime_main"));
-  if (entry == nullptr) throw Error(fmt::format("{} has no flexpipe_runtime_main: {}", path, dlerror()));
+  using Entry = int (*)(const Request*);
+  auto entry = reinterpret_cast<Entry>(dlsym(library, symbol));
+  if (entry == nullptr) throw Error(fmt::format("{} has no {}: {}", path, symbol, dlerror()));
   // Never unloaded: libtorch does not support being unloaded.
   return entry(&request);
 }
+
+}  // namespace
+
+int run_runtime(const runtime::RunRequest& request) { return call("flexpipe_runtime_main", request); }
+
+int profile_runtime(const runtime::ProfileRequest& request) { return call("flexpipe_runtime_profile", request); }
 
 }  // namespace flexpipe::cli

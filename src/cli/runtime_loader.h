@@ -8,5 +8,7 @@ namespace flexpipe::cli {
 // Loads libflexpipe_runtime.so (from $FLEXPIPE_RUNTIME_LIBRARY, else next to this executable) and
 // runs this rank's part of the request; returns its exit code. Throws Error when it cannot be loaded.
 int run_runtime(const runtime::RunRequest& request);
+// Likewise for `flexpipe profile`.
+int profile_runtime(const runtime::ProfileRequest& request);
 
 }  // namespace flexpipe::cli

@@ -1,11 +1,13 @@
 #include "executor.h"
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <thread>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "flexpipe/core/error.h"
 #include "flexpipe/core/lowering.h"
@@ -24,8 +26,10 @@ struct ComputeTimer {
   ~ComputeTimer() { total += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(); }
 };
 
-// Tags: one per (boundary, micro-batch, direction); replica gradient exchanges above kReplicaTags.
+// Tags: one per (boundary, micro-batch, direction); gradient exchanges between copies of a stage above
+// kReplicaTags (DualPipe's two pipelines) and kDataParallelTags (data-parallel replicas).
 constexpr uint32_t kReplicaTags = 1u << 30;
+constexpr uint32_t kDataParallelTags = 1u << 29;
 
 int64_t numel_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -106,7 +110,8 @@ struct Executor::State {
   Transport& transport;
   ExecutorOptions options;
   std::vector<const Hook*> hooks;  // per custom operation kind
-  int rank = 0;
+  int rank = 0;  // the device this rank runs, its position in the pipeline group
+  int me = 0;    // its job-wide rank, for messages
   int microbatches = 0;
   std::vector<int> local_of_stage;  // global stage -> index into locals, -1 elsewhere
   std::vector<Local> locals;
@@ -121,7 +126,12 @@ struct Executor::State {
   State(const Schedule& s, const ModelPlan& p, Transport& t, const HookRegistry& registry, ExecutorOptions o)
       : schedule(lower(s)), plan(p), transport(t), options(std::move(o)) {
     rank = transport.rank();
+    me = transport.global_rank(rank);
     microbatches = schedule.num_microbatches;
+    if (options.replicas < 1 || options.replica < 0 || options.replica >= options.replicas ||
+        (options.replicas > 1 && options.world == nullptr))
+      throw Error(fmt::format("data parallelism: replica {} of {} needs the job-wide transport", options.replica,
+                              options.replicas));
     if (transport.world_size() != schedule.num_devices)
       throw Error(fmt::format("schedule {} runs on {} devices but the job has {} ranks", schedule.name,
                               schedule.num_devices, transport.world_size()));
@@ -177,7 +187,7 @@ struct Executor::State {
   Local& local(int stage) { return locals[local_of_stage[stage]]; }
 
   std::string where(const Action& a) const {
-    return fmt::format("rank {}: step {}, action {} ({})", rank, step, action_index, schedule.action_name(a));
+    return fmt::format("rank {}: step {}, action {} ({})", me, step, action_index, schedule.action_name(a));
   }
 
   void wait(Transfer& transfer, const std::string& what) {
@@ -219,7 +229,8 @@ struct Executor::State {
   }
 
   std::vector<at::Tensor> take(Pending& p, const std::vector<std::vector<int64_t>>& shapes, const std::string& use) {
-    wait(*p.transfer, fmt::format("{}: waiting for rank {} (receive posted at {})", use, p.peer, p.posted_by));
+    wait(*p.transfer, fmt::format("{}: waiting for rank {} (receive posted at {})", use, transport.global_rank(p.peer),
+                                  p.posted_by));
     std::vector<at::Tensor> tensors = unpack(p.buffer, shapes);
     p = Pending{};
     return tensors;
@@ -326,7 +337,7 @@ struct Executor::State {
       return mod.holds(node) ? grads[node - mod.begin] : input_grads[crossing_index[k][node]];
     };
     if (k + 1 == plan.num_chunks()) {
-      grads.back() = at::full({}, 1.0 / microbatches, at::TensorOptions().dtype(plan.dtype));
+      grads.back() = at::full({}, 1.0 / (double(microbatches) * options.replicas), at::TensorOptions().dtype(plan.dtype));
     } else {
       const std::vector<at::Tensor> out = output_gradients(a, l, mb);
       for (size_t i = 0; i < out.size(); ++i) add_to(target(plan.crossing[k + 1][i]), out[i]);
@@ -401,6 +412,80 @@ struct Executor::State {
     m.saved_bytes = bytes;
   }
 
+  bool steps_at_opt() const {
+    return schedule.num_pipelines == 1 && options.replicas == 1 && options.max_grad_norm == 0;
+  }
+
+  // Data parallelism: every replica holds the same stages; their gradients are exchanged and summed
+  // in replica order on every holder, so the copies take identical steps.
+  void synchronise_data_parallel() {
+    if (options.replicas == 1) return;
+    const int devices = schedule.num_devices;
+    auto tag = [&](int stage) { return kDataParallelTags + static_cast<uint32_t>(stage); };
+    std::vector<Pending> outgoing;
+    std::vector<std::vector<Pending>> incoming(locals.size());
+    for (size_t i = 0; i < locals.size(); ++i) {
+      const at::Tensor mine = pack(gradients_of(locals[i]));
+      incoming[i].resize(options.replicas);
+      for (int r = 0; r < options.replicas; ++r) {
+        if (r == options.replica) continue;
+        const int peer = r * devices + rank;
+        Pending out;
+        out.buffer = mine;
+        out.peer = peer;
+        out.transfer = options.world->post_send(mine, peer, tag(locals[i].stage));
+        outgoing.push_back(std::move(out));
+        Pending& in = incoming[i][r];
+        in.buffer = at::empty_like(mine);
+        in.peer = peer;
+        in.transfer = options.world->post_recv(in.buffer, peer, tag(locals[i].stage));
+      }
+    }
+    for (size_t i = 0; i < locals.size(); ++i) {
+      std::vector<at::Tensor> grads = gradients_of(locals[i]);
+      const at::Tensor mine = pack(grads).clone();
+      at::Tensor sum;
+      for (int r = 0; r < options.replicas; ++r) {
+        if (r == options.replica) {
+          add_to(sum, mine);
+          continue;
+        }
+        Pending& in = incoming[i][r];
+        wait(*in.transfer, fmt::format("rank {}: step {}, data-parallel gradients of stage {}: waiting for rank {}", me,
+                                       step, locals[i].stage, in.peer));
+        add_to(sum, in.buffer);
+      }
+      std::vector<std::vector<int64_t>> shapes;
+      for (const at::Tensor& g : grads) shapes.push_back(g.sizes().vec());
+      const std::vector<at::Tensor> summed = unpack(sum, shapes);
+      for (size_t j = 0; j < grads.size(); ++j) grads[j].copy_(summed[j]);
+    }
+    for (Pending& p : outgoing)
+      wait(*p.transfer, fmt::format("rank {}: step {}, data-parallel gradients: sending to rank {}", me, step, p.peer));
+  }
+
+  // torch.nn.utils.clip_grad_norm_ over the whole model: every chunk counted once (DualPipe's second
+  // copy and the other data-parallel replicas hold the same gradients). Returns the norm.
+  double clip_gradients() {
+    if (options.max_grad_norm <= 0) return 0;
+    double local = 0;
+    for (Local& l : locals) {
+      if (schedule.pipeline_of_stage(l.stage) != 0) continue;
+      for (const at::Tensor& g : gradients_of(l)) local += g.to(at::kDouble).pow(2).sum().item<double>();
+    }
+    at::Tensor total = at::full({1}, options.replica == 0 ? local : 0.0, at::TensorOptions().dtype(at::kDouble));
+    try {
+      transport.all_reduce_sum(total, options.timeout);
+    } catch (const std::exception& e) {
+      throw PeerFailure(fmt::format("rank {}: step {}: summing the gradient norm over all ranks: {}", me, step, e.what()));
+    }
+    const double norm = std::sqrt(total.item<double>());
+    const double coefficient = std::min(1.0, options.max_grad_norm / (norm + 1e-6));
+    for (Local& l : locals)
+      for (const at::Tensor& g : gradients_of(l)) g.mul_(coefficient);
+    return norm;
+  }
+
   void optimizer_step(Local& l) {
     std::vector<at::Tensor> grads;
     for (auto& op : l.module.operators)
@@ -452,8 +537,8 @@ struct Executor::State {
         } else {
           Pending& p = incoming[other];
           if (p.transfer) {
-            wait(*p.transfer, fmt::format("rank {}: step {}, gradient exchange of chunk {}: waiting for rank {}", rank,
-                                          step, l.chunk, p.peer));
+            wait(*p.transfer, fmt::format("rank {}: step {}, gradient exchange of chunk {}: waiting for rank {}", me,
+                                          step, l.chunk, transport.global_rank(p.peer)));
             p.transfer.reset();
           }
           part = p.buffer;
@@ -472,7 +557,8 @@ struct Executor::State {
     }
     replica_sums.clear();
     for (Pending& p : outgoing)
-      wait(*p.transfer, fmt::format("rank {}: step {}, gradient exchange: sending to rank {}", rank, step, p.peer));
+      wait(*p.transfer, fmt::format("rank {}: step {}, gradient exchange: sending to rank {}", me, step,
+                                    transport.global_rank(p.peer)));
   }
   std::vector<std::vector<at::Tensor>> replica_sums;
 
@@ -533,8 +619,9 @@ struct Executor::State {
       case ActionKind::Reload: transfer_saved(a, a.stage, a.microbatch, false); break;
       case ActionKind::Opt: {
         Local& l = local(a.stage);
-        // A replicated chunk steps once its replicas' gradients are summed, at the end of the step.
-        if (schedule.num_pipelines == 1) optimizer_step(l);
+        // Gradients summed over copies (DualPipe's, data parallelism's) or clipped by the global norm
+        // are final only at the end of the step; the stage steps then.
+        if (steps_at_opt()) optimizer_step(l);
         break;
       }
       case ActionKind::Custom: custom(a); break;
@@ -564,7 +651,41 @@ std::vector<std::pair<int, std::vector<at::Tensor>>> Executor::stage_parameters(
   return result;
 }
 
-StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch) {
+std::vector<std::pair<std::string, at::Tensor>> Executor::state() {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& l : state_->locals) {
+    const std::string stage = fmt::format("stage{}", l.stage);
+    for (int node = l.module.begin; node < l.module.end; ++node) {
+      auto& params = l.module.op(node).parameters();
+      for (size_t i = 0; i < params.size(); ++i)
+        tensors.emplace_back(fmt::format("{}.{}.{}", stage, state_->plan.graph.nodes[node].name, i), params[i]);
+    }
+    auto& m1 = l.optimizer->first_moments();
+    auto& m2 = l.optimizer->second_moments();
+    for (size_t i = 0; i < m1.size(); ++i) tensors.emplace_back(fmt::format("{}.adam_m.{}", stage, i), m1[i]);
+    for (size_t i = 0; i < m2.size(); ++i) tensors.emplace_back(fmt::format("{}.adam_v.{}", stage, i), m2[i]);
+  }
+  return tensors;
+}
+
+int Executor::optimizer_steps() const {
+  return state_->locals.empty() ? 0 : state_->locals.front().optimizer->steps_taken();
+}
+
+void Executor::load_state(const std::vector<std::pair<std::string, at::Tensor>>& saved, int optimizer_steps) {
+  at::NoGradGuard no_grad;
+  for (auto& [name, tensor] : state()) {
+    auto it = std::find_if(saved.begin(), saved.end(), [&](const auto& e) { return e.first == name; });
+    if (it == saved.end()) throw Error(fmt::format("the checkpoint has no tensor {}", name));
+    if (!it->second.sizes().equals(tensor.sizes()))
+      throw Error(fmt::format("checkpoint tensor {} has shape {} but the model needs {}", name,
+                              fmt::join(it->second.sizes(), "x"), fmt::join(tensor.sizes(), "x")));
+    tensor.copy_(it->second);
+  }
+  for (auto& l : state_->locals) l.optimizer->set_steps_taken(optimizer_steps);
+}
+
+StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch, double learning_rate) {
   State& s = *state_;
   if (static_cast<int>(batch.size()) != s.microbatches)
     throw Error(fmt::format("step {}: {} micro-batches of data for a schedule of {}", step, batch.size(), s.microbatches));
@@ -573,12 +694,15 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
   s.batch = &batch;
   s.peak_saved = s.saved_bytes;
   s.peak_offloaded = s.offloaded_bytes;
-  for (auto& l : s.locals) l.stepped = false;
+  for (auto& l : s.locals) {
+    l.stepped = false;
+    if (learning_rate >= 0) l.optimizer->set_learning_rate(learning_rate);
+  }
   StepReport report;
   try {
     s.transport.barrier(s.options.timeout);
   } catch (const std::exception& e) {
-    throw PeerFailure(fmt::format("rank {}: step {}: waiting for every rank at the start of the step: {}", s.rank, step,
+    throw PeerFailure(fmt::format("rank {}: step {}: waiting for every rank at the start of the step: {}", s.me, step,
                                   e.what()));
   }
   const Clock::time_point start = Clock::now();
@@ -597,19 +721,21 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
     if (s.options.record_trace) report.trace.push_back({s.action_index, begin, end, s.waited_ns});
   }
   for (auto& p : s.sends)
-    s.wait(*p.transfer, fmt::format("{}: send to rank {} did not complete", p.posted_by, p.peer));
+    s.wait(*p.transfer, fmt::format("{}: send to rank {} did not complete", p.posted_by, s.transport.global_rank(p.peer)));
   report.actions = static_cast<int64_t>(actions.size());
   s.sends.clear();
   s.synchronise_replicas();
+  s.synchronise_data_parallel();
+  report.grad_norm = s.clip_gradients();
   double local_loss = 0;
   for (auto& l : s.locals) {
     if (!l.stepped) s.optimizer_step(l);
     if (l.chunk + 1 == s.plan.num_chunks())
-      for (auto& m : l.micro) local_loss += m.loss / s.microbatches;
+      for (auto& m : l.micro) local_loss += m.loss / (double(s.microbatches) * s.options.replicas);
     for (int mb = 0; mb < s.microbatches; ++mb) {
       if (l.recv_forward[mb].transfer || l.recv_backward[mb].transfer)
         throw Error(fmt::format("rank {}: step {}: a receive of stage {} micro-batch {} was posted but never used",
-                                s.rank, step, l.stage, mb));
+                                s.me, step, l.stage, mb));
       l.micro[mb] = State::Micro{};
     }
   }
@@ -620,7 +746,7 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
   try {
     s.transport.all_reduce_sum(loss, s.options.timeout);
   } catch (const std::exception& e) {
-    throw PeerFailure(fmt::format("rank {}: step {}: summing the loss over all ranks: {}", s.rank, step, e.what()));
+    throw PeerFailure(fmt::format("rank {}: step {}: summing the loss over all ranks: {}", s.me, step, e.what()));
   }
   report.loss = loss.item<double>();
   report.peak_saved_bytes = s.peak_saved;

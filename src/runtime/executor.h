@@ -31,6 +31,14 @@ struct ExecutorOptions {
   std::chrono::milliseconds timeout{60000};
   FaultInjection fault;
   bool record_trace = true;
+  // Data parallelism: this pipeline is replica `replica` of `replicas`, and `world` reaches every
+  // rank of the job (global rank = replica * devices + device). Each stage's gradients are summed
+  // over the replicas before the optimizer step; the loss is the mean over all replicas' micro-batches.
+  int replicas = 1;
+  int replica = 0;
+  Transport* world = nullptr;
+  // Clip the gradients by their global norm over all stages (torch's clip_grad_norm_); 0: never.
+  double max_grad_norm = 0;
 };
 
 // One executed action: its index in the lowered list and when it ran, in nanoseconds since the step
@@ -48,6 +56,7 @@ struct StepReport {
   int64_t peak_saved_bytes = 0;     // activations held for backward passes, device side
   int64_t peak_offloaded_bytes = 0;
   double seconds = 0;               // this rank's step, from the barrier to the last wait
+  double grad_norm = 0;             // global gradient norm before clipping (0 unless clipping)
   int64_t overhead_ns = 0;          // summed over actions: neither computing, posting nor waiting for a transfer
   int64_t actions = 0;              // actions run
 };
@@ -60,7 +69,16 @@ class Executor {
            ExecutorOptions options);
   ~Executor();
 
-  StepReport run_step(int step, const std::vector<MicroBatchData>& batch);
+  // One training step over this replica's micro-batches; `learning_rate` >= 0 sets the optimizer's
+  // rate for this step (a schedule), otherwise the configured one is kept.
+  StepReport run_step(int step, const std::vector<MicroBatchData>& batch, double learning_rate = -1);
+
+  // Every tensor a checkpoint needs to resume exactly (parameters and optimizer state of each local
+  // stage), by a name stable across runs, and the optimizer's step count.
+  std::vector<std::pair<std::string, at::Tensor>> state();
+  int optimizer_steps() const;
+  // Copies saved values into the state; throws Error naming a missing or mis-shaped tensor.
+  void load_state(const std::vector<std::pair<std::string, at::Tensor>>& saved, int optimizer_steps);
 
   const Schedule& lowered() const;
   // Parameters of the stage's operators, in node order, for verification.

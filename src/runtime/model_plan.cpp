@@ -1,7 +1,8 @@
 #include "model_plan.h"
 
+#include "data_source.h"
+
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include "flexpipe/core/error.h"
@@ -57,16 +58,7 @@ std::vector<int64_t> output_shape(const ModelPlan& plan, int node) {
 }
 
 std::vector<MicroBatchData> make_batch(const ModelPlan& plan, int microbatches, int step) {
-  at::Generator generator = at::detail::createCPUGenerator(plan.seed * 7777777ULL + static_cast<uint64_t>(step) + 17);
-  const int64_t b = plan.microbatch_size, s = plan.seq_len;
-  const at::Tensor sequences =
-      at::randint(plan.shape.vocab, {microbatches * b, s + 1}, generator, at::TensorOptions().dtype(at::kLong));
-  std::vector<MicroBatchData> batch;
-  for (int m = 0; m < microbatches; ++m) {
-    const at::Tensor rows = sequences.narrow(0, m * b, b);
-    batch.push_back({rows.narrow(1, 0, s).contiguous(), rows.narrow(1, 1, s).contiguous()});
-  }
-  return batch;
+  return DataSource::synthetic(plan.shape.vocab, plan.seed).batch(step, 0, microbatches, plan.microbatch_size, plan.seq_len);
 }
 
 }  // namespace flexpipe::runtime

@@ -50,8 +50,7 @@ ChunkModule make_chunk_module(const ModelPlan& plan, int chunk);
 // The shape of node `node`'s output for one micro-batch.
 std::vector<int64_t> output_shape(const ModelPlan& plan, int node);
 
-// Deterministic synthetic data for a training step: `microbatches` x b sequences of seq_len + 1
-// token ids from a generator seeded by (seed, step); targets are the tokens shifted by one.
+// The synthetic data (DataSource::synthetic with the plan's vocabulary and seed) of a training step.
 std::vector<MicroBatchData> make_batch(const ModelPlan& plan, int microbatches, int step);
 
 }  // namespace flexpipe::runtime

@@ -28,6 +28,13 @@ class Optimizer {
   // Updates the parameters in place from `gradients` (same order and shapes), then zeroes them.
   void step(const std::vector<at::Tensor>& gradients);
   int steps_taken() const { return steps_; }
+  // For learning-rate schedules: the rate of the next steps.
+  void set_learning_rate(double rate) { config_.learning_rate = rate; }
+  // What a checkpoint must keep to resume exactly: AdamW's moments (empty for SGD) and the step
+  // count its bias correction depends on.
+  std::vector<at::Tensor>& first_moments() { return first_moment_; }
+  std::vector<at::Tensor>& second_moments() { return second_moment_; }
+  void set_steps_taken(int steps) { steps_ = steps; }
 
  private:
   OptimizerConfig config_;

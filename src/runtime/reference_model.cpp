@@ -1,5 +1,6 @@
 #include "reference_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -57,7 +58,16 @@ at::Tensor reference_loss(const ModelPlan& plan, const std::vector<std::vector<a
   return values.back();
 }
 
-ReferenceRun train_reference(const ModelPlan& plan, int microbatches, int steps, const OptimizerConfig& config) {
+ReferenceRun train_reference(const ModelPlan& plan, int microbatches, int steps, const OptimizerConfig& optimizer) {
+  ReferenceTraining training;
+  training.microbatches = microbatches;
+  training.steps = steps;
+  training.optimizer = optimizer;
+  return train_reference(plan, DataSource::synthetic(plan.shape.vocab, plan.seed), training);
+}
+
+ReferenceRun train_reference(const ModelPlan& plan, const DataSource& data, const ReferenceTraining& training) {
+  const int microbatches = training.microbatches;
   ReferenceRun run;
   std::vector<std::vector<at::Tensor>> parameters;
   std::vector<at::Tensor> flat;
@@ -68,11 +78,11 @@ ReferenceRun train_reference(const ModelPlan& plan, int microbatches, int steps,
       flat.push_back(p);
     }
   }
-  Optimizer optimizer(config, flat);
-  for (int step = 0; step < steps; ++step) {
+  Optimizer optimizer(training.optimizer, flat);
+  for (int step = 0; step < training.steps; ++step) {
     double loss = 0;
-    for (const MicroBatchData& data : make_batch(plan, microbatches, step)) {
-      const at::Tensor mb_loss = reference_loss(plan, parameters, data) / microbatches;
+    for (const MicroBatchData& mb : data.batch(step, 0, microbatches, plan.microbatch_size, plan.seq_len)) {
+      const at::Tensor mb_loss = reference_loss(plan, parameters, mb) / microbatches;
       mb_loss.backward();
       loss += mb_loss.item<double>();
     }
@@ -84,6 +94,13 @@ ReferenceRun train_reference(const ModelPlan& plan, int microbatches, int steps,
         run.first_gradients.emplace_back();
         for (const at::Tensor& p : node_params) run.first_gradients.back().push_back(p.grad().clone());
       }
+    if (training.max_grad_norm > 0) {
+      double squares = 0;
+      for (const at::Tensor& g : gradients) squares += g.to(at::kDouble).pow(2).sum().item<double>();
+      const double coefficient = std::min(1.0, training.max_grad_norm / (std::sqrt(squares) + 1e-6));
+      for (const at::Tensor& g : gradients) g.mul_(coefficient);
+    }
+    if (training.learning_rate) optimizer.set_learning_rate(learning_rate(*training.learning_rate, step));
     optimizer.step(gradients);
   }
   for (const auto& node_params : parameters) {

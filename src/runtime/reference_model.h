@@ -7,6 +7,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
+#include "data_source.h"
+#include "flexpipe/core/lr_schedule.h"
 #include "model_plan.h"
 #include "optimizer.h"
 
@@ -18,6 +22,16 @@ struct ReferenceRun {
   std::vector<std::vector<at::Tensor>> first_gradients;  // per node, of the first step (for tests)
 };
 
+struct ReferenceTraining {
+  int microbatches = 1;  // per step, over all data-parallel replicas
+  int steps = 1;
+  OptimizerConfig optimizer;
+  std::optional<LrSchedule> learning_rate;  // none: the optimizer's constant rate
+  double max_grad_norm = 0;                 // clip by the global norm; 0: never
+};
+
+ReferenceRun train_reference(const ModelPlan& plan, const DataSource& data, const ReferenceTraining& training);
+// Synthetic data of the plan's vocabulary and seed, constant learning rate, no clipping.
 ReferenceRun train_reference(const ModelPlan& plan, int microbatches, int steps, const OptimizerConfig& optimizer);
 
 // The loss of one micro-batch through the reference graph; parameters per node (requires_grad set by

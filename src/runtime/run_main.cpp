@@ -4,17 +4,22 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint.h"
+#include "data_source.h"
 #include "executor.h"
 #include "flexpipe/core/error.h"
 #include "flexpipe/core/lowering.h"
+#include "flexpipe/core/lr_schedule.h"
 #include "flexpipe/core/measured_timeline.h"
 #include "flexpipe/core/schedule_io.h"
 #include "flexpipe/core/simulator.h"
+#include "flexpipe/core/stage_aggregation.h"
 #include "flexpipe/core/views.h"
 #include "flexpipe/runtime/entry.h"
 #include "reference_model.h"
@@ -37,7 +42,7 @@ std::vector<double> gather(Transport& transport, double x, Milliseconds timeout)
 }
 
 // Every rank's trace of the step, on every rank (padded to the longest list).
-std::vector<std::vector<MeasuredAction>> gather_trace(Transport& transport, const std::vector<ActionRecord>& mine,
+std::vector<std::vector<MeasuredAction>> gather_all_traces(Transport& transport, const std::vector<ActionRecord>& mine,
                                                       Milliseconds timeout) {
   const std::vector<double> counts = gather(transport, double(mine.size()), timeout);
   const int64_t longest = static_cast<int64_t>(*std::max_element(counts.begin(), counts.end()));
@@ -67,7 +72,7 @@ struct RunOutcome {
 
 class RankJob {
  public:
-  RankJob(const RunRequest& request, Transport& transport) : request_(request), transport_(transport) {
+  RankJob(const RunRequest& request, Transport& world) : request_(request), world_(world) {
     timeout_ = Milliseconds(static_cast<int64_t>(request.timeout_seconds * 1000));
     optimizer_.kind = request.training.optimizer;
     optimizer_.learning_rate = request.training.learning_rate;
@@ -76,57 +81,184 @@ class RankJob {
     if (request.training.dtype != "float32" && request.training.dtype != "float64")
       throw Error(fmt::format("dtype '{}': use float32 or float64", request.training.dtype));
     dtype_ = request.training.dtype == "float64" ? at::kDouble : at::kFloat;
+    data_ = request.training.data.empty() ? DataSource::synthetic(request.model.vocab, request.training.seed)
+                                          : DataSource::text_file(request.training.data, request.training.seed);
+    if (data_.vocab() > request.model.vocab)
+      throw Error(fmt::format("{} has {} token values but the model's vocabulary is {}", data_.description(),
+                              data_.vocab(), request.model.vocab));
+    if (request.training.lr_schedule) {
+      lr_ = LrSchedule{request.training.learning_rate, request.training.warmup_steps, request.training.decay_steps,
+                       request.training.min_lr_ratio};
+      if (lr_->decay_steps == 0) lr_->decay_steps = std::max(0, request.training.steps - lr_->warmup_steps);
+      check_lr_schedule(*lr_);
+    }
   }
 
   RunOutcome train(const ScheduledRun& run, const HookRegistry& hooks) {
     const Schedule& schedule = run.schedule;
-    const int m = schedule.num_microbatches;
+    const int m = schedule.num_microbatches, devices = schedule.num_devices;
+    const int replicas = request_.data_parallel, replica = world_.rank() / devices;
+    if (world_.world_size() != devices * replicas)
+      throw Error(fmt::format("{} on {} devices x {} data-parallel copies needs {} ranks; the job has {}", schedule.name,
+                              devices, replicas, devices * replicas, world_.world_size()));
+    std::vector<int> group;
+    for (int d = 0; d < devices; ++d) group.push_back(replica * devices + d);
+    const std::unique_ptr<Transport> pipeline = make_group_view(world_, group);
     const ModelPlan plan = make_model_plan(request_.model, run.partition, request_.training.microbatch_size, dtype_,
                                            request_.training.seed);
     ExecutorOptions options;
     options.optimizer = optimizer_;
     options.timeout = timeout_;
     options.fault = request_.fault;
-    Executor executor(schedule, plan, transport_, hooks, options);
+    options.replicas = replicas;
+    options.replica = replica;
+    options.world = &world_;
+    options.max_grad_norm = request_.training.max_grad_norm;
+    Executor executor(schedule, plan, *pipeline, hooks, options);
+    const nlohmann::json identity = {{"model", request_.model.name}, {"schedule", schedule.name},
+                                     {"seed", request_.training.seed}, {"devices", devices},
+                                     {"replicas", replicas}, {"microbatches", m}, {"dtype", request_.training.dtype}};
+    int first_step = 0;
+    if (request_.resume) first_step = resume(executor, identity);
+
     RunOutcome outcome;
     nlohmann::json& j = outcome.json;
     j["schedule"] = schedule.name;
-    j["ranks"] = transport_.world_size();
+    j["ranks"] = world_.world_size();
+    j["data_parallel"] = replicas;
     j["microbatches"] = m;
     j["stages"] = schedule.num_stages();
+    j["data"] = data_.description();
+    j["first_step"] = first_step;
     j["steps"] = nlohmann::json::array();
+    const double tokens_per_step =
+        double(m) * replicas * request_.training.microbatch_size * request_.model.seq_len;
     StepReport last;
-    for (int step = 0; step < request_.training.steps; ++step) {
-      last = executor.run_step(step, make_batch(plan, m, step));
-      const std::vector<double> seconds = gather(transport_, last.seconds, timeout_);
-      const std::vector<double> peak = gather(transport_, double(last.peak_saved_bytes), timeout_);
+    std::vector<std::vector<MeasuredAction>> devices_trace;
+    for (int step = first_step; step < request_.training.steps; ++step) {
+      const double rate = lr_ ? learning_rate(*lr_, step) : -1;
+      last = executor.run_step(step, data_.batch(step, replica * m, m, plan.microbatch_size, plan.seq_len), rate);
+      const std::vector<double> seconds = gather(world_, last.seconds, timeout_);
+      const std::vector<double> peak = gather(world_, double(last.peak_saved_bytes), timeout_);
       const std::vector<double> overhead =
-          gather(transport_, last.overhead_ns / 1e3 / std::max<double>(1, double(last.actions)), timeout_);
-      j["steps"].push_back({{"loss", last.loss},
-                            {"seconds", *std::max_element(seconds.begin(), seconds.end())},
-                            {"peak_saved_bytes", peak},
-                            {"overhead_us_per_action", overhead}});
+          gather(world_, last.overhead_ns / 1e3 / std::max<double>(1, double(last.actions)), timeout_);
+      const double step_seconds = *std::max_element(seconds.begin(), seconds.end());
+      nlohmann::json entry = {{"step", step},
+                              {"loss", last.loss},
+                              {"seconds", step_seconds},
+                              {"tokens_per_second", tokens_per_step / step_seconds},
+                              {"peak_saved_bytes", peak},
+                              {"overhead_us_per_action", overhead}};
+      if (lr_) entry["learning_rate"] = rate;
+      if (request_.training.max_grad_norm > 0) entry["grad_norm"] = last.grad_norm;
+      if (request_.progress) {
+        devices_trace = gather_trace(*pipeline, world_, last.trace, timeout_);
+        entry["bubble"] = measured_result(executor.lowered(), devices_trace).bubble_ratio;
+        if (world_.rank() == 0) print_progress(entry, request_.training.steps);
+      }
+      j["steps"].push_back(std::move(entry));
+      if (!request_.checkpoint_dir.empty() &&
+          ((request_.save_every > 0 && (step + 1) % request_.save_every == 0) || step + 1 == request_.training.steps))
+        save(executor, identity, step + 1);
     }
-    const auto devices = gather_trace(transport_, last.trace, timeout_);
-    const Schedule& lowered = executor.lowered();
-    const SimResult measured = measured_result(lowered, devices);
-    const SimResult predicted =
-        simulate(with_measured_custom_durations(lowered, devices), measured_costs(lowered, devices), {false, false});
-    j["measured_makespan_ms"] = measured.makespan;
-    j["predicted_makespan_ms"] = predicted.makespan;
-    j["measured_bubble_ratio"] = measured.bubble_ratio;
-    j["predicted_bubble_ratio"] = predicted.bubble_ratio;
-    if (transport_.rank() == 0) {
-      if (!request_.trace_path.empty())
-        write_text_file(output_path(request_.trace_path, schedule.name), render_trace(lowered, measured, "ms"));
-      if (!request_.svg_path.empty())
-        write_text_file(output_path(request_.svg_path, schedule.name), render_svg(lowered, measured));
+    if (!j["steps"].empty()) describe_last_step(executor, run, plan, last, j);
+    if (world_.rank() == 0 && !request_.curve_path.empty() && !j["steps"].empty()) {
+      std::vector<double> losses;
+      for (const auto& entry : j["steps"]) losses.push_back(entry["loss"].get<double>());
+      const std::string title = fmt::format("{}: {} on {}, loss per step", request_.model.name, schedule.name,
+                                            data_.description());
+      write_text_file(output_path(request_.curve_path, schedule.name),
+                      render_curve_svg(title, "loss (mean next-token cross-entropy)", losses, first_step));
     }
     if (request_.verify) outcome.verified = verify(plan, executor, schedule, j);
     return outcome;
   }
 
  private:
+  // Every rank's trace of the step, on every rank (padded to the longest list): this replica's only.
+  std::vector<std::vector<MeasuredAction>> gather_trace(Transport& pipeline, Transport& world,
+                                                        const std::vector<ActionRecord>& mine, Milliseconds timeout) {
+    const std::vector<std::vector<MeasuredAction>> all = gather_all_traces(world, mine, timeout);
+    const int devices = pipeline.world_size(), replica = world.rank() / devices;
+    return {all.begin() + replica * devices, all.begin() + (replica + 1) * devices};
+  }
+
+  void describe_last_step(Executor& executor, const ScheduledRun& run, const ModelPlan& plan, const StepReport& last,
+                          nlohmann::json& j) {
+    const Schedule& lowered = executor.lowered();
+    const int devices = lowered.num_devices;
+    std::vector<std::vector<MeasuredAction>> all = gather_all_traces(world_, last.trace, timeout_);
+    all.resize(devices);  // the timeline of replica 0
+    const SimResult measured = measured_result(lowered, all);
+    const SimResult predicted =
+        simulate(with_measured_custom_durations(lowered, all), measured_costs(lowered, all), {false, false});
+    j["measured_makespan_ms"] = measured.makespan;
+    j["predicted_makespan_ms"] = predicted.makespan;
+    j["measured_bubble_ratio"] = measured.bubble_ratio;
+    j["predicted_bubble_ratio"] = predicted.bubble_ratio;
+    // Memory: the simulator's activation peak per device from the cost graph's per-operator saved
+    // bytes, next to the peak the executor held.
+    const StageAggregate aggregate = aggregate_stages(plan.graph, run.partition, aggregation_options(plan));
+    const SimResult modelled = simulate(lowered, aggregate.table, {false, true});
+    nlohmann::json memory = nlohmann::json::array();
+    const std::vector<double> peaks = j["steps"].back()["peak_saved_bytes"].get<std::vector<double>>();
+    for (int d = 0; d < devices; ++d)
+      memory.push_back({{"rank", d},
+                        {"measured_peak_saved_bytes", peaks[d]},
+                        {"simulated_peak_activation_bytes",
+                         modelled.devices[d].peak_memory - modelled.devices[d].static_memory}});
+    j["memory"] = memory;
+    if (world_.rank() == 0) {
+      if (!request_.trace_path.empty())
+        write_text_file(output_path(request_.trace_path, lowered.name), render_trace(lowered, measured, "ms"));
+      if (!request_.svg_path.empty())
+        write_text_file(output_path(request_.svg_path, lowered.name), render_svg(lowered, measured));
+    }
+  }
+
+  AggregationOptions aggregation_options(const ModelPlan& plan) const {
+    AggregationOptions o;
+    o.shape = plan.graph.reference;
+    o.parameter_bytes = o.gradient_bytes = plan.dtype == at::kDouble ? 8 : 4;
+    o.optimizer_bytes = optimizer_.kind == "adamw" ? 2 * o.parameter_bytes : 0;
+    return o;
+  }
+
+  int resume(Executor& executor, const nlohmann::json& identity) {
+    const std::string& dir = request_.checkpoint_dir;
+    const int step = latest_checkpoint(dir);
+    if (step < 0) throw Error(fmt::format("--resume: {} holds no complete checkpoint ({}/latest is missing)", dir, dir));
+    const RankCheckpoint saved = read_rank_checkpoint(checkpoint_path(dir, step, world_.rank()));
+    if (saved.identity != identity)
+      throw Error(fmt::format("--resume: the checkpoint at step {} was written by another run ({}), not this one ({})",
+                              step, saved.identity.dump(), identity.dump()));
+    executor.load_state(saved.tensors, saved.optimizer_steps);
+    return saved.step;
+  }
+
+  void save(Executor& executor, const nlohmann::json& identity, int next_step) {
+    RankCheckpoint checkpoint;
+    checkpoint.step = next_step;
+    checkpoint.optimizer_steps = executor.optimizer_steps();
+    checkpoint.identity = identity;
+    checkpoint.tensors = executor.state();
+    write_rank_checkpoint(checkpoint_path(request_.checkpoint_dir, next_step, world_.rank()), checkpoint);
+    // Only once every rank's file is in place does `latest` move.
+    world_.barrier(timeout_);
+    if (world_.rank() == 0) mark_latest_checkpoint(request_.checkpoint_dir, next_step);
+    world_.barrier(timeout_);
+  }
+
+  static void print_progress(const nlohmann::json& e, int steps) {
+    fmt::print("step {:>4}/{}  loss {:.4f}  {:>9.0f} tokens/s  {:7.1f} ms  bubble {:4.1f}%", e["step"].get<int>() + 1,
+               steps, e["loss"].get<double>(), e["tokens_per_second"].get<double>(), 1e3 * e["seconds"].get<double>(),
+               100 * e["bubble"].get<double>());
+    if (e.contains("learning_rate")) fmt::print("  lr {:.2e}", e["learning_rate"].get<double>());
+    if (e.contains("grad_norm")) fmt::print("  grad norm {:.3f}", e["grad_norm"].get<double>());
+    fmt::print("\n");
+    std::fflush(stdout);
+  }
+
   // With several schedules in one run, each file gets the schedule's name before its extension.
   std::string output_path(const std::string& path, const std::string& schedule) const {
     if (request_.runs.size() == 1) return path;
@@ -138,16 +270,23 @@ class RankJob {
 
   const ReferenceRun& reference(const ModelPlan& plan, int microbatches) {
     auto it = references_.find(microbatches);
-    if (it == references_.end())
-      it = references_.emplace(microbatches, train_reference(plan, microbatches, request_.training.steps, optimizer_)).first;
+    if (it == references_.end()) {
+      ReferenceTraining training;
+      training.microbatches = microbatches;
+      training.steps = request_.training.steps;
+      training.optimizer = optimizer_;
+      training.learning_rate = lr_;
+      training.max_grad_norm = request_.training.max_grad_norm;
+      it = references_.emplace(microbatches, train_reference(plan, data_, training)).first;
+    }
     return it->second;
   }
 
   bool verify(const ModelPlan& plan, Executor& executor, const Schedule& schedule, nlohmann::json& j) {
-    const ReferenceRun& ref = reference(plan, schedule.num_microbatches);
+    const ReferenceRun& ref = reference(plan, schedule.num_microbatches * request_.data_parallel);
     double loss_difference = 0;
-    for (int step = 0; step < request_.training.steps; ++step) {
-      const double got = j["steps"][step]["loss"].get<double>(), want = ref.losses[step];
+    for (const auto& entry : j["steps"]) {
+      const double got = entry["loss"].get<double>(), want = ref.losses[entry["step"].get<int>()];
       loss_difference = std::max(loss_difference, std::abs(got - want) / std::max(std::abs(want), 1e-300));
     }
     double worst = 0;
@@ -161,12 +300,12 @@ class RankJob {
             worst_name = fmt::format("{}[{}] (stage {})", plan.graph.nodes[node].name, i, stage);
           }
         }
-    const std::vector<double> per_rank = gather(transport_, worst, timeout_);
+    const std::vector<double> per_rank = gather(world_, worst, timeout_);
     const double parameter_difference = *std::max_element(per_rank.begin(), per_rank.end());
     const bool passed = loss_difference <= request_.tolerance && parameter_difference <= request_.tolerance;
     if (worst > request_.tolerance)
       fmt::print(stderr, "rank {}: {}: parameter {} differs from the single-process run by {:.3g} (relative)\n",
-                 transport_.rank(), schedule.name, worst_name, worst);
+                 world_.rank(), schedule.name, worst_name, worst);
     j["verify"] = {{"loss_difference", loss_difference},
                    {"parameter_difference", parameter_difference},
                    {"tolerance", request_.tolerance},
@@ -175,23 +314,34 @@ class RankJob {
   }
 
   const RunRequest& request_;
-  Transport& transport_;
+  Transport& world_;
   Milliseconds timeout_;
   OptimizerConfig optimizer_;
   at::ScalarType dtype_ = at::kFloat;
+  DataSource data_ = DataSource::synthetic(2, 0);
+  std::optional<LrSchedule> lr_;
   std::map<int, ReferenceRun> references_;
 };
 
-void print_text(const nlohmann::json& run) {
-  fmt::print("{}: {} ranks, {} stages, {} micro-batches\n", run["schedule"].get<std::string>(), run["ranks"].get<int>(),
-             run["stages"].get<int>(), run["microbatches"].get<int>());
-  int step = 0;
-  for (const auto& s : run["steps"])
-    fmt::print("  step {}: loss {:.6f}  {:.1f} ms\n", step++, s["loss"].get<double>(), 1e3 * s["seconds"].get<double>());
+std::string megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
+
+void print_text(const nlohmann::json& run, bool progress) {
+  fmt::print("{}: {} ranks ({} data-parallel), {} stages, {} micro-batches, data: {}\n",
+             run["schedule"].get<std::string>(), run["ranks"].get<int>(), run["data_parallel"].get<int>(),
+             run["stages"].get<int>(), run["microbatches"].get<int>(), run["data"].get<std::string>());
+  if (!progress)
+    for (const auto& s : run["steps"])
+      fmt::print("  step {}: loss {:.6f}  {:.1f} ms\n", s["step"].get<int>(), s["loss"].get<double>(),
+                 1e3 * s["seconds"].get<double>());
+  if (run["steps"].empty()) return;
   fmt::print("  last step: measured {:.2f} ms (bubble {:.1f}%), simulated with the measured action times {:.2f} ms "
              "(bubble {:.1f}%)\n",
              run["measured_makespan_ms"].get<double>(), 100 * run["measured_bubble_ratio"].get<double>(),
              run["predicted_makespan_ms"].get<double>(), 100 * run["predicted_bubble_ratio"].get<double>());
+  for (const auto& m : run["memory"])
+    fmt::print("  rank {}: peak saved activations {} measured, {} simulated from the cost graph\n",
+               m["rank"].get<int>(), megabytes(m["measured_peak_saved_bytes"].get<double>()),
+               megabytes(m["simulated_peak_activation_bytes"].get<double>()));
   if (run.contains("verify")) {
     const auto& v = run["verify"];
     fmt::print("  verify: loss {:.3g}, parameters {:.3g} relative to the single-process run (tolerance {:.3g}): {}\n",
@@ -219,7 +369,7 @@ int run_rank(const RunRequest& request) {
     RunOutcome outcome = job.train(run, hooks);
     all_verified = all_verified && outcome.verified;
     if (transport->rank() == 0) {
-      if (!request.json) print_text(outcome.json);
+      if (!request.json) print_text(outcome.json, request.progress);
       std::fflush(stdout);
     }
     runs.push_back(std::move(outcome.json));

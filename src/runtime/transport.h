@@ -34,6 +34,8 @@ class Transport {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual std::string backend() const = 0;  // "gloo", "nccl", "local"
+  // The job-wide rank of `peer` (a group view's peers are positions in its group), for messages.
+  virtual int global_rank(int peer) const { return peer; }
   // `tensor` must be contiguous. Tags are unique per (sender, receiver) among pending transfers.
   virtual std::unique_ptr<Transfer> post_send(const at::Tensor& tensor, int peer, uint32_t tag) = 0;
   virtual std::unique_ptr<Transfer> post_recv(const at::Tensor& tensor, int peer, uint32_t tag) = 0;
@@ -45,6 +47,12 @@ class Transport {
 // Rendezvous through a TCPStore at env.master_addr:master_port (rank 0 hosts it), then a
 // ProcessGroupGloo over TCP. Throws TransportError naming the address and what was waited for.
 std::unique_ptr<Transport> connect_gloo(const RankEnv& env, std::chrono::milliseconds timeout);
+
+// A view of `world` as the group of `ranks` (global ranks, in group order): rank() is the position
+// in `ranks`, peers are group positions. Collectives still span the whole world (they serve loss
+// reports and barriers, which every rank of the job takes part in). Used by data parallelism: each
+// pipeline replica talks to its own stages through a view. `world` must outlive the view.
+std::unique_ptr<Transport> make_group_view(Transport& world, std::vector<int> ranks);
 
 // In-process transport: `world_size` endpoints that exchange tensors through shared queues, one per
 // thread. For tests of the executor without processes or sockets.

@@ -27,7 +27,7 @@ TEST_F(RunCli, HelpNamesTheLauncherAndEveryOption) {
 TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
   expect_error("1f1b -p 2",
                "1f1b runs on 2 devices but this job has 1 rank (WORLD_SIZE); start it with "
-               "`flexpipe launch -n 2 -- flexpipe run ...`");
+               "`flexpipe launch -n 2 -- flexpipe ...`");
   expect_error("1f1b -p 1 --partition ops:1,2",
                "1f1b: partition ops:1,2: the stages hold 3 operators but the graph 'gpt-2x32' has 30");
   expect_error("interleaved-1f1b -p 1 -v 40", "interleaved-1f1b: partition: cannot cut 30 operators of gpt-2x32 into 40 non-empty stages");

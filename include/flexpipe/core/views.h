@@ -2,6 +2,7 @@
 // Ways to look at a simulated schedule: a text grid, an SVG timeline with memory curves, a
 // Chrome/Perfetto trace and the JSON report.
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -22,5 +23,10 @@ std::string render_svg(const Schedule& schedule, const SimResult& result);
 std::string render_trace(const Schedule& schedule, const SimResult& result, const std::string& time_unit = "unit");
 nlohmann::json report_json(const Schedule& schedule, const CostTable& costs, const SimResult& result);
 std::string render_report(const Schedule& schedule, const CostTable& costs, const SimResult& result);
+
+// A line chart of values[i] against step first_step + i (a training loss curve): axes with round
+// ticks, the curve as one polyline. Throws Error when there is nothing to draw.
+std::string render_curve_svg(const std::string& title, const std::string& y_label, const std::vector<double>& values,
+                             int first_step = 0);
 
 }  // namespace flexpipe

@@ -5,3 +5,7 @@
 // Trains every run of the request on this rank; prints reports; returns the process exit code
 // (0 success, 1 verification failed, 2 bad input, 3 a peer or transfer failed).
 extern "C" int flexpipe_runtime_main(const flexpipe::runtime::RunRequest* request);
+
+// Measures the request's model operator by operator and writes the measured cost graph; returns the
+// exit code (0, or 2 for bad input).
+extern "C" int flexpipe_runtime_profile(const flexpipe::runtime::ProfileRequest* request);

@@ -22,6 +22,12 @@ struct TrainingOptions {
   double learning_rate = 1e-3;
   double weight_decay = 0.0;
   std::string dtype = "float32";  // "float32" or "float64"
+  std::string data;               // a text file (byte-level tokens, vocabulary 256); "": synthetic data
+  bool lr_schedule = false;       // warm-up + cosine decay (below) instead of a constant rate
+  int warmup_steps = 0;
+  int decay_steps = 0;            // 0 with lr_schedule: decay over the steps after warm-up
+  double min_lr_ratio = 0.1;
+  double max_grad_norm = 0;       // clip by the global norm; 0: never
 };
 
 // One schedule to train, with the operator ranges of its model chunks.
@@ -40,6 +46,7 @@ struct FaultInjection {
 
 struct RunRequest {
   std::vector<ScheduledRun> runs;  // trained one after another, each from the same initial weights
+  int data_parallel = 1;           // D copies of the pipeline; the job has D x devices ranks
   ModelConfig model;               // a GPT-style decoder (runtime_model.h lists what is supported)
   TrainingOptions training;
   RankEnv env;
@@ -48,9 +55,26 @@ struct RunRequest {
   double tolerance = 1e-6;      // relative, per tensor: max|a - b| / max|b|
   std::string trace_path;       // measured Perfetto trace (rank 0 writes the merged one); "" none
   std::string svg_path;         // measured SVG timeline; "" none
+  std::string curve_path;       // the loss curve as SVG (rank 0); "" none
   bool json = false;
+  bool progress = false;        // a line per step: loss, tokens/s, step time, measured bubble (rank 0)
+  std::string checkpoint_dir;   // "" none
+  int save_every = 0;           // steps between checkpoints (0: only at the end)
+  bool resume = false;          // continue from the latest checkpoint in checkpoint_dir
   std::map<std::string, std::string> hooks;  // custom operation name -> built-in hook spec (hooks.h)
   FaultInjection fault;
+};
+
+// What `flexpipe profile` hands to the runtime: measure the model's operators on this machine.
+struct ProfileRequest {
+  ModelConfig model;
+  int microbatch_size = 2;
+  std::string dtype = "float32";
+  uint64_t seed = 1234;
+  int warmup = 2;
+  int repeats = 7;
+  std::string output;  // the measured cost graph (JSON); "" none
+  bool json = false;   // print the graph instead of the table
 };
 
 }  // namespace flexpipe::runtime

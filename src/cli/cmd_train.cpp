@@ -1,0 +1,172 @@
+// flexpipe train: the main job. Trains a GPT-style model with pipeline parallelism (and data
+// parallelism) on a text file or on synthetic data, with AdamW, warm-up and cosine decay and global
+// gradient clipping; prints a progress line per step and, at the end, measured against simulated
+// step time and memory per rank; saves and resumes checkpoints. Started without a job around it,
+// it launches its own local ranks.
+#include <cstdlib>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/schedule_choice.h"
+#include "launcher.h"
+#include "runtime_loader.h"
+#include "training_options.h"
+
+namespace flexpipe::cli {
+
+namespace {
+
+struct TrainOptions {
+  TrainingCommand command;
+  std::string schedule = "1f1b";
+  std::string profile;  // measured cost graph for --schedule auto: read if it exists, else written
+};
+
+constexpr int kDefaultDevices = 2;
+
+bool is_file(const std::string& spec) { return spec.find_first_of("./") != std::string::npos; }
+
+// A built-in schedule runs on --devices (default 2); a file fixes its own device count.
+int pipeline_devices(const TrainOptions& o) {
+  if (!is_file(o.schedule)) return o.command.schedule.devices > 0 ? o.command.schedule.devices : kDefaultDevices;
+  ScheduleOptions options = o.command.schedule;
+  options.spec = o.schedule;
+  return load_schedule_spec(options).schedule.num_devices;
+}
+
+TrainOptions defaults() {
+  TrainOptions o;
+  o.command.model = GptSize{4, 64, 4, 64, 64};
+  runtime::TrainingOptions& t = o.command.request.training;
+  t.steps = 100;
+  t.microbatch_size = 4;
+  t.learning_rate = 3e-3;
+  t.weight_decay = 0.01;
+  t.lr_schedule = true;
+  t.warmup_steps = 10;
+  t.max_grad_norm = 1.0;
+  o.command.request.progress = true;
+  return o;
+}
+
+// --schedule auto: measure the model (or read the measurements), simulate every built-in with them,
+// keep the fastest that fits. Done once, before any rank starts, so that every rank trains the same.
+void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
+  const bool in_job = std::getenv("WORLD_SIZE") != nullptr;
+  const bool cached = !o.profile.empty() && std::filesystem::exists(o.profile);
+  if (in_job && !cached)
+    throw Error("--schedule auto inside a job that is already launched needs --profile FILE (an existing "
+                "`flexpipe profile` output), so that every rank chooses from the same measurements");
+  const ModelConfig model = gpt_config(o.command.model);
+  const runtime::TrainingOptions& t = o.command.request.training;
+  std::string path = o.profile;
+  if (!cached) {
+    runtime::ProfileRequest profile;
+    profile.model = model;
+    profile.microbatch_size = t.microbatch_size;
+    profile.dtype = t.dtype;
+    profile.seed = t.seed;
+    if (path.empty()) path = (std::filesystem::temp_directory_path() / fmt::format("flexpipe-profile-{}.json", ::getpid())).string();
+    profile.output = path;
+    profile.json = true;  // the table is not for the training log
+    if (const int code = profile_runtime(profile); code != 0) throw Error(fmt::format("profiling failed ({})", code));
+  }
+  const CostGraph graph = load_cost_graph(path);
+  if (o.profile.empty()) std::filesystem::remove(path);
+  const int devices = pipeline_devices(o);
+  const int microbatches = o.command.schedule.microbatches > 0 ? o.command.schedule.microbatches : 2 * devices;
+  AggregationOptions aggregation;
+  aggregation.shape = graph.reference;
+  aggregation.parameter_bytes = aggregation.gradient_bytes = t.dtype == "float64" ? 8 : 4;
+  aggregation.optimizer_bytes = 2 * aggregation.parameter_bytes;
+  const std::vector<ScheduleCandidate> ranked = rank_builtin_schedules(graph, devices, microbatches, aggregation);
+  if (ranked.empty() || !ranked.front().skipped.empty())
+    throw Error(fmt::format("--schedule auto: no built-in schedule runs on {} devices with {} micro-batches", devices,
+                            microbatches));
+  std::string table;
+  for (const ScheduleCandidate& c : ranked)
+    if (c.skipped.empty()) table += fmt::format("{}{} {:.2f} ms", table.empty() ? "" : ", ", c.name, c.makespan);
+  if (!in_job || std::getenv("RANK") == std::string("0"))
+    fmt::print("auto: simulated with measured operator times ({}): {}; chose {}\n", graph.name, table, ranked.front().name);
+  o.schedule = ranked.front().name;
+  for (size_t i = 0; i + 1 < command_line.size(); ++i)
+    if (command_line[i] == "--schedule" && command_line[i + 1] == "auto") command_line[i + 1] = o.schedule;
+  for (std::string& arg : command_line)
+    if (arg == "--schedule=auto") arg = "--schedule=" + o.schedule;
+}
+
+void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_code) {
+  runtime::RunRequest& request = o.command.request;
+  if (request.data_parallel < 1) throw Error(fmt::format("--dp {}: at least one copy", request.data_parallel));
+  if (!request.training.data.empty()) {
+    if (!std::filesystem::is_regular_file(request.training.data))
+      throw Error(fmt::format("--data {}: no such file", request.training.data));
+    o.command.model.vocab = 256;  // byte-level tokens
+  }
+  if (request.resume && request.checkpoint_dir.empty()) throw Error("--resume needs --checkpoint DIR");
+  if (request.json) request.progress = false;  // the report is one JSON document
+  if (request.save_every < 0) throw Error(fmt::format("--save-every {}: not negative", request.save_every));
+  if (o.schedule == "auto") choose_schedule(o, command_line);
+  const int ranks = pipeline_devices(o) * request.data_parallel;
+  // No job around us: become the launcher of one, with this very command line as every rank's.
+  if (std::getenv("WORLD_SIZE") == nullptr && ranks > 1) {
+    LaunchOptions launch_options;
+    launch_options.ranks = ranks;
+    launch_options.command = command_line;
+    std::error_code error;
+    const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+    if (!error) launch_options.command[0] = self.string();
+    exit_code = launch(launch_options);
+    return;
+  }
+  o.command.schedules = {o.schedule};
+  if (!is_file(o.schedule) && o.command.schedule.devices == 0) o.command.schedule.devices = kDefaultDevices;
+  prepare_request(o.command);
+  exit_code = run_runtime(request);
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, const std::vector<std::string>& command_line, int& exit_code) {
+  auto* command = app.add_subcommand(
+      "train", "Train a GPT-style model with pipeline (and data) parallelism on a text file or synthetic data: "
+               "progress per step, then measured against simulated time and memory; checkpoints and resume");
+  auto o = std::make_shared<TrainOptions>(defaults());
+  command->add_option("--schedule", o->schedule,
+                      "Built-in name, file (.fps, .csv, .json), or auto: the fastest built-in as simulated with "
+                      "the model's measured operator times [1f1b]");
+  command->add_option("--profile", o->profile,
+                      "With --schedule auto: the measured cost graph to use (written by `flexpipe profile`; "
+                      "measured and saved here when the file does not exist)");
+  add_training_options(command, o->command);
+  command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")->check(CLI::PositiveNumber);
+  command->add_option("--dp", o->command.request.data_parallel,
+                      "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--data", o->command.request.training.data,
+                      "A text file to train on, as byte-level tokens (vocabulary 256) [synthetic sequences]");
+  command->add_option("--warmup", o->command.request.training.warmup_steps, "Warm-up steps [10]")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--decay-steps", o->command.request.training.decay_steps,
+                      "Cosine decay length after warm-up; 0: to the last step [0]")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--min-lr-ratio", o->command.request.training.min_lr_ratio,
+                      "Cosine decay floor, as a fraction of --lr [0.1]")
+      ->check(CLI::Range(0.0, 1.0));
+  command->add_option("--clip", o->command.request.training.max_grad_norm,
+                      "Clip gradients by their global norm over all stages; 0: never [1.0]")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--curve", o->command.request.curve_path, "Write the loss curve as an SVG chart (rank 0)");
+  command->add_option("--checkpoint", o->command.request.checkpoint_dir, "Directory for checkpoints [none]");
+  command->add_option("--save-every", o->command.request.save_every, "Steps between checkpoints; 0: at the end [0]");
+  command->add_flag("--resume", o->command.request.resume, "Continue from the latest checkpoint in --checkpoint");
+  command->add_flag("--verify", o->command.request.verify,
+                    "Also train in one process with autograd and compare (small models only)");
+  command->callback([o, &command_line, &exit_code] { train(*o, command_line, exit_code); });
+}
+
+}  // namespace flexpipe::cli

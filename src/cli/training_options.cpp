@@ -1,0 +1,95 @@
+#include "training_options.h"
+
+#include <fmt/format.h>
+
+#include "flexpipe/core/error.h"
+#include "flexpipe/runtime/rank_env.h"
+
+namespace flexpipe::cli {
+
+void add_training_options(CLI::App* command, TrainingCommand& o) {
+  command->add_option("-p,--devices", o.schedule.devices,
+                      "Pipeline devices of a built-in schedule [WORLD_SIZE / data-parallel copies]");
+  command->add_option("-m,--microbatches", o.schedule.microbatches, "Micro-batches per step and pipeline [2p]");
+  command->add_option("-v,--chunks", o.schedule.chunks, "Stages per device of a built-in schedule [its default]");
+  command->add_option("-D,--define", o.schedule.defines, "Set a program parameter: -D name=value (repeatable)");
+  command->add_option("--layers", o.model.layers, fmt::format("Transformer layers [{}]", o.model.layers))
+      ->check(CLI::PositiveNumber);
+  command->add_option("--hidden", o.model.hidden, fmt::format("Hidden size [{}]", o.model.hidden))
+      ->check(CLI::PositiveNumber);
+  command->add_option("--heads", o.model.heads, fmt::format("Attention heads [{}]", o.model.heads))
+      ->check(CLI::PositiveNumber);
+  command->add_option("--vocab", o.model.vocab, fmt::format("Vocabulary size (256 with --data) [{}]", o.model.vocab))
+      ->check(CLI::PositiveNumber);
+  command->add_option("--seq-len", o.model.seq_len, fmt::format("Tokens per sequence [{}]", o.model.seq_len))
+      ->check(CLI::PositiveNumber);
+  command->add_option("--microbatch-size", o.request.training.microbatch_size,
+                      fmt::format("Sequences per micro-batch [{}]", o.request.training.microbatch_size))
+      ->check(CLI::PositiveNumber);
+  command->add_option("--partition", o.partition,
+                      "Operators per model chunk: ops:N,N,..., layers:N,N,... or a Megatron layout "
+                      "[balanced by operator time]");
+  command->add_option("--seed", o.request.training.seed, "Seed of the weights and the data [1234]");
+  command->add_option("--optimizer", o.request.training.optimizer, "sgd or adamw [adamw]")
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  command->add_option("--lr", o.request.training.learning_rate,
+                      fmt::format("(Peak) learning rate [{:g}]", o.request.training.learning_rate))
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--weight-decay", o.request.training.weight_decay, "Decoupled weight decay [0]")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--dtype", o.request.training.dtype, "float32 or float64 [float32]")
+      ->check(CLI::IsMember({"float32", "float64"}));
+  command->add_option("--timeout", o.request.timeout_seconds, "Seconds a rank waits for a peer before failing [60]")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--trace", o.request.trace_path, "Write the measured last step as a Perfetto trace (rank 0)");
+  command->add_option("--svg", o.request.svg_path, "Write the measured last step as an SVG timeline (rank 0)");
+  command->add_flag("--json", o.request.json, "Print the report as JSON (rank 0)");
+  command->add_option("--hook", o.hooks,
+                      "Run a custom operation kind as a built-in hook: NAME=noop|log|sleep:MS (repeatable)");
+}
+
+void prepare_request(TrainingCommand& o) {
+  runtime::RunRequest& request = o.request;
+  request.env = runtime::rank_env_from_environment();
+  request.model = gpt_config(o.model);
+  for (const std::string& hook : o.hooks) {
+    const size_t eq = hook.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == hook.size())
+      throw Error(fmt::format("--hook '{}': expected NAME=SPEC, e.g. OFFLOAD_KV=sleep:2", hook));
+    request.hooks[hook.substr(0, eq)] = hook.substr(eq + 1);
+  }
+  if (request.training.steps < 1) throw Error(fmt::format("--steps {}: at least one step", request.training.steps));
+  if (request.data_parallel < 1) throw Error(fmt::format("--dp {}: at least one copy", request.data_parallel));
+  if (request.env.world_size % request.data_parallel != 0)
+    throw Error(fmt::format("--dp {}: the job's {} ranks do not split into {} equal pipelines", request.data_parallel,
+                            request.env.world_size, request.data_parallel));
+  const int pipeline_ranks = request.env.world_size / request.data_parallel;
+  const CostGraph graph = trainable_graph(request.model, request.training.microbatch_size);
+  for (const std::string& spec : o.schedules) {
+    ScheduleOptions options = o.schedule;
+    options.spec = spec;
+    // A built-in schedule takes its device count from the job; a file fixes its own.
+    const bool file = spec.find_first_of("./") != std::string::npos;
+    if (!file && options.devices == 0) options.devices = pipeline_ranks;
+    runtime::ScheduledRun run;
+    run.schedule = load_checked_schedule(options);
+    if (run.schedule.num_devices * request.data_parallel != request.env.world_size)
+      throw Error(fmt::format(
+          "{} runs on {} devices{} but this job has {} rank{} (WORLD_SIZE); start it with "
+          "`flexpipe launch -n {} -- flexpipe ...`",
+          spec, run.schedule.num_devices,
+          request.data_parallel > 1 ? fmt::format(" x {} data-parallel copies", request.data_parallel) : "",
+          request.env.world_size, request.env.world_size == 1 ? "" : "s",
+          run.schedule.num_devices * request.data_parallel));
+    const int chunks = run.schedule.stages_per_pipeline;
+    try {
+      run.partition = o.partition.empty() ? partition_balanced(graph, chunks) : parse_partition(graph, o.partition, chunks);
+      check_partition(graph, run.partition);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: partition{}: {}", spec, o.partition.empty() ? "" : " " + o.partition, e.what()));
+    }
+    request.runs.push_back(std::move(run));
+  }
+}
+
+}  // namespace flexpipe::cli

@@ -1,0 +1,33 @@
+#pragma once
+// What `flexpipe run` and `flexpipe train` share: the model, the batch, the optimizer, the schedule
+// options, and the checks that turn them into a runtime request before any rank connects.
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "flexpipe/core/trainable_model.h"
+#include "flexpipe/runtime/run_request.h"
+#include "options.h"
+
+namespace flexpipe::cli {
+
+struct TrainingCommand {
+  std::vector<std::string> schedules;
+  ScheduleOptions schedule;  // -p, -m, -v, -D for every schedule
+  GptSize model;
+  std::string partition;
+  runtime::RunRequest request;
+  std::vector<std::string> hooks;
+};
+
+// -p/-m/-v/-D, the model's size, --microbatch-size, --partition, --seed, --optimizer, --lr,
+// --weight-decay, --dtype, --timeout, --trace, --svg, --json, --hook.
+void add_training_options(CLI::App* command, TrainingCommand& options);
+
+// Fills options.request from the environment and the options: validates every schedule, checks that
+// the job's ranks match (devices x data-parallel copies), computes each schedule's partition.
+// Throws Error before anything is loaded or connected.
+void prepare_request(TrainingCommand& options);
+
+}  // namespace flexpipe::cli

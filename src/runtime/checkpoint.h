@@ -1,0 +1,37 @@
+#pragma once
+// Checkpoints: each rank's named tensors in one file of its own, and a `latest` file naming the last
+// complete step. Every file is written to a temporary name, flushed, and renamed into place; `latest`
+// moves only after every rank has renamed its file, so a crash during a save leaves the previous
+// checkpoint the one `--resume` loads, never a half-written one.
+//
+// File layout (`DIR/step-<K>/rank-<R>.bin`): a first line "flexpipe-checkpoint 1", a second line of
+// JSON (step, optimizer steps, seed, the run's identity, and per tensor its name, dtype, shape, byte
+// offset and length, plus an FNV-1a checksum of all data), then the raw little-endian tensor bytes.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+namespace flexpipe::runtime {
+
+struct RankCheckpoint {
+  int step = 0;             // the next step to run
+  int optimizer_steps = 0;
+  nlohmann::json identity;  // what must match to resume: model, schedule, seed, devices, replicas
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+};
+
+std::string checkpoint_path(const std::string& dir, int step, int rank);
+// Writes atomically (temporary file + rename). Throws Error naming the path on failure.
+void write_rank_checkpoint(const std::string& path, const RankCheckpoint& checkpoint);
+// Throws Error naming the file for a bad magic line, malformed header, short file or checksum mismatch.
+RankCheckpoint read_rank_checkpoint(const std::string& path);
+
+// `DIR/latest`: the step of the last complete checkpoint; -1 when there is none.
+int latest_checkpoint(const std::string& dir);
+void mark_latest_checkpoint(const std::string& dir, int step);
+
+}  // namespace flexpipe::runtime

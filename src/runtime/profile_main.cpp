@@ -1,0 +1,61 @@
+// The runtime library's profiling entry point (`flexpipe profile`).
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/schedule_io.h"
+#include "flexpipe/core/trainable_model.h"
+#include "flexpipe/runtime/entry.h"
+#include "profiler.h"
+
+namespace flexpipe::runtime {
+namespace {
+
+int profile(const ProfileRequest& request) {
+  if (request.repeats < 1 || request.warmup < 0)
+    throw Error(fmt::format("--repeats {} must be positive and --warmup {} non-negative", request.repeats,
+                            request.warmup));
+  const at::ScalarType dtype = request.dtype == "float64" ? at::kDouble : at::kFloat;
+  const CostGraph analytic = trainable_graph(request.model, request.microbatch_size);
+  const ModelPlan plan =
+      make_model_plan(request.model, partition_balanced(analytic, 1), request.microbatch_size, dtype, request.seed);
+  const CostGraph measured = profile_model(plan, {request.warmup, request.repeats});
+  if (!request.output.empty()) write_text_file(request.output, cost_graph_to_json(measured));
+  if (request.json) {
+    fmt::print("{}\n", cost_graph_to_json(measured));
+    return 0;
+  }
+  fmt::print("{}: {} operators, micro-batch {} x {} tokens, median of {} after {} warm-up runs (ms)\n",
+             measured.name, measured.nodes.size(), request.microbatch_size, request.model.seq_len, request.repeats,
+             request.warmup);
+  fmt::print("{:<24} {:>9} {:>9} {:>9} {:>12}\n", "operator", "F", "I", "W", "saved bytes");
+  double f = 0, i = 0, w = 0;
+  for (const OperatorNode& n : measured.nodes) {
+    const double saved = n.saved_bytes.at(measured.reference.microbatch_size, measured.reference.seq_len);
+    fmt::print("{:<24} {:>9.4f} {:>9.4f} {:>9.4f} {:>12.0f}\n", n.name, n.forward.time, n.backward_input.time,
+               n.backward_weight.time, saved);
+    f += n.forward.time;
+    i += n.backward_input.time;
+    w += n.backward_weight.time;
+  }
+  fmt::print("{:<24} {:>9.4f} {:>9.4f} {:>9.4f}\n", "total", f, i, w);
+  if (!request.output.empty()) fmt::print("cost graph: {}\n", request.output);
+  return 0;
+}
+
+}  // namespace
+}  // namespace flexpipe::runtime
+
+extern "C" int flexpipe_runtime_profile(const flexpipe::runtime::ProfileRequest* request) {
+  try {
+    return flexpipe::runtime::profile(*request);
+  } catch (const flexpipe::Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "internal error: {}\n", e.what());
+    return 3;
+  }
+}

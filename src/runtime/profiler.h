@@ -1,0 +1,21 @@
+#pragma once
+// Measures a trainable model operator by operator on this machine — forward, input gradient and
+// weight gradient time (median of repeats after warm-up), the bytes each forward saves and its
+// output — and returns the model's cost graph with those measurements in place of the analytic
+// estimates, as DawnPiper profiles before it partitions. The simulator, the partitioner and
+// `train --schedule auto` read it like any cost graph.
+#include "flexpipe/core/cost_graph.h"
+#include "model_plan.h"
+
+namespace flexpipe::runtime {
+
+struct ProfileOptions {
+  int warmup = 2;
+  int repeats = 7;
+};
+
+// Times are in milliseconds and scale by a power law from the measured shape (linear in the batch;
+// in the sequence, linear for token-wise operators and quadratic for attention scores).
+CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options);
+
+}  // namespace flexpipe::runtime

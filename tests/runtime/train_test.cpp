@@ -1,0 +1,123 @@
+// flexpipe train end to end, on real processes it launches itself: the loss falls, a resumed run
+// reproduces the uninterrupted one exactly, data parallelism x pipeline equals one process with the
+// global batch, text files train, bad flags are refused.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "../cli/cli_harness.h"
+
+namespace flexpipe::test {
+namespace {
+
+const std::string kSmall = "--layers 2 --hidden 32 --heads 4 --seq-len 16 --microbatch-size 2";
+
+class Train : public CliHarness {
+ protected:
+  Train() : CliHarness("flexpipe_train_") {}
+
+  nlohmann::json train_json(const std::string& args) {
+    const Outcome run = flexpipe("train " + args + " --json");
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    return run.exit_code == 0 ? nlohmann::json::parse(run.out)["runs"][0] : nlohmann::json();
+  }
+
+  static std::vector<double> losses(const nlohmann::json& run) {
+    std::vector<double> result;
+    for (const auto& step : run["steps"]) result.push_back(step["loss"].get<double>());
+    return result;
+  }
+};
+
+TEST_F(Train, DefaultsLaunchTheirOwnRanksAndTheLossFalls) {
+  const Outcome run = flexpipe("train --steps 40 " + kSmall);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("step    1/40  loss "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("step   40/40  loss "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("tokens/s"), std::string::npos);
+  EXPECT_NE(run.out.find("simulated with the measured action times"), std::string::npos);
+  EXPECT_NE(run.out.find("rank 1: peak saved activations"), std::string::npos);
+  const nlohmann::json report = train_json("--steps 40 " + kSmall);
+  const std::vector<double> l = losses(report);
+  ASSERT_EQ(l.size(), 40u);
+  EXPECT_LT(l.back(), 0.8 * l.front()) << "synthetic sequences are learnable: " << l.front() << " -> " << l.back();
+  EXPECT_EQ(report["ranks"].get<int>(), 2);
+  EXPECT_GT(report["steps"][39]["grad_norm"].get<double>(), 0);
+  EXPECT_NEAR(report["steps"][0]["learning_rate"].get<double>(), 3e-3 / 10, 1e-15);  // warm-up step 1 of 10
+}
+
+TEST_F(Train, AResumedRunReproducesTheUninterruptedOneExactly) {
+  const std::string common = kSmall + " --schedule zb-h1 --decay-steps 10";
+  const std::filesystem::path a = dir_ / "a", b = dir_ / "b";
+  const nlohmann::json whole = train_json(common + " --steps 6 --checkpoint " + a.string() + " --save-every 3");
+  const nlohmann::json first = train_json(common + " --steps 3 --checkpoint " + b.string());
+  const nlohmann::json rest = train_json(common + " --steps 6 --checkpoint " + b.string() + " --resume");
+  ASSERT_EQ(rest["first_step"].get<int>(), 3);
+  const std::vector<double> all = losses(whole), head = losses(first), tail = losses(rest);
+  ASSERT_EQ(head.size(), 3u);
+  ASSERT_EQ(tail.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(head[i], all[i]) << "step " << i;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(tail[i], all[3 + i]) << "step " << 3 + i;
+  // Both runs saved step 6 last: same files, byte for byte.
+  for (int rank : {0, 1}) {
+    const std::string name = "step-000006/rank-" + std::to_string(rank) + ".bin";
+    EXPECT_EQ(slurp(a / name), slurp(b / name)) << name;
+  }
+  EXPECT_EQ(slurp(a / "latest"), "6\n");
+}
+
+TEST_F(Train, ACrashDuringASaveLeavesThePreviousCheckpoint) {
+  const std::filesystem::path dir = dir_ / "ckpt";
+  train_json(kSmall + " --steps 2 --checkpoint " + dir.string());
+  // A save of step 4 that died half-way: one rank's file, and `latest` not moved.
+  std::filesystem::create_directories(dir / "step-000004");
+  std::ofstream(dir / "step-000004" / "rank-0.bin") << "flexpipe-checkpoint 1\n{\"step\":";
+  const nlohmann::json resumed = train_json(kSmall + " --steps 3 --checkpoint " + dir.string() + " --resume");
+  EXPECT_EQ(resumed["first_step"].get<int>(), 2);
+  // A damaged file that `latest` does point to is refused with its name.
+  std::ofstream(dir / "step-000003" / "rank-1.bin", std::ios::app) << "x";
+  const Outcome broken = flexpipe("train " + kSmall + " --steps 4 --checkpoint " + dir.string() + " --resume");
+  EXPECT_NE(broken.exit_code, 0);
+  EXPECT_NE(broken.err.find("step-000003/rank-1.bin: checksum mismatch"), std::string::npos) << broken.err;
+}
+
+TEST_F(Train, DataParallelTimesPipelineEqualsOneProcessWithTheGlobalBatch) {
+  const nlohmann::json run = train_json(kSmall + " --dp 2 --steps 3 --verify --dtype float64 --schedule interleaved-1f1b");
+  ASSERT_FALSE(run.is_null());
+  EXPECT_EQ(run["ranks"].get<int>(), 4);
+  EXPECT_EQ(run["data_parallel"].get<int>(), 2);
+  EXPECT_TRUE(run["verify"]["passed"].get<bool>()) << run["verify"].dump();
+  EXPECT_LE(run["verify"]["parameter_difference"].get<double>(), 1e-9);
+}
+
+TEST_F(Train, TextFilesTrainAsBytes) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "To be, or not to be, that is the question. ";
+  const std::filesystem::path file = write("text.txt", text);
+  const nlohmann::json run = train_json(kSmall + " --steps 3 --verify --dtype float64 --data " + file.string());
+  ASSERT_FALSE(run.is_null());
+  EXPECT_NE(run["data"].get<std::string>().find("byte-level tokens"), std::string::npos);
+  EXPECT_TRUE(run["verify"]["passed"].get<bool>());
+}
+
+TEST_F(Train, BadFlagsAreOneClearError) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--data /nonexistent.txt", "error: --data /nonexistent.txt: no such file\n"},
+      {"--resume", "error: --resume needs --checkpoint DIR\n"},
+      {"--resume --checkpoint " + (dir_ / "empty").string(),
+       "holds no complete checkpoint"},
+      {"--schedule nope", "error: unknown schedule 'nope'"},
+      {"--dp 0", "--dp: Value 0 not in range"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Outcome run = flexpipe("train " + kSmall + " --steps 2 " + args);
+    EXPECT_NE(run.exit_code, 0) << args;
+    EXPECT_NE(run.err.find(message), std::string::npos) << args << ": " << run.err;
+  }
+}
+
+}  // namespace
+}  // namespace flexpipe::test
