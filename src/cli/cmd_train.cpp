@@ -72,7 +72,7 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
     profile.seed = t.seed;
     if (path.empty()) path = (std::filesystem::temp_directory_path() / fmt::format("flexpipe-profile-{}.json", ::getpid())).string();
     profile.output = path;
-    profile.json = true;  // the table is not for the training log
+    profile.quiet = true;  // the table is not for the training log
     if (const int code = profile_runtime(profile); code != 0) throw Error(fmt::format("profiling failed ({})", code));
   }
   const CostGraph graph = load_cost_graph(path);
@@ -91,7 +91,10 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   for (const ScheduleCandidate& c : ranked)
     if (c.skipped.empty()) table += fmt::format("{}{} {:.2f} ms", table.empty() ? "" : ", ", c.name, c.makespan);
   if (!in_job || std::getenv("RANK") == std::string("0"))
+  {
     fmt::print("auto: simulated with measured operator times ({}): {}; chose {}\n", graph.name, table, ranked.front().name);
+    std::fflush(stdout);  // before the ranks print theirs
+  }
   o.schedule = ranked.front().name;
   for (size_t i = 0; i + 1 < command_line.size(); ++i)
     if (command_line[i] == "--schedule" && command_line[i + 1] == "auto") command_line[i + 1] = o.schedule;

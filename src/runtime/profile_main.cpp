@@ -23,6 +23,7 @@ int profile(const ProfileRequest& request) {
       make_model_plan(request.model, partition_balanced(analytic, 1), request.microbatch_size, dtype, request.seed);
   const CostGraph measured = profile_model(plan, {request.warmup, request.repeats});
   if (!request.output.empty()) write_text_file(request.output, cost_graph_to_json(measured));
+  if (request.quiet) return 0;
   if (request.json) {
     fmt::print("{}\n", cost_graph_to_json(measured));
     return 0;

@@ -103,6 +103,40 @@ TEST_F(Train, TextFilesTrainAsBytes) {
   EXPECT_TRUE(run["verify"]["passed"].get<bool>());
 }
 
+TEST_F(Train, ProfileWritesACostGraphTheSimulatorReads) {
+  const std::filesystem::path graph = dir_ / "measured.json";
+  const Outcome profile =
+      flexpipe("profile " + kSmall + " --repeats 3 -o " + graph.string());
+  ASSERT_EQ(profile.exit_code, 0) << profile.err;
+  EXPECT_NE(profile.out.find("head.loss"), std::string::npos) << profile.out;
+  const nlohmann::json g = nlohmann::json::parse(slurp(graph));
+  ASSERT_EQ(g["nodes"].size(), 30u);
+  for (const auto& node : g["nodes"]) EXPECT_GT(node["forward"]["time"].get<double>(), 0) << node["name"];
+  // qkv saves its input: 2 sequences x 16 tokens x 32 floats = 4096 bytes, 128 per token.
+  EXPECT_EQ(g["nodes"][4]["name"], "layer.0.qkv");
+  EXPECT_DOUBLE_EQ(g["nodes"][4]["saved_bytes"]["per_token"].get<double>(), 128);
+  const Outcome simulate = flexpipe("simulate zb-h1 -p 2 --model " + graph.string() + " --microbatch-size 2 --json");
+  ASSERT_EQ(simulate.exit_code, 0) << simulate.err;
+  EXPECT_GT(nlohmann::json::parse(simulate.out)["makespan"].get<double>(), 0);
+}
+
+TEST_F(Train, AutoTrainsTheFastestScheduleSimulatedWithTheProfile) {
+  const std::filesystem::path graph = dir_ / "profile.json";
+  const Outcome first = flexpipe("train --schedule auto --profile " + graph.string() + " --steps 2 " + kSmall);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const size_t at = first.out.find("; chose ");
+  ASSERT_NE(at, std::string::npos) << first.out;
+  const std::string chosen = first.out.substr(at + 8, first.out.find('\n', at) - at - 8);
+  EXPECT_NE(first.out.find("\n" + chosen + ": 2 ranks"), std::string::npos) << first.out;
+  // The profile was kept; a second run reads it instead of measuring again, and chooses the same.
+  const std::string measured = slurp(graph);
+  ASSERT_FALSE(measured.empty());
+  const Outcome second = flexpipe("train --schedule auto --profile " + graph.string() + " --steps 1 " + kSmall);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(slurp(graph), measured);
+  EXPECT_NE(second.out.find("; chose " + chosen + "\n"), std::string::npos) << second.out;
+}
+
 TEST_F(Train, BadFlagsAreOneClearError) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--data /nonexistent.txt", "error: --data /nonexistent.txt: no such file\n"},
@@ -111,12 +145,20 @@ TEST_F(Train, BadFlagsAreOneClearError) {
        "holds no complete checkpoint"},
       {"--schedule nope", "error: unknown schedule 'nope'"},
       {"--dp 0", "--dp: Value 0 not in range"},
+      {"--profile " + (dir_ / "x.json").string(), ""},  // harmless without auto: trains
   };
   for (const auto& [args, message] : cases) {
     const Outcome run = flexpipe("train " + kSmall + " --steps 2 " + args);
+    if (message.empty()) {
+      EXPECT_EQ(run.exit_code, 0) << args << ": " << run.err;
+      continue;
+    }
     EXPECT_NE(run.exit_code, 0) << args;
     EXPECT_NE(run.err.find(message), std::string::npos) << args << ": " << run.err;
   }
+  const Outcome profile = flexpipe("profile --repeats 0");
+  EXPECT_EQ(profile.exit_code, 2);
+  EXPECT_NE(profile.err.find("--repeats"), std::string::npos) << profile.err;
 }
 
 }  // namespace

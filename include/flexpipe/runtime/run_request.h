@@ -75,6 +75,7 @@ struct ProfileRequest {
   int repeats = 7;
   std::string output;  // the measured cost graph (JSON); "" none
   bool json = false;   // print the graph instead of the table
+  bool quiet = false;  // print nothing (train --schedule auto profiles for itself)
 };
 
 }  // namespace flexpipe::runtime
