@@ -2,6 +2,7 @@
 // every requested schedule from the same initial weights, optionally checks the result against the
 // single-process reference, and has rank 0 print the report and write the measured timeline.
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -165,8 +166,11 @@ class RankJob {
     if (world_.rank() == 0 && !request_.curve_path.empty() && !j["steps"].empty()) {
       std::vector<double> losses;
       for (const auto& entry : j["steps"]) losses.push_back(entry["loss"].get<double>());
-      const std::string title = fmt::format("{}: {} on {}, loss per step", request_.model.name, schedule.name,
-                                            data_.description());
+      const std::string data = request_.training.data.empty()
+                                   ? std::string("synthetic data")
+                                   : std::filesystem::path(request_.training.data).filename().string();
+      const std::string title = fmt::format("{} with {} on {} devices, {}", request_.model.name, schedule.name,
+                                            schedule.num_devices, data);
       write_text_file(output_path(request_.curve_path, schedule.name),
                       render_curve_svg(title, "loss (mean next-token cross-entropy)", losses, first_step));
     }
@@ -189,9 +193,13 @@ class RankJob {
     const int devices = lowered.num_devices;
     std::vector<std::vector<MeasuredAction>> all = gather_all_traces(world_, last.trace, timeout_);
     all.resize(devices);  // the timeline of replica 0
-    const SimResult measured = measured_result(lowered, all);
-    const SimResult predicted =
-        simulate(with_measured_custom_durations(lowered, all), measured_costs(lowered, all), {false, false});
+    SimResult measured = measured_result(lowered, all);
+    const Schedule timed = with_measured_custom_durations(lowered, all);
+    const CostTable costs = measured_costs(lowered, all);
+    const SimResult predicted = simulate(timed, costs, {false, false});
+    // The views report efficiency against the lower bound of the same measured costs.
+    measured.lower_bound = lower_bound(timed, costs);
+    measured.efficiency = measured.makespan > 0 ? measured.lower_bound / measured.makespan : 0;
     j["measured_makespan_ms"] = measured.makespan;
     j["predicted_makespan_ms"] = predicted.makespan;
     j["measured_bubble_ratio"] = measured.bubble_ratio;
