@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -135,6 +136,27 @@ TEST_F(Train, AutoTrainsTheFastestScheduleSimulatedWithTheProfile) {
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_EQ(slurp(graph), measured);
   EXPECT_NE(second.out.find("; chose " + chosen + "\n"), std::string::npos) << second.out;
+}
+
+TEST_F(Train, TheSharedCorpusTrainsWhenPresent) {
+  const std::string corpus = std::string(FLEXPIPE_TEST_DATA) + "/../../../shared/data/tinyshakespeare.txt";
+  if (!std::filesystem::exists(corpus)) GTEST_SKIP() << "no corpus at " << corpus;
+  const nlohmann::json run = train_json(kSmall + " --steps 30 --data " + corpus);
+  ASSERT_FALSE(run.is_null());
+  const std::vector<double> l = losses(run);
+  EXPECT_NEAR(l.front(), std::log(256.0), 0.2);  // bytes start near uniform
+  EXPECT_LT(l.back(), l.front() - 1.0);
+}
+
+TEST_F(Train, AScheduleFileWithMoreStagesThanDevicesCutsTheModelToMatch) {
+  // PyTorch's looped zero-bubble CSV: 4 stages on 2 ranks.
+  const nlohmann::json run =
+      train_json(kSmall + " --steps 2 --verify --dtype float64 --schedule " + std::string(FLEXPIPE_TEST_DATA) +
+                 "/pytorch/loop_zb_2rank_4stage_compute.csv");
+  ASSERT_FALSE(run.is_null());
+  EXPECT_EQ(run["stages"].get<int>(), 4);
+  EXPECT_EQ(run["ranks"].get<int>(), 2);
+  EXPECT_TRUE(run["verify"]["passed"].get<bool>());
 }
 
 TEST_F(Train, BadFlagsAreOneClearError) {
