@@ -31,12 +31,13 @@ int profile(const ProfileRequest& request) {
   fmt::print("{}: {} operators, micro-batch {} x {} tokens, median of {} after {} warm-up runs (ms)\n",
              measured.name, measured.nodes.size(), request.microbatch_size, request.model.seq_len, request.repeats,
              request.warmup);
-  fmt::print("{:<24} {:>9} {:>9} {:>9} {:>12}\n", "operator", "F", "I", "W", "saved bytes");
+  fmt::print("{:<24} {:>9} {:>9} {:>9} {:>12} {:>12}\n", "operator", "F", "I", "W", "saved bytes", "workspace");
   double f = 0, i = 0, w = 0;
   for (const OperatorNode& n : measured.nodes) {
-    const double saved = n.saved_bytes.at(measured.reference.microbatch_size, measured.reference.seq_len);
-    fmt::print("{:<24} {:>9.4f} {:>9.4f} {:>9.4f} {:>12.0f}\n", n.name, n.forward.time, n.backward_input.time,
-               n.backward_weight.time, saved);
+    const Shape& at = measured.reference;
+    fmt::print("{:<24} {:>9.4f} {:>9.4f} {:>9.4f} {:>12.0f} {:>12.0f}\n", n.name, n.forward.time, n.backward_input.time,
+               n.backward_weight.time, n.saved_bytes.at(at.microbatch_size, at.seq_len),
+               n.workspace_bytes.at(at.microbatch_size, at.seq_len));
     f += n.forward.time;
     i += n.backward_input.time;
     w += n.backward_weight.time;

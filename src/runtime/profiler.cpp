@@ -4,7 +4,11 @@
 #include <chrono>
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <fmt/format.h>
+
+#include <mutex>
+#include <unordered_map>
 
 #include "data_source.h"
 
@@ -27,6 +31,74 @@ double time_ms(F&& f) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// Wraps the CPU allocator while profiling to count live bytes and their high-water mark: what an
+// operator's pass allocates beyond what it keeps is its transient workspace.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  CountingAllocator() : base_(c10::GetCPUAllocator()) {
+    active_ = this;
+    c10::SetCPUAllocator(this, kPriority);
+  }
+  ~CountingAllocator() override {
+    c10::SetCPUAllocator(base_, kPriority);
+    active_ = nullptr;
+  }
+  CountingAllocator(const CountingAllocator&) = delete;
+  CountingAllocator& operator=(const CountingAllocator&) = delete;
+
+  c10::DataPtr allocate(size_t bytes) const override {
+    c10::DataPtr inner = base_->allocate(bytes);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live_ += static_cast<int64_t>(bytes);
+      peak_ = std::max(peak_, live_);
+      blocks_.emplace(data, Block{std::move(inner), bytes});
+    }
+    // Some kernels allocate raw memory and free it through raw_deleter(): data and context coincide.
+    return {data, data, &release, device};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  int64_t live() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_;
+  }
+  // Starts a new high-water mark at the current level.
+  void reset_peak() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peak_ = live_;
+  }
+  int64_t peak() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_;
+  }
+
+ private:
+  static constexpr uint8_t kPriority = 200;
+  struct Block {
+    c10::DataPtr inner;
+    size_t bytes = 0;
+  };
+  static void release(void* data) {
+    c10::DataPtr freed;  // destroyed after the lock is released
+    if (active_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(active_->mutex_);
+    auto it = active_->blocks_.find(data);
+    if (it == active_->blocks_.end()) return;
+    active_->live_ -= static_cast<int64_t>(it->second.bytes);
+    freed = std::move(it->second.inner);
+    active_->blocks_.erase(it);
+  }
+  static inline CountingAllocator* active_ = nullptr;
+  c10::Allocator* base_;
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<void*, Block> blocks_;
+  mutable int64_t live_ = 0;
+  mutable int64_t peak_ = 0;
+};
+
 // The polynomial scaled so that it equals `measured` at the reference shape (keeps how it grows).
 ShapePolynomial rescaled(const ShapePolynomial& analytic, double measured, const Shape& shape) {
   const double at = analytic.at(shape.microbatch_size, shape.seq_len);
@@ -38,6 +110,7 @@ ShapePolynomial rescaled(const ShapePolynomial& analytic, double measured, const
 
 CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
   at::NoGradGuard no_grad;
+  const CountingAllocator memory;
   const int n = static_cast<int>(plan.graph.nodes.size());
   ChunkModule module;
   module.begin = 0;
@@ -64,6 +137,19 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
     const at::Tensor grad = at::ones_like(values[v]);
     std::vector<double> f, i, w;
     Saved probe;
+    // Transient memory of each pass: its high-water mark above what was live before it and what it
+    // leaves behind (the output, what it saved, the gradients it returns).
+    int64_t workspace = 0;
+    auto transient = [&](auto&& pass) {
+      const int64_t before = memory.live();
+      memory.reset_peak();
+      const auto kept = pass();  // what the pass returns stays alive while we look
+      workspace = std::max(workspace, memory.peak() - std::max(before, memory.live()));
+      static_cast<void>(kept);
+    };
+    transient([&] { return op.forward(in, data, probe); });
+    transient([&] { return op.backward_input(grad, probe); });
+    if (op.has_parameters()) transient([&] { op.backward_weight(grad, probe); return 0; });
     for (int r = 0; r < options.warmup + options.repeats; ++r) {
       const double tf = time_ms([&] { op.forward(in, data, probe); });
       const double ti = time_ms([&] { op.backward_input(grad, probe); });
@@ -84,6 +170,7 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
     node.freed_by_input = op.has_parameters() ? ShapePolynomial{} : node.saved_bytes;
     node.output_bytes =
         rescaled(node.output_bytes, static_cast<double>(values[v].numel() * values[v].element_size()), shape);
+    node.workspace_bytes = rescaled(node.output_bytes, static_cast<double>(workspace), shape);
   }
   return graph;
 }

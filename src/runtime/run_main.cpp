@@ -196,7 +196,8 @@ class RankJob {
     SimResult measured = measured_result(lowered, all);
     const Schedule timed = with_measured_custom_durations(lowered, all);
     const CostTable costs = measured_costs(lowered, all);
-    const SimResult predicted = simulate(timed, costs, {false, false});
+    const bool draw = world_.rank() == 0 && !request_.svg_path.empty();
+    const SimResult predicted = simulate(timed, costs, {draw, false});
     // The views report efficiency against the lower bound of the same measured costs.
     measured.lower_bound = lower_bound(timed, costs);
     measured.efficiency = measured.makespan > 0 ? measured.lower_bound / measured.makespan : 0;
@@ -219,8 +220,12 @@ class RankJob {
     if (world_.rank() == 0) {
       if (!request_.trace_path.empty())
         write_text_file(output_path(request_.trace_path, lowered.name), render_trace(lowered, measured, "ms"));
-      if (!request_.svg_path.empty())
-        write_text_file(output_path(request_.svg_path, lowered.name), render_svg(lowered, measured));
+      if (!request_.svg_path.empty()) {
+        const std::string path = output_path(request_.svg_path, lowered.name);
+        write_text_file(path, render_svg(lowered, measured));
+        // The simulator's timeline for the same measured action times, next to it.
+        write_text_file(with_suffix(path, ".simulated"), render_svg(timed, predicted));
+      }
     }
   }
 
@@ -269,11 +274,15 @@ class RankJob {
 
   // With several schedules in one run, each file gets the schedule's name before its extension.
   std::string output_path(const std::string& path, const std::string& schedule) const {
-    if (request_.runs.size() == 1) return path;
+    return request_.runs.size() == 1 ? path : with_suffix(path, "." + schedule);
+  }
+
+  // "dir/name.svg" + ".x" -> "dir/name.x.svg".
+  static std::string with_suffix(const std::string& path, const std::string& suffix) {
     const size_t dot = path.find_last_of('.');
     const size_t slash = path.find_last_of('/');
-    if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + "." + schedule;
-    return path.substr(0, dot) + "." + schedule + path.substr(dot);
+    if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return path + suffix;
+    return path.substr(0, dot) + suffix + path.substr(dot);
   }
 
   const ReferenceRun& reference(const ModelPlan& plan, int microbatches) {
