@@ -116,6 +116,11 @@ TEST_F(Train, ProfileWritesACostGraphTheSimulatorReads) {
   // qkv saves its input: 2 sequences x 16 tokens x 32 floats = 4096 bytes, 128 per token.
   EXPECT_EQ(g["nodes"][4]["name"], "layer.0.qkv");
   EXPECT_DOUBLE_EQ(g["nodes"][4]["saved_bytes"]["per_token"].get<double>(), 128);
+  // The scores' passes hold at least one attention map beyond what they keep: 4 heads x 16 x 16 floats
+  // per sequence, 16 bytes per token and key.
+  EXPECT_EQ(g["nodes"][5]["name"], "layer.0.scores");
+  EXPECT_GE(g["nodes"][5]["workspace_bytes"]["per_token_seq"].get<double>(), 16);
+  EXPECT_NE(profile.out.find("workspace"), std::string::npos);
   const Outcome simulate = flexpipe("simulate zb-h1 -p 2 --model " + graph.string() + " --microbatch-size 2 --json");
   ASSERT_EQ(simulate.exit_code, 0) << simulate.err;
   EXPECT_GT(nlohmann::json::parse(simulate.out)["makespan"].get<double>(), 0);
