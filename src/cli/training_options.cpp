@@ -9,7 +9,7 @@ namespace flexpipe::cli {
 
 void add_training_options(CLI::App* command, TrainingCommand& o) {
   command->add_option("-p,--devices", o.schedule.devices,
-                      "Pipeline devices of a built-in schedule [WORLD_SIZE / data-parallel copies]");
+                      "Pipeline devices of a built-in schedule [run: WORLD_SIZE / --dp; train: 2]");
   command->add_option("-m,--microbatches", o.schedule.microbatches, "Micro-batches per step and pipeline [2p]");
   command->add_option("-v,--chunks", o.schedule.chunks, "Stages per device of a built-in schedule [its default]");
   command->add_option("-D,--define", o.schedule.defines, "Set a program parameter: -D name=value (repeatable)");
@@ -35,14 +35,16 @@ void add_training_options(CLI::App* command, TrainingCommand& o) {
   command->add_option("--lr", o.request.training.learning_rate,
                       fmt::format("(Peak) learning rate [{:g}]", o.request.training.learning_rate))
       ->check(CLI::NonNegativeNumber);
-  command->add_option("--weight-decay", o.request.training.weight_decay, "Decoupled weight decay [0]")
+  command->add_option("--weight-decay", o.request.training.weight_decay,
+                      fmt::format("Decoupled weight decay [{:g}]", o.request.training.weight_decay))
       ->check(CLI::NonNegativeNumber);
   command->add_option("--dtype", o.request.training.dtype, "float32 or float64 [float32]")
       ->check(CLI::IsMember({"float32", "float64"}));
   command->add_option("--timeout", o.request.timeout_seconds, "Seconds a rank waits for a peer before failing [60]")
       ->check(CLI::PositiveNumber);
   command->add_option("--trace", o.request.trace_path, "Write the measured last step as a Perfetto trace (rank 0)");
-  command->add_option("--svg", o.request.svg_path, "Write the measured last step as an SVG timeline (rank 0)");
+  command->add_option("--svg", o.request.svg_path,
+                      "Write the measured last step as an SVG timeline, and the simulated one next to it (rank 0)");
   command->add_flag("--json", o.request.json, "Print the report as JSON (rank 0)");
   command->add_option("--hook", o.hooks,
                       "Run a custom operation kind as a built-in hook: NAME=noop|log|sleep:MS (repeatable)");
