@@ -441,9 +441,10 @@ struct Executor::State {
         in.transfer = options.world->post_recv(in.buffer, peer, tag(locals[i].stage));
       }
     }
+    std::vector<std::vector<at::Tensor>> sums;
     for (size_t i = 0; i < locals.size(); ++i) {
       std::vector<at::Tensor> grads = gradients_of(locals[i]);
-      const at::Tensor mine = pack(grads).clone();
+      const at::Tensor mine = pack(grads);
       at::Tensor sum;
       for (int r = 0; r < options.replicas; ++r) {
         if (r == options.replica) {
@@ -457,11 +458,15 @@ struct Executor::State {
       }
       std::vector<std::vector<int64_t>> shapes;
       for (const at::Tensor& g : grads) shapes.push_back(g.sizes().vec());
-      const std::vector<at::Tensor> summed = unpack(sum, shapes);
-      for (size_t j = 0; j < grads.size(); ++j) grads[j].copy_(summed[j]);
+      sums.push_back(unpack(sum.clone(), shapes));
     }
+    // What was sent may be a view of the gradients themselves: overwrite them only once it is out.
     for (Pending& p : outgoing)
       wait(*p.transfer, fmt::format("rank {}: step {}, data-parallel gradients: sending to rank {}", me, step, p.peer));
+    for (size_t i = 0; i < locals.size(); ++i) {
+      std::vector<at::Tensor> grads = gradients_of(locals[i]);
+      for (size_t j = 0; j < grads.size(); ++j) grads[j].copy_(sums[i][j]);
+    }
   }
 
   // torch.nn.utils.clip_grad_norm_ over the whole model: every chunk counted once (DualPipe's second
@@ -487,9 +492,7 @@ struct Executor::State {
   }
 
   void optimizer_step(Local& l) {
-    std::vector<at::Tensor> grads;
-    for (auto& op : l.module.operators)
-      for (at::Tensor& g : op->gradients()) grads.push_back(g);
+    const std::vector<at::Tensor> grads = gradients_of(l);
     ComputeTimer timer{compute_ns};
     l.optimizer->step(grads);
     l.stepped = true;
@@ -510,6 +513,7 @@ struct Executor::State {
     auto tag = [&](int stage) { return kReplicaTags + static_cast<uint32_t>(stage); };
     std::vector<Pending> incoming(schedule.num_stages());
     std::vector<Pending> outgoing;
+    std::vector<std::vector<at::Tensor>> sums;
     for (Local& l : locals) {
       const at::Tensor mine = pack(gradients_of(l));
       for (int other : l.replicas) {
@@ -548,19 +552,17 @@ struct Executor::State {
       const std::vector<at::Tensor> grads = gradients_of(l);
       std::vector<std::vector<int64_t>> shapes;
       for (const at::Tensor& g : grads) shapes.push_back(g.sizes().vec());
-      const std::vector<at::Tensor> summed = unpack(sum.clone(), shapes);
-      replica_sums.emplace_back(std::move(summed));
+      sums.push_back(unpack(sum.clone(), shapes));
     }
-    for (size_t i = 0; i < locals.size(); ++i) {
-      std::vector<at::Tensor> grads = gradients_of(locals[i]);
-      for (size_t j = 0; j < grads.size(); ++j) grads[j].copy_(replica_sums[i][j]);
-    }
-    replica_sums.clear();
+    // What was sent may be a view of the gradients themselves: overwrite them only once it is out.
     for (Pending& p : outgoing)
       wait(*p.transfer, fmt::format("rank {}: step {}, gradient exchange: sending to rank {}", me, step,
                                     transport.global_rank(p.peer)));
+    for (size_t i = 0; i < locals.size(); ++i) {
+      std::vector<at::Tensor> grads = gradients_of(locals[i]);
+      for (size_t j = 0; j < grads.size(); ++j) grads[j].copy_(sums[i][j]);
+    }
   }
-  std::vector<std::vector<at::Tensor>> replica_sums;
 
   void custom(const Action& a) {
     const CustomOpKind& op = schedule.custom_ops[a.custom];
