@@ -31,7 +31,7 @@ constexpr std::string_view kTopLevelKeys[] = {"format", "version",    "time_unit
 constexpr std::string_view kStageKeys[] = {"forward",          "backward_input",  "backward_weight",  "backward",
                                            "recompute",        "optimizer",       "activation_bytes", "freed_by_input",
                                            "checkpoint_bytes", "parameter_bytes", "gradient_bytes",   "optimizer_bytes",
-                                           "output_bytes"};
+                                           "output_bytes",     "offload_bytes"};
 constexpr std::string_view kLinkKeys[] = {"latency", "bandwidth"};
 constexpr std::string_view kLinkOverrideKeys[] = {"src", "dst", "latency", "bandwidth"};
 
@@ -77,6 +77,9 @@ class Reader : public detail::JsonPathReader {
     read("gradient_bytes", costs.gradient_bytes);
     read("optimizer_bytes", costs.optimizer_bytes);
     read("output_bytes", costs.output_bytes);
+    // Optional; null or absent: OFFLOAD moves everything the micro-batch holds.
+    if (object.contains("offload_bytes"))
+      costs.offload_bytes = number_or_unlimited(object["offload_bytes"], json_child(path, "offload_bytes"));
     if (costs.freed_by_input > costs.activation_bytes)
       fail(json_child(path, "freed_by_input"),
            fmt::format("{} exceeds activation_bytes {}", costs.freed_by_input, costs.activation_bytes));
@@ -206,6 +209,7 @@ nlohmann::ordered_json stage_json(const StageCosts& stage) {
   out["gradient_bytes"] = number_json(stage.gradient_bytes);
   out["optimizer_bytes"] = number_json(stage.optimizer_bytes);
   out["output_bytes"] = number_json(stage.output_bytes);
+  if (std::isfinite(stage.offload_bytes)) out["offload_bytes"] = number_json(stage.offload_bytes);
   return out;
 }
 

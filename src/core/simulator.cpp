@@ -42,6 +42,7 @@ struct StageInfo {
   int32_t backward_link = -1;  // link of this stage's SEND_B
   double forward = 0, backward = 0, backward_input = 0, backward_weight = 0, recompute = 0, optimizer = 0;
   double activation = 0, freed_by_input = 0, checkpoint = 0;
+  double offload = kInfinity;  // the most one OFFLOAD moves
   double forward_send_time = 0, forward_send_bytes = 0;
   double backward_send_time = 0, backward_send_bytes = 0;
 };
@@ -288,6 +289,7 @@ void Simulation::prepare_stages() {
     info.activation = cost.activation_bytes;
     info.freed_by_input = cost.freed_by_input;
     info.checkpoint = cost.checkpoint_bytes;
+    info.offload = cost.offload_bytes;
     if (!info.last && !info.next_local) {
       info.forward_link = link_id(info.device, placement[s + 1]);
       info.forward_send_bytes = cost.output_bytes;
@@ -475,7 +477,8 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       return true;
     case ActionKind::Offload: {
       if (!wait(device, key(s, m, detail::kForwardDone), ready)) return false;
-      const double bytes = work_.held[fact_index(s, m)];
+      // What the stage's operators decided Offload saved, at most what (s,m) holds now.
+      const double bytes = std::min(work_.held[fact_index(s, m)], work_.stages[s].offload);
       work_.offloaded[fact_index(s, m)] = bytes;
       const Interval moved = transfer(device, position, device, -1, ready, costs_.host_link.transfer_time(bytes), bytes,
                                       work_.host_out_free[device]);

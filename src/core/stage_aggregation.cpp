@@ -145,7 +145,7 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
   std::vector<StageCosts> costs(stages);
   for (StageCosts& stage : costs) stage = StageCosts{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   std::vector<double> held(stages, 0), held_freed(stages, 0), rebuilt(stages, 0), rebuilt_freed(stages, 0);
-  std::vector<bool> recomputes(stages, false);
+  std::vector<bool> recomputes(stages, false), offloads(stages, false);
 
   for (int i = 0; i < n; ++i) {
     const OperatorNode& node = graph.nodes[i];
@@ -164,7 +164,10 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
     if (!owner_here) details.parameters += node.parameters;
     const double saved = node.saved_bytes.at(b, s), freed = node.freed_by_input.at(b, s);
     switch (decision(i)) {
-      case MemoryDecision::Offload: details.offload_bytes += saved; [[fallthrough]];
+      case MemoryDecision::Offload:
+        details.offload_bytes += saved;
+        offloads[k] = true;
+        [[fallthrough]];
       case MemoryDecision::Keep:
         held[k] += saved;
         held_freed[k] += freed;
@@ -239,6 +242,9 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
     if (optimizer_rate > 0)
       stage.optimizer = (2 * stage.parameter_bytes + stage.gradient_bytes + 2 * stage.optimizer_bytes) / optimizer_rate;
     details.input_bytes = k > 0 ? costs[k - 1].output_bytes : 0;
+    // OFFLOAD moves only what the operators decided Offload saved; with none, the table keeps the
+    // simulator's default (everything the micro-batch holds).
+    if (offloads[k]) stage.offload_bytes = details.offload_bytes;
     details.offload_time = details.offload_bytes > 0 ? options.host_link.transfer_time(details.offload_bytes) : 0;
   }
 

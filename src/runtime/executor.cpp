@@ -82,9 +82,12 @@ struct Executor::State {
     std::vector<at::Tensor> outputs;
     std::vector<at::Tensor> input_grads;
     std::vector<std::pair<int, at::Tensor>> pending_weight;  // (node, gradient of its output)
-    std::vector<at::Device> saved_devices;
+    // Recompute: outputs of in-stage operators that are not recomputed but feed recomputed ones, kept
+    // from F until R (per operator of the chunk; undefined elsewhere).
+    std::vector<at::Tensor> checkpoints;
     double loss = 0;
-    int64_t saved_bytes = 0;
+    int64_t saved_bytes = 0;      // on the device: saved tensors not offloaded, and checkpoints
+    int64_t offloaded_bytes = 0;  // on the host
   };
   struct Pending {
     std::unique_ptr<Transfer> transfer;
@@ -100,7 +103,10 @@ struct Executor::State {
     std::unique_ptr<Optimizer> optimizer;
     bool has_opt_action = false;
     bool stepped = false;
-    std::vector<char> recompute;  // per micro-batch: F keeps nothing, R rebuilds it
+    std::vector<char> recompute;  // per micro-batch: F drops what the recomputed operators save, R rebuilds it
+    // Per operator of the chunk (node - module.begin), from the memory decisions: what R reruns and
+    // what OFFLOAD moves.
+    std::vector<char> recomputed_op, offloaded_op;
     std::vector<Micro> micro;
     std::vector<Pending> recv_forward, recv_backward;  // per micro-batch
   };
@@ -150,6 +156,10 @@ struct Executor::State {
       hooks.push_back(hook);
     }
     const int nodes = static_cast<int>(plan.graph.nodes.size());
+    const std::vector<MemoryDecision>& decisions = options.memory_decisions;
+    if (!decisions.empty() && static_cast<int>(decisions.size()) != nodes)
+      throw Error(fmt::format("{} memory decisions for the {} operators of the model (one per graph node, or none)",
+                              decisions.size(), nodes));
     for (int k = 0; k < plan.num_chunks(); ++k) {
       crossing_index.emplace_back(nodes, -1);
       crossing_shapes.emplace_back();
@@ -173,6 +183,10 @@ struct Executor::State {
         for (at::Tensor& p : op->parameters()) params.push_back(p);
       local.optimizer = std::make_unique<Optimizer>(options.optimizer, params);
       local.recompute.assign(microbatches, 0);
+      for (int v = local.module.begin; v < local.module.end; ++v) {
+        local.recomputed_op.push_back(decisions.empty() || decisions[v] == MemoryDecision::Recompute);
+        local.offloaded_op.push_back(decisions.empty() || decisions[v] == MemoryDecision::Offload);
+      }
       local.micro.resize(microbatches);
       local.recv_forward.resize(microbatches);
       local.recv_backward.resize(microbatches);
@@ -243,43 +257,81 @@ struct Executor::State {
     peak_offloaded = std::max(peak_offloaded, offloaded_bytes);
   }
 
-  static int64_t bytes_of(const Micro& m) {
-    int64_t total = 0;
-    for (const Saved& s : m.saved) total += s.bytes();
-    return total;
-  }
-
-  void set_saved_bytes(Micro& m, bool on_device) {
-    const int64_t now = bytes_of(m);
-    if (on_device) track(now - m.saved_bytes, 0);
-    m.saved_bytes = now;
+  // Brings the byte counts of one micro-batch up to date: saved tensors of operators whose share is on
+  // the host count there, everything else (saved tensors, checkpoints) on the device.
+  void account(const Local& l, Micro& m) {
+    int64_t device = 0, host = 0;
+    for (size_t i = 0; i < m.saved.size(); ++i)
+      (m.offloaded && l.offloaded_op[i] ? host : device) += m.saved[i].bytes();
+    for (const at::Tensor& t : m.checkpoints)
+      if (t.defined()) device += t.numel() * static_cast<int64_t>(t.element_size());
+    track(device - m.saved_bytes, host - m.offloaded_bytes);
+    m.saved_bytes = device;
+    m.offloaded_bytes = host;
   }
 
   // ---- compute ----
-  void run_forward(Local& l, int mb, bool keep, bool set_outputs) {
+  // The value of input `p` of an operator of `l`: an in-chunk value from `values`, else a stage input.
+  const at::Tensor& input_value(const Local& l, const Micro& m, const std::vector<at::Tensor>& values, int p) const {
+    return p >= l.module.begin ? values[p - l.module.begin] : m.inputs[crossing_index[l.chunk][p]];
+  }
+
+  // F: every operator of the chunk. When the schedule recomputes (stage, mb), the operators decided
+  // Recompute save nothing, and the outputs of the in-chunk operators they read but that are not
+  // recomputed are kept as checkpoints for R.
+  void run_forward(Local& l, int mb) {
     const ChunkModule& mod = l.module;
     const int k = l.chunk;
     Micro& m = l.micro[mb];
     const MicroBatchData& data = (*batch)[mb];
+    const bool recomputed = l.recompute[mb];
     std::vector<at::Tensor> values(mod.end - mod.begin);
     m.saved.assign(values.size(), Saved{});
+    m.checkpoints.assign(values.size(), at::Tensor{});
     Saved discarded;
     for (int v = mod.begin; v < mod.end; ++v) {
+      const int i = v - mod.begin;
+      const bool drop = recomputed && l.recomputed_op[i];
       std::vector<at::Tensor> in;
-      for (int p : plan.inputs[v]) in.push_back(p >= mod.begin ? values[p - mod.begin] : m.inputs[crossing_index[k][p]]);
+      for (int p : plan.inputs[v]) {
+        in.push_back(input_value(l, m, values, p));
+        if (drop && p >= mod.begin && !l.recomputed_op[p - mod.begin]) m.checkpoints[p - mod.begin] = values[p - mod.begin];
+      }
       ComputeTimer timer{compute_ns};
-      values[v - mod.begin] = mod.operators[v - mod.begin]->forward(in, data, keep ? m.saved[v - mod.begin] : discarded);
+      values[i] = mod.operators[i]->forward(in, data, drop ? discarded : m.saved[i]);
+      discarded.tensors.clear();
     }
-    m.has_saved = keep;
-    set_saved_bytes(m, true);
-    if (!set_outputs) return;
+    m.has_saved = !recomputed;
+    account(l, m);
     if (k + 1 < plan.num_chunks()) {
       m.outputs.clear();
-      for (int u : plan.crossing[k + 1])
-        m.outputs.push_back(u >= mod.begin ? values[u - mod.begin] : m.inputs[crossing_index[k][u]]);
+      for (int u : plan.crossing[k + 1]) m.outputs.push_back(input_value(l, m, values, u));
     } else {
       m.loss = values.back().item<double>();
     }
+  }
+
+  // R: the recomputed operators only, in graph order, each reading what this R recomputed, a
+  // checkpoint or a stage input; refills their saved tensors and lets the checkpoints go.
+  void run_recompute(Local& l, int mb) {
+    const ChunkModule& mod = l.module;
+    Micro& m = l.micro[mb];
+    const MicroBatchData& data = (*batch)[mb];
+    std::vector<at::Tensor> values(mod.end - mod.begin);
+    for (int v = mod.begin; v < mod.end; ++v) {
+      const int i = v - mod.begin;
+      if (!l.recomputed_op[i]) continue;
+      std::vector<at::Tensor> in;
+      for (int p : plan.inputs[v]) {
+        if (p < mod.begin || l.recomputed_op[p - mod.begin]) in.push_back(input_value(l, m, values, p));
+        else in.push_back(m.checkpoints[p - mod.begin]);
+      }
+      ComputeTimer timer{compute_ns};
+      values[i] = mod.operators[i]->forward(in, data, m.saved[i]);
+    }
+    m.checkpoints.clear();
+    m.has_saved = true;
+    account(l, m);
   }
 
   void forward(const Action& a, int stage, int mb) {
@@ -298,14 +350,18 @@ struct Executor::State {
         local(prev).micro[mb].outputs.clear();
       }
     }
-    run_forward(l, mb, !l.recompute[mb], true);
+    run_forward(l, mb);
   }
 
   void recompute(const Action& a, int stage, int mb) {
     Local& l = local(stage);
-    if (l.chunk > 0 && l.micro[mb].inputs.empty())
+    Micro& m = l.micro[mb];
+    if (m.saved.empty() || (l.chunk > 0 && m.inputs.empty()))
       throw Error(fmt::format("{}: recompute before the forward of stage {} micro-batch {}", where(a), stage, mb));
-    run_forward(l, mb, true, false);
+    if (m.offloaded)
+      throw Error(fmt::format("{}: the activations of stage {} micro-batch {} are offloaded; RELOAD them before R",
+                              where(a), stage, mb));
+    run_recompute(l, mb);
   }
 
   std::vector<at::Tensor> output_gradients(const Action& a, Local& l, int mb) {
@@ -360,8 +416,8 @@ struct Executor::State {
     // What only the input gradient needed goes now; W keeps the rest until it runs.
     for (int v = mod.begin; v < mod.end; ++v)
       if (!split || !mod.op(v).has_parameters()) m.saved[v - mod.begin].tensors.clear();
-    if (!split) release(m);
-    else set_saved_bytes(m, true);
+    if (!split) release(l, m);
+    else account(l, m);
   }
 
   void weight(const Action& a, int stage, int mb) {
@@ -375,25 +431,29 @@ struct Executor::State {
       l.module.op(node).backward_weight(g, m.saved[node - l.module.begin]);
     }
     m.pending_weight.clear();
-    release(m);
+    release(l, m);
   }
 
-  void release(Micro& m) {
+  void release(const Local& l, Micro& m) {
     m.saved.clear();
+    m.checkpoints.clear();
     m.inputs.clear();
     m.has_saved = false;
-    set_saved_bytes(m, true);
+    account(l, m);
   }
 
-  // Moves every saved tensor to host memory (or back), once per distinct tensor.
+  // Moves the saved tensors of the operators decided Offload (all of them without decisions) to host
+  // memory or back, once per distinct tensor.
   void transfer_saved(const Action& a, int stage, int mb, bool to_host) {
-    Micro& m = local(stage).micro[mb];
+    Local& l = local(stage);
+    Micro& m = l.micro[mb];
     if (m.offloaded == to_host)
       throw Error(fmt::format("{}: stage {} micro-batch {} is already {}", where(a), stage, mb,
                               to_host ? "offloaded" : "on the device"));
     std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> moved;
-    for (Saved& s : m.saved)
-      for (at::Tensor& t : s.tensors) {
+    for (size_t i = 0; i < m.saved.size(); ++i) {
+      if (!l.offloaded_op[i]) continue;
+      for (at::Tensor& t : m.saved[i].tensors) {
         if (!t.defined()) continue;
         auto it = std::find_if(moved.begin(), moved.end(), [&](const auto& e) { return e.first == t.unsafeGetTensorImpl(); });
         if (it != moved.end()) {
@@ -405,11 +465,9 @@ struct Executor::State {
         moved.emplace_back(original, copy);
         t = copy;
       }
-    const int64_t bytes = bytes_of(m);
+    }
     m.offloaded = to_host;
-    if (to_host) track(-m.saved_bytes, bytes);
-    else track(bytes, -m.saved_bytes);
-    m.saved_bytes = bytes;
+    account(l, m);
   }
 
   bool steps_at_opt() const {

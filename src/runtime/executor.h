@@ -39,6 +39,11 @@ struct ExecutorOptions {
   Transport* world = nullptr;
   // Clip the gradients by their global norm over all stages (torch's clip_grad_norm_); 0: never.
   double max_grad_norm = 0;
+  // One per graph node, or empty. For a (stage, micro-batch) with an R action, F drops the saved
+  // tensors of the operators decided Recompute (every operator when empty) and keeps the others' plus,
+  // as checkpoints, the in-stage inputs the recomputed operators read; R reruns only those operators.
+  // OFFLOAD/RELOAD move the saved tensors of the operators decided Offload (every operator when empty).
+  std::vector<MemoryDecision> memory_decisions;
 };
 
 // One executed action: its index in the lowered list and when it ran, in nanoseconds since the step
@@ -53,7 +58,7 @@ struct ActionRecord {
 struct StepReport {
   double loss = 0;                  // mean over all micro-batches (all ranks summed)
   std::vector<ActionRecord> trace;  // this rank's actions
-  int64_t peak_saved_bytes = 0;     // activations held for backward passes, device side
+  int64_t peak_saved_bytes = 0;     // held for backward passes, device side: saved tensors and recompute checkpoints
   int64_t peak_offloaded_bytes = 0;
   double seconds = 0;               // this rank's step, from the barrier to the last wait
   double grad_norm = 0;             // global gradient norm before clipping (0 unless clipping)

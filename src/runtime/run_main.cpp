@@ -115,6 +115,7 @@ class RankJob {
     options.replica = replica;
     options.world = &world_;
     options.max_grad_norm = request_.training.max_grad_norm;
+    options.memory_decisions = request_.memory_decisions;
     Executor executor(schedule, plan, *pipeline, hooks, options);
     const nlohmann::json identity = {{"model", request_.model.name}, {"schedule", schedule.name},
                                      {"seed", request_.training.seed}, {"devices", devices},

@@ -90,6 +90,7 @@ CostTable rich_table() {
   StageCosts second = first;
   second.forward = 0.1;
   second.recompute = 0;
+  second.offload_bytes = 1.5e9;  // the first stage keeps the default: everything it holds
   costs.stages = {first, second};
   costs.link = Link{0.01, 100};
   costs.pairs = {LinkOverride{0, 1, Link{0.5, kInfinity}}, LinkOverride{1, 0, Link{0, 25}}};
@@ -108,6 +109,11 @@ TEST(CostTableJson, RoundTripsEveryField) {
   const std::string text = cost_table_to_json(uniform);
   EXPECT_NE(text.find("\"all_stages\""), std::string::npos) << text;
   EXPECT_EQ(parse_cost_table(text, "written"), uniform);
+  // offload_bytes is written only where it is finite.
+  const std::string rich = cost_table_to_json(costs);
+  EXPECT_EQ(rich.find("\"offload_bytes\""), rich.rfind("\"offload_bytes\"")) << rich;
+  EXPECT_NE(rich.find("\"offload_bytes\": 1500000000"), std::string::npos) << rich;
+  EXPECT_EQ(text.find("offload_bytes"), std::string::npos) << text;
   CostTable one_capacity = uniform;
   one_capacity.memory_capacity = {16};
   EXPECT_EQ(parse_cost_table(cost_table_to_json(one_capacity), "written"), one_capacity);
@@ -122,6 +128,7 @@ TEST(CostTableJson, FillsDefaults) {
   EXPECT_EQ(costs.stages[0].backward, 4);   // I + W
   EXPECT_EQ(costs.stages[0].recompute, 2);  // F
   EXPECT_EQ(costs.stages[0].activation_bytes, 1);
+  EXPECT_EQ(costs.stages[0].offload_bytes, kInfinity);  // OFFLOAD moves everything held
   EXPECT_EQ(costs.stages[1].backward, 9);
   EXPECT_EQ(costs.stages[1].recompute, 0.5);
   EXPECT_EQ(costs.link, Link{});
@@ -161,7 +168,7 @@ TEST(CostTableJson, NamesTheBadFieldExactly) {
   EXPECT_EQ(parse_error(document("\"stages\": [{\"forwrad\": 1}]")),
             "costs.json: stages[0].forwrad: unknown key (known keys: forward, backward_input, backward_weight, "
             "backward, recompute, optimizer, activation_bytes, freed_by_input, checkpoint_bytes, parameter_bytes, "
-            "gradient_bytes, optimizer_bytes, output_bytes)");
+            "gradient_bytes, optimizer_bytes, output_bytes, offload_bytes)");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"latency\": 1")),
             "costs.json: latency: unknown key (known keys: format, version, time_unit, memory_unit, stages, "
             "all_stages, num_stages, link, links, host_link, memory_capacity, overlap_ratio)");
@@ -181,6 +188,8 @@ TEST(CostTableJson, NamesTheBadFieldExactly) {
             "costs.json: memory_capacity: expected a number or an array of numbers, got an object");
   EXPECT_EQ(parse_error(document("\"stages\": [{\"activation_bytes\": 2, \"freed_by_input\": 3}]")),
             "costs.json: stages[0].freed_by_input: 3 exceeds activation_bytes 2");
+  EXPECT_EQ(parse_error(document("\"stages\": [{\"offload_bytes\": -2}]")),
+            "costs.json: stages[0].offload_bytes: must not be negative, got -2");
   EXPECT_EQ(parse_error(document("\"stages\": []")), "costs.json: stages: needs at least one stage");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"all_stages\": {}")),
             "costs.json: all_stages: cannot be combined with \"stages\"");

@@ -203,6 +203,56 @@ TEST(Simulator, OffloadAndReloadMoveActivationsThroughTheHostLink) {
             "device 0 #2 0B0: waits for 0RELOAD0");
 }
 
+TEST(Simulator, OffloadMovesOnlyItsBytesCappedByWhatIsHeld) {
+  // Stage 0 on device 0 (F takes 4), stage 1 on device 1 holding 4 per micro-batch of which its
+  // OFFLOAD moves 3 (the operators decided Offload); host link 0.5 + bytes / 2.
+  CostTable costs = uniform_costs(2, 1, 1, 1);
+  costs.stages[0].forward = 4;
+  costs.stages[1].activation_bytes = 4;
+  costs.stages[1].offload_bytes = 3;
+  costs.host_link = Link{0.5, 2};
+  const Schedule schedule =
+      build(2, {0, 1},
+            {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B1 0B1 0RECV_B0 0B0",
+             "1RECV_F0 1F0 1OFFLOAD0 1RECV_F1 1F1 1B1 1SEND_B1 1RELOAD0 1B0 1SEND_B0"});
+  auto host_moves = [](const SimResult& result) {
+    std::vector<Transfer> moves;
+    for (const Transfer& t : result.transfers)
+      if (t.src == -1 || t.dst == -1) moves.push_back(t);
+    return moves;
+  };
+  const SimResult partial = simulate(schedule, costs, {});
+  // d0: F0 [0,4] F1 [4,8] B1 [11,13] B0 [15,17]; d1: F0 [4,5] F1 [8,9] B1 [9,11] B0 [13,15].
+  const std::vector<Transfer> moved = host_moves(partial);
+  ASSERT_EQ(moved.size(), 2u);
+  EXPECT_EQ(moved[0].dst, -1);
+  EXPECT_EQ(moved[1].src, -1);
+  expect_interval(moved[0].time, 5, 7);  // 0.5 + 3 / 2
+  EXPECT_DOUBLE_EQ(moved[0].bytes, 3);
+  expect_interval(moved[1].time, 11, 13);  // posted after B1
+  EXPECT_DOUBLE_EQ(moved[1].bytes, 3);
+  expect_interval(partial.timeline[1][8], 13, 15);  // B0 waits for the reload
+  EXPECT_DOUBLE_EQ(partial.makespan, 17);
+  // F0 +4 at 4; the offload frees 3 at 7, one unit stays; F1 +4 at 8 is the peak, 5; at 11 B1 frees 4
+  // as the reload brings 3 back.
+  EXPECT_EQ(curve(partial.devices[1]), "0:0 4:4 7:1 8:5 11:4 15:0");
+  EXPECT_DOUBLE_EQ(partial.devices[1].peak_memory, 5);
+  EXPECT_DOUBLE_EQ(partial.devices[1].peak_time, 8);
+
+  // The default moves everything held: 4 bytes take 2.5, the peak is 4.
+  costs.stages[1].offload_bytes = kInfinity;
+  const SimResult full = simulate(schedule, costs, {});
+  expect_interval(host_moves(full)[0].time, 5, 7.5);
+  EXPECT_DOUBLE_EQ(host_moves(full)[0].bytes, 4);
+  EXPECT_EQ(curve(full.devices[1]), "0:0 4:4 7.5:0 8:4 15.5:0");
+  EXPECT_DOUBLE_EQ(full.devices[1].peak_memory, 4);
+  // More than is held moves what is held.
+  costs.stages[1].offload_bytes = 10;
+  const SimResult capped = simulate(schedule, costs, {});
+  EXPECT_DOUBLE_EQ(host_moves(capped)[0].bytes, 4);
+  EXPECT_EQ(curve(capped.devices[1]), curve(full.devices[1]));
+}
+
 TEST(Simulator, RecomputeHoldsTheCheckpointThenTheActivations) {
   CostTable costs = uniform_costs(1, 1, 1, 1);
   costs.stages[0].activation_bytes = 4;

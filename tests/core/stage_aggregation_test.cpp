@@ -96,6 +96,11 @@ TEST(StageAggregation, RecomputeKeepsCheckpointsAndOffloadCountsBytes) {
   EXPECT_EQ(result.details[1].offload_bytes, 100);
   EXPECT_EQ(result.details[1].offload_time, 0.5 + 100.0 / 50);
   EXPECT_EQ(result.details[0].offload_bytes, 0);
+  // The table tells the simulator's OFFLOAD what to move: attn's bytes in stage 1; stages without an
+  // offloaded operator keep the default (everything held).
+  EXPECT_EQ(s1.offload_bytes, 100);
+  EXPECT_EQ(s0.offload_bytes, kInfinity);
+  EXPECT_EQ(result.table.stages[2].offload_bytes, kInfinity);
 }
 
 TEST(StageAggregation, FullStageRecomputeCheckpointsExactlyTheStageInputs) {

@@ -10,6 +10,7 @@
 #include "executor.h"
 #include "flexpipe/core/builtin_schedules.h"
 #include "flexpipe/core/error.h"
+#include "flexpipe/core/memory_actions.h"
 #include "flexpipe/core/schedule_io.h"
 #include "flexpipe/core/trainable_model.h"
 #include "flexpipe/lang/library.h"
@@ -35,7 +36,7 @@ struct RankResult {
 };
 
 std::vector<RankResult> train(const Schedule& schedule, const ModelPlan& plan, int steps, const OptimizerConfig& opt,
-                              const HookRegistry& hooks = {}) {
+                              const HookRegistry& hooks = {}, const std::vector<MemoryDecision>& decisions = {}) {
   auto transports = make_local_transports(schedule.num_devices);
   std::vector<RankResult> results(schedule.num_devices);
   std::vector<std::thread> threads;
@@ -45,6 +46,7 @@ std::vector<RankResult> train(const Schedule& schedule, const ModelPlan& plan, i
         ExecutorOptions options;
         options.optimizer = opt;
         options.timeout = std::chrono::milliseconds(20000);
+        options.memory_decisions = decisions;
         Executor executor(schedule, plan, *transports[r], hooks, options);
         for (int step = 0; step < steps; ++step)
           results[r].steps.push_back(executor.run_step(step, make_batch(plan, schedule.num_microbatches, step)));
@@ -146,6 +148,103 @@ TEST(Executor, RecomputeLowersThePeakOfSavedActivations) {
   EXPECT_EQ(a[0].steps[0].peak_saved_bytes, 2 * b[0].steps[0].peak_saved_bytes);
   EXPECT_EQ(a[1].steps[0].peak_saved_bytes, b[1].steps[0].peak_saved_bytes);  // stage 1 is unchanged
   EXPECT_LT(difference(b, plan, 3, 1, adamw()), 1e-9);
+}
+
+// Per-operator decisions for the 30 nodes of kSize's graph (0-2 embeddings, 3-14 and 15-26 the two
+// blocks: ln1 qkv scores softmax attention_v out_proj residual1 ln2 fc1 act fc2 residual2, 27-29 the
+// head). Recompute chains inside blocks (ln1 <- sum, scores -> softmax -> attention_v, fc1 -> act),
+// reading kept, offloaded and recomputed producers and stage inputs; offloads and keeps in between.
+std::vector<MemoryDecision> mixed_decisions() {
+  constexpr MemoryDecision K = MemoryDecision::Keep, R = MemoryDecision::Recompute, O = MemoryDecision::Offload;
+  return {K, K, R,                                // word, position, sum (reads two kept embeddings)
+          R, O, R, R, R, K, K, O, R, R, O, K,     // block 0
+          R, R, K, O, R, K, K, K, O, K, R, K,     // block 1: attention_v reads an offloaded softmax
+          R, R, R};                               // final norm, head and loss
+}
+
+constexpr int kNodes = 30;
+
+std::vector<char> flags(int stages, char value) { return std::vector<char>(stages, value); }
+
+TEST(Executor, PerOperatorMemoryDecisionsAreExact) {
+  ASSERT_EQ(trainable_graph(gpt_config(kSize), 2).nodes.size(), static_cast<size_t>(kNodes));
+  struct Case {
+    Schedule schedule;
+    Partition partition;
+  };
+  const std::vector<Case> cases = {
+      // 2 stages cut after scores: softmax recomputes from a stage input, attention_v reads qkv from it.
+      {add_memory_actions(make_builtin("1f1b", {2, 4}), flags(2, 1), flags(2, 1)), sizes({6, 24})},
+      // 3 stages, split backward: W runs after I on what R rebuilt; one stage only offloads.
+      {add_memory_actions(compile_builtin("zb-h1", {3, 6, 0}).schedule, {1, 1, 0}, {0, 1, 1}), sizes({6, 10, 14})},
+      // 3 stages, 1F1B, everything flagged; the cut after ln1 sends the residual too.
+      {add_memory_actions(make_builtin("1f1b", {3, 6}), flags(3, 1), flags(3, 1)), sizes({4, 12, 14})},
+      // DualPipe: two copies of each chunk, OVERLAP_F_B units with R before and OFFLOAD after them.
+      {add_memory_actions(compile_builtin("dualpipe", {2, 4, 0}).schedule, flags(4, 1), flags(4, 1)), sizes({6, 24})},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schedule.name + " " + std::to_string(c.schedule.num_devices));
+    const ModelPlan plan = plan_for(c.partition);
+    const int m = c.schedule.num_microbatches;
+    const auto results = train(c.schedule, plan, 2, adamw(), {}, mixed_decisions());
+    EXPECT_LT(difference(results, plan, m, 2, adamw()), 1e-12);
+    for (const RankResult& r : results) EXPECT_GT(r.steps[1].peak_saved_bytes, 0);
+  }
+}
+
+TEST(Executor, PartialRecomputeHoldsBetweenKeepingAndRecomputingEverything) {
+  // 1F1B on 2 ranks, 4 micro-batches: stage 0 (nodes 0-14) holds two micro-batches at its peak.
+  const Schedule plain = make_builtin("1f1b", {2, 4});
+  const Schedule recompute = add_memory_actions(plain, {1, 0}, {0, 0});
+  const ModelPlan plan = plan_for(sizes({15, 15}));
+  const auto keep_all = train(plain, plan, 1, adamw());
+  const auto recompute_all = train(recompute, plan, 1, adamw());
+  const auto partial = train(recompute, plan, 1, adamw(), {}, mixed_decisions());
+  const int64_t keep = keep_all[0].steps[0].peak_saved_bytes, all = recompute_all[0].steps[0].peak_saved_bytes,
+                part = partial[0].steps[0].peak_saved_bytes;
+  EXPECT_LT(all, part);
+  EXPECT_LT(part, keep);
+  // Everything recomputed: one micro-batch at a time (F keeps only the stage input, not counted).
+  EXPECT_EQ(keep, 2 * all);
+  EXPECT_EQ(partial[1].steps[0].peak_saved_bytes, keep_all[1].steps[0].peak_saved_bytes);  // no R on stage 1
+  EXPECT_LT(difference(partial, plan, 4, 1, adamw()), 1e-12);
+  EXPECT_LT(difference(recompute_all, plan, 4, 1, adamw()), 1e-12);
+}
+
+TEST(Executor, OffloadMovesOnlyTheOperatorsDecidedOffload) {
+  // 1F1B on 2 ranks with OFFLOAD/RELOAD on stage 0 (nodes 0-14): each RELOAD comes one compute action
+  // ahead of its backward, so one micro-batch is on the host at a time.
+  const Schedule schedule = add_memory_actions(make_builtin("1f1b", {2, 4}), {0, 0}, {1, 0});
+  const ModelPlan plan = plan_for(sizes({15, 15}));
+  std::vector<MemoryDecision> decisions(kNodes, MemoryDecision::Keep);
+  decisions[4] = decisions[11] = MemoryDecision::Offload;  // layer 0's qkv and fc1
+  decisions[20] = MemoryDecision::Offload;                 // on stage 1, which has no OFFLOAD: kept
+  const auto some = train(schedule, plan, 2, adamw(), {}, decisions);
+  // qkv and fc1 are linear layers: each saves its input, [micro-batch 2, sequence 8, hidden 16] in
+  // float64.
+  const int64_t linear_input = 2 * 8 * 16 * 8;
+  for (const StepReport& step : some[0].steps) EXPECT_EQ(step.peak_offloaded_bytes, 2 * linear_input);
+  for (const StepReport& step : some[1].steps) EXPECT_EQ(step.peak_offloaded_bytes, 0);
+  EXPECT_LT(difference(some, plan, 4, 2, adamw()), 1e-12);
+  // Without decisions OFFLOAD moves everything stage 0 saved, and leaves nothing saved on the device
+  // between OFFLOAD and RELOAD.
+  const auto all = train(schedule, plan, 1, adamw());
+  const auto keep = train(make_builtin("1f1b", {2, 4}), plan, 1, adamw());
+  EXPECT_GT(all[0].steps[0].peak_offloaded_bytes, 2 * linear_input);
+  EXPECT_EQ(2 * all[0].steps[0].peak_offloaded_bytes, keep[0].steps[0].peak_saved_bytes);
+}
+
+TEST(Executor, MemoryDecisionsMustCoverTheGraph) {
+  const ModelPlan plan = plan_for(balanced(2));
+  auto transports = make_local_transports(2);
+  ExecutorOptions options;
+  options.memory_decisions.assign(3, MemoryDecision::Recompute);
+  try {
+    Executor(make_builtin("1f1b", {2, 4}), plan, *transports[0], HookRegistry{}, options);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "3 memory decisions for the 30 operators of the model (one per graph node, or none)");
+  }
 }
 
 TEST(Executor, Float32WithSgdIsWithinOneMillionth) {

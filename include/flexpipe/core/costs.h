@@ -25,6 +25,9 @@ struct StageCosts {
   double gradient_bytes = 0;
   double optimizer_bytes = 0;
   double output_bytes = 0;      // forward output sent to the next stage (and its gradient sent back)
+  // What OFFLOAD moves to the host per micro-batch, capped by what the (stage, micro-batch) holds when
+  // it is posted; infinity: everything it holds.
+  double offload_bytes = kInfinity;
   friend bool operator==(const StageCosts&, const StageCosts&) = default;
 };
 

@@ -62,6 +62,9 @@ struct RunRequest {
   int save_every = 0;           // steps between checkpoints (0: only at the end)
   bool resume = false;          // continue from the latest checkpoint in checkpoint_dir
   std::map<std::string, std::string> hooks;  // custom operation name -> built-in hook spec (hooks.h)
+  // Per cost-graph node (docs/runtime.md): what R recomputes and what OFFLOAD moves of a (stage,
+  // micro-batch) the schedule recomputes or offloads. Empty: R recomputes and OFFLOAD moves everything.
+  std::vector<MemoryDecision> memory_decisions;
   FaultInjection fault;
 };
 
