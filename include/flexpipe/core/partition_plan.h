@@ -1,0 +1,70 @@
+#pragma once
+// A partition plan: what `flexpipe partition` decided (operator ranges per stage and, per operator,
+// keep / recompute / offload) with the problem it was made for, so that `simulate`, `train` and
+// `search` can apply it. File format: docs/partition-plan.md ("format": "flexpipe-partition-plan").
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "flexpipe/core/cost_graph.h"
+#include "flexpipe/core/schedule.h"
+#include "flexpipe/core/stage_aggregation.h"
+
+namespace flexpipe {
+
+struct PlannedStage {
+  int operators = 0;                   // a contiguous range, following the previous stage's
+  std::vector<std::string> recompute;  // operator names
+  std::vector<std::string> offload;
+  nlohmann::json report;               // predictions, for people (the other fields are what tools read)
+};
+
+struct PartitionPlan {
+  std::string model;     // zoo name or cost-graph file, as given to `partition`
+  std::string graph;     // the graph's own name
+  int graph_operators = 0;
+  std::string hardware;
+  std::string schedule;  // built-in name or file
+  int devices = 0;
+  int microbatches = 0;
+  int chunks = 0;        // the schedule's -v (stages per device per pipeline); 0: its default
+  Shape shape;
+  double memory_limit = 0;    // bytes per device
+  double host_bandwidth = 0;  // bytes per second
+  std::string method;
+  std::vector<PlannedStage> stages;  // per model chunk
+  nlohmann::json summary;            // predictions and simulated figures, for people
+};
+
+std::string partition_plan_to_json(const PartitionPlan& plan);
+// Errors name the file and, for syntax errors, line and column, else the JSON path.
+PartitionPlan parse_partition_plan(const std::string& text, const std::string& origin);
+PartitionPlan load_partition_plan(const std::string& path);
+
+// The plan applied to `graph`: throws Error (naming `origin`) when the graph is not the one the plan
+// was made for (operator count, unknown operator names) or a name is in no stage's range.
+Partition plan_partition(const PartitionPlan& plan, const CostGraph& graph, const std::string& origin);
+std::vector<MemoryDecision> plan_decisions(const PartitionPlan& plan, const CostGraph& graph, const std::string& origin);
+// Per global stage of a schedule with `num_pipelines` pipelines: whether the plan recomputes or
+// offloads anything in that stage's chunk (the flags add_memory_actions takes).
+std::vector<char> stages_that_recompute(const PartitionPlan& plan, int num_pipelines);
+std::vector<char> stages_that_offload(const PartitionPlan& plan, int num_pipelines);
+
+}  // namespace flexpipe
+
+namespace flexpipe {
+
+// A plan made runnable: the schedule with R / OFFLOAD / RELOAD added where the plan recomputes or
+// offloads (add_memory_actions), and the cost table aggregated with the plan's decisions.
+struct AppliedPlan {
+  Schedule schedule;
+  CostTable costs;
+  Partition partition;
+  std::vector<MemoryDecision> decisions;
+};
+// `aggregation` supplies the links, capacity and data types; its shape and decisions are the plan's.
+AppliedPlan apply_partition_plan(const PartitionPlan& plan, const CostGraph& graph, const Schedule& schedule,
+                                 AggregationOptions aggregation, const std::string& origin);
+
+}  // namespace flexpipe

@@ -1,0 +1,82 @@
+#pragma once
+// Memory-aware pipeline partitioning on the operator graph (DawnPiper) and the baselines it is
+// compared with. Stages are contiguous operator ranges in the graph's (topological) order; each
+// stage decides per operator whether to keep, recompute or offload what it saves for the backward.
+// Algorithm, theorem and assumptions: docs/partitioner.md.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flexpipe/core/stage_memory.h"
+
+namespace flexpipe {
+
+enum class PartitionMethod : uint8_t {
+  Dawn,        // binary search on the bottleneck time with per-stage memory optimization
+  Uniform,     // equal transformer layers per stage (Megatron's default), nothing recomputed
+  Params,      // layers balanced by parameter count (DeepSpeed's "parameters"), nothing recomputed
+  PipeDream,   // layers balanced by compute time (PipeDream's planner), nothing recomputed
+  VPipe,       // PipeDream's split, then whole layers swapped or recomputed greedily where over the limit
+  Exhaustive,  // every operator partition, each stage optimized: the reference for small graphs
+};
+const char* partition_method_name(PartitionMethod method);
+// "dawn", "uniform", "params", "pipedream", "vpipe", "exhaustive"; throws Error listing them.
+PartitionMethod parse_partition_method(const std::string& name);
+
+struct PartitionProblem {
+  OperatorTable ops;
+  std::vector<int> layer_starts;  // first operator of each layer, ascending, starting at 0
+  std::vector<int> in_flight;     // per stage (model chunk), from the schedule
+  std::vector<double> budget;     // per stage: the device's memory over the chunks it holds
+  double host_bandwidth = 0;      // bytes per time unit; 0: no offloading
+  double bytes_per_parameter = 16;
+  MemorySolver solver = MemorySolver::Auto;
+  int num_stages() const { return static_cast<int>(in_flight.size()); }
+};
+
+// The problem for `graph` at `shape` under `schedule` (in-flight counts and chunk placement) with
+// `memory_limit` bytes per device.
+PartitionProblem make_partition_problem(const CostGraph& graph, const Shape& shape, const Schedule& schedule,
+                                        double memory_limit, double host_bandwidth, double bytes_per_parameter = 16);
+
+struct StageResult {
+  int begin = 0;  // operators [begin, end)
+  int end = 0;
+  double compute_time = 0;  // F + B per micro-batch
+  double time = 0;          // compute + what the memory decisions add
+  StageMemoryPlan memory;
+};
+
+struct PartitionResult {
+  PartitionMethod method = PartitionMethod::Dawn;
+  std::vector<StageResult> stages;
+  double bottleneck = kInfinity;  // the largest stage time (the steady-state period)
+  bool fits = false;
+  double shortfall = 0;  // when it does not fit: the most bytes a stage lacks even with every decision
+  int64_t evaluations = 0;  // stage-cost evaluations the search made
+  std::vector<int> starts() const;  // first operator of each stage, then the operator count
+};
+
+// Costs a given partition (stage starts, then the operator count): with memory optimization (each
+// stage's decisions chosen for the partition's own period) or keeping everything.
+PartitionResult evaluate_partition(const PartitionProblem& problem, const std::vector<int>& starts, bool optimize_memory);
+
+PartitionResult partition_model(const PartitionProblem& problem, PartitionMethod method);
+
+// The largest integer micro-batch size (up to `limit`) at which `method` finds a partition that
+// fits; 0 when not even 1 does. `problem_at(b)` builds the problem at micro-batch size b.
+template <class ProblemAt>
+int max_microbatch_size(ProblemAt problem_at, PartitionMethod method, int limit = 1 << 16) {
+  auto fits = [&](int b) { return partition_model(problem_at(b), method).fits; };
+  if (!fits(1)) return 0;
+  int good = 1, bad = 2;
+  while (bad <= limit && fits(bad)) good = bad, bad *= 2;
+  if (bad > limit) bad = limit + 1;
+  while (bad - good > 1) {
+    const int mid = good + (bad - good) / 2;
+    (fits(mid) ? good : bad) = mid;
+  }
+  return good;
+}
+
+}  // namespace flexpipe

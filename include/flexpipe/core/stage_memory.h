@@ -1,0 +1,81 @@
+#pragma once
+// The memory model of one pipeline stage (a contiguous operator range) and the choice, per operator,
+// between keeping, recomputing and offloading what it saves for the backward (DawnPiper's memory
+// optimization). Formulas and assumptions: docs/partitioner.md, "Stage memory model".
+#include <cstdint>
+#include <vector>
+
+#include "flexpipe/core/cost_graph.h"
+#include "flexpipe/core/schedule.h"
+#include "flexpipe/core/stage_aggregation.h"
+
+namespace flexpipe {
+
+// Per model chunk: the most micro-batches whose activations the chunk holds at once, read from the
+// schedule's order (a forward adds one, the end of its backward, B or W, removes it). Over every
+// stage that computes the chunk (DualPipe's two pipelines), the larger. 1F1B gives p - s, GPipe m.
+std::vector<int> in_flight_per_chunk(const Schedule& schedule);
+// Per model chunk: how many stages share the busiest device holding it (1 for one chunk per device).
+std::vector<int> chunks_sharing_device(const Schedule& schedule);
+
+// The graph's operators at one shape, flattened for the partitioner's inner loops.
+struct OperatorTable {
+  struct InEdge {
+    int from = 0;
+    double bytes = 0;
+  };
+  std::vector<double> forward, backward, saved, workspace, parameters;
+  std::vector<std::vector<InEdge>> inputs;  // per node, its producers (an edge each)
+  std::vector<int> tied_to;                 // kNotTied or the owner node
+  int size() const { return static_cast<int>(forward.size()); }
+};
+OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape);
+
+// What a stage's memory and time depend on besides its operators.
+struct StageContext {
+  int in_flight = 1;              // k: micro-batches held at once (in_flight_per_chunk)
+  double budget = kInfinity;      // bytes this stage may use
+  double host_bandwidth = 0;      // bytes per time unit; 0: no offloading
+  double period = 0;              // the pipeline's steady-state period (the target bottleneck time)
+  double bytes_per_parameter = 16;  // weights + gradients + optimizer state
+  bool allow_recompute = true;
+  bool allow_offload = true;
+};
+
+enum class MemorySolver : uint8_t {
+  Exact,   // dynamic programming over the operators (Pareto sets of memory, recompute time, offload bytes)
+  Greedy,  // free offloads, then recompute chains and paid offloads by bytes saved per time added
+  Auto,    // exact on stages of up to kExactSolverOperators operators, greedy above
+};
+inline constexpr int kExactSolverOperators = 48;
+const char* memory_solver_name(MemorySolver solver);
+
+// One stage's decisions and what they cost.
+struct StageMemoryPlan {
+  std::vector<MemoryDecision> decisions;  // per operator of the range
+  double memory = 0;          // static + workspace + activations, by the model
+  double static_memory = 0;   // parameters x bytes per parameter
+  double activation_memory = 0;
+  double recompute_time = 0;  // per micro-batch
+  double offload_bytes = 0;   // per micro-batch
+  double offload_time = 0;    // per micro-batch, beyond what the compute hides
+  bool fits = false;          // memory <= budget
+  bool exact = true;          // the solver proved optimality (the exact solver within its limits)
+  double added_time() const { return recompute_time + offload_time; }
+};
+
+// The memory of [begin, end) with the given decisions (one per operator of the range), by the model:
+//   static + max workspace + k*(kept + checkpoints) + recomputed (one micro-batch rebuilt at a time)
+//   + min(k, 2)*offloaded.
+StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
+                                      const std::vector<MemoryDecision>& decisions);
+// The decisions with the least added time that fit the budget; `fits` is false when none does (then
+// the decisions are those of the least memory found).
+StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
+                                      MemorySolver solver = MemorySolver::Auto);
+
+// The decisions with the least memory, whatever they cost in time (a dynamic program over the
+// operators): whether the range can fit at all, and by how much it cannot.
+StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context);
+
+}  // namespace flexpipe

@@ -1,0 +1,322 @@
+// flexpipe partition: memory-aware stage boundaries at operator granularity (docs/partitioner.md).
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/hardware.h"
+#include "flexpipe/core/lowering.h"
+#include "flexpipe/core/partition_plan.h"
+#include "flexpipe/core/partitioner.h"
+#include "flexpipe/core/schedule_io.h"
+#include "flexpipe/core/simulator.h"
+#include "options.h"
+
+namespace flexpipe::cli {
+
+namespace {
+
+struct PartitionOptions {
+  ModelOptions model;
+  ScheduleOptions schedule;
+  double memory_limit = 0;
+  double host_bandwidth = -1;  // bytes per second; -1: the hardware's PCIe
+  std::string method = "dawn";
+  std::string solver = "auto";
+  bool max_batch = false;
+  int max_batch_limit = 4096;
+  bool compare = false;
+  std::string output;
+  bool json = false;
+};
+
+// Graph times are in milliseconds for zoo models and measured graphs; other units are converted.
+double per_time_unit(const CostGraph& graph, double per_second) {
+  if (graph.time_unit == "ms") return per_second / 1e3;
+  if (graph.time_unit == "us") return per_second / 1e6;
+  if (graph.time_unit == "s") return per_second;
+  throw Error(fmt::format("the graph '{}' measures time in '{}'; the partitioner knows s, ms and us", graph.name,
+                          graph.time_unit));
+}
+
+std::string gigabytes(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
+
+struct Outcome {
+  PartitionMethod method;
+  int microbatch_size = 1;
+  int max_microbatch_size = -1;  // -1: not searched
+  PartitionResult result;
+  PartitionPlan plan;
+  SimResult simulated;
+  bool simulated_ok = false;
+  int rounds = 0;      // plans made until the simulation agreed (docs/partitioner.md)
+  double seconds = 0;  // the partitioner's own time, simulations included
+};
+
+class Partitioner {
+ public:
+  explicit Partitioner(const PartitionOptions& o) : o_(o) {
+    if (!(o.memory_limit > 0)) throw Error("--memory-limit must be a positive number of bytes per device");
+    graph_ = load_model_graph(o.model);
+    hardware_ = &find_hardware(o.model.hardware);
+    schedule_ = load_checked_schedule(o.schedule);
+    if (schedule_.stages_per_pipeline > static_cast<int>(graph_.nodes.size()))
+      throw Error(fmt::format("the schedule has {} stages but '{}' has only {} operators", schedule_.stages_per_pipeline,
+                              graph_.name, graph_.nodes.size()));
+    seq_len_ = o.model.seq_len > 0 ? o.model.seq_len : graph_.reference.seq_len;
+    const double host_per_second = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware_->pcie_bandwidth;
+    host_per_second_ = host_per_second;
+    host_bandwidth_ = per_time_unit(graph_, host_per_second);
+    solver_ = o.solver == "exact" ? MemorySolver::Exact : o.solver == "greedy" ? MemorySolver::Greedy : MemorySolver::Auto;
+  }
+
+  PartitionProblem problem(int microbatch_size) const {
+    PartitionProblem p = make_partition_problem(graph_, {double(microbatch_size), seq_len_}, schedule_, o_.memory_limit,
+                                                host_bandwidth_);
+    p.solver = solver_;
+    return p;
+  }
+
+  // The partitioner's memory model is checked by simulating the plan (with its R / OFFLOAD / RELOAD
+  // actions); a device the simulation finds over the limit gets its stages' budgets lowered by the
+  // excess and the plan is made again, a few rounds at most. With --max-batch, a micro-batch size the
+  // rounds cannot make fit steps down by one.
+  Outcome run(PartitionMethod method) const {
+    const auto start = std::chrono::steady_clock::now();
+    int b = static_cast<int>(o_.model.microbatch_size);
+    int largest = -1;
+    if (o_.max_batch) {
+      largest = max_microbatch_size([&](int size) { return problem(size); }, method, o_.max_batch_limit);
+      b = std::max(1, largest);
+    }
+    Outcome out = attempt(method, b);
+    for (int step_down = 0; o_.max_batch && largest > 0 && !out.simulated.fits && b > 1 && step_down < 16; ++step_down)
+      out = attempt(method, --b);
+    if (o_.max_batch) out.max_microbatch_size = out.result.fits && out.simulated.fits ? b : 0;
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    summarize(out);
+    return out;
+  }
+
+  Outcome attempt(PartitionMethod method, int microbatch_size) const {
+    Outcome out;
+    out.method = method;
+    out.microbatch_size = microbatch_size;
+    PartitionProblem p = problem(microbatch_size);
+    const std::vector<int> sharing = chunks_sharing_device(schedule_);
+    constexpr int kRounds = 6;
+    for (int round = 0; round < kRounds; ++round) {
+      out.result = partition_model(p, method);
+      out.plan = make_plan(out, p);
+      out.simulated_ok = false;
+      if (!out.result.fits) break;
+      AggregationOptions aggregation;
+      aggregation.device_link = {0, link_bandwidth_per_ms(*hardware_, Interconnect::NvLink)};
+      aggregation.host_link = {0, host_bandwidth_};
+      aggregation.memory_capacity = {o_.memory_limit};
+      const AppliedPlan applied = apply_partition_plan(out.plan, graph_, schedule_, aggregation, "partition");
+      out.simulated = simulate(lower(applied.schedule), applied.costs, {.record_timeline = false});
+      out.simulated_ok = true;
+      out.rounds = round + 1;
+      if (out.simulated.fits || method != PartitionMethod::Dawn && method != PartitionMethod::VPipe) break;
+      for (int s = 0; s < schedule_.num_stages(); ++s) {
+        const double excess = out.simulated.devices[schedule_.stage_device[s]].peak_memory - o_.memory_limit;
+        const int chunk = schedule_.chunk_of_stage(s);
+        if (excess > 0) p.budget[chunk] = std::min(p.budget[chunk], p.budget[chunk] - excess / sharing[chunk]);
+      }
+    }
+    return out;
+  }
+
+  const CostGraph& graph() const { return graph_; }
+  const Schedule& schedule() const { return schedule_; }
+  double seq_len() const { return seq_len_; }
+
+ private:
+  PartitionPlan make_plan(const Outcome& out, const PartitionProblem& p) const {
+    PartitionPlan plan;
+    plan.model = o_.model.model;
+    plan.graph = graph_.name;
+    plan.graph_operators = static_cast<int>(graph_.nodes.size());
+    plan.hardware = hardware_->name;
+    plan.schedule = o_.schedule.spec;
+    plan.devices = schedule_.num_devices;
+    plan.microbatches = schedule_.num_microbatches;
+    plan.chunks = o_.schedule.chunks;
+    plan.shape = {double(out.microbatch_size), seq_len_};
+    plan.memory_limit = o_.memory_limit;
+    plan.host_bandwidth = host_per_second_;
+    plan.method = partition_method_name(out.method);
+    for (size_t s = 0; s < out.result.stages.size(); ++s) {
+      const StageResult& r = out.result.stages[s];
+      PlannedStage stage;
+      stage.operators = r.end - r.begin;
+      for (int v = r.begin; v < r.end; ++v) {
+        const MemoryDecision d = r.memory.decisions[v - r.begin];
+        if (d == MemoryDecision::Recompute) stage.recompute.push_back(graph_.nodes[v].name);
+        if (d == MemoryDecision::Offload) stage.offload.push_back(graph_.nodes[v].name);
+      }
+      stage.report = {{"first", graph_.nodes[r.begin].name},
+                      {"last", graph_.nodes[r.end - 1].name},
+                      {"in_flight", p.in_flight[s]},
+                      {"budget", p.budget[s]},
+                      {"compute_time", r.compute_time},
+                      {"recompute_time", r.memory.recompute_time},
+                      {"offload_time", r.memory.offload_time},
+                      {"time", r.time},
+                      {"memory", r.memory.memory},
+                      {"static_memory", r.memory.static_memory},
+                      {"activation_memory", r.memory.activation_memory},
+                      {"offload_bytes", r.memory.offload_bytes},
+                      {"fits", r.memory.fits},
+                      {"exact", r.memory.exact}};
+      plan.stages.push_back(std::move(stage));
+    }
+    return plan;
+  }
+
+  void summarize(Outcome& out) const {
+    nlohmann::json& s = out.plan.summary;
+    s["fits"] = out.result.fits && out.simulated_ok && out.simulated.fits;
+    s["rounds"] = out.rounds;
+    if (out.max_microbatch_size >= 0) s["max_microbatch_size"] = out.max_microbatch_size;
+    if (out.simulated_ok) {
+      s["bottleneck"] = out.result.bottleneck;
+      s["step_time"] = out.simulated.makespan;
+      nlohmann::json peaks = nlohmann::json::array();
+      for (const DeviceReport& d : out.simulated.devices) peaks.push_back(d.peak_memory);
+      s["peak_memory"] = peaks;
+    }
+    if (!out.result.fits) s["shortfall"] = out.result.shortfall;
+    s["time_unit"] = graph_.time_unit;
+    s["partition_seconds"] = out.seconds;
+  }
+
+  const PartitionOptions& o_;
+  CostGraph graph_;
+  const HardwareProfile* hardware_ = nullptr;
+  Schedule schedule_;
+  double seq_len_ = 1;
+  double host_per_second_ = 0;
+  double host_bandwidth_ = 0;
+  MemorySolver solver_ = MemorySolver::Auto;
+};
+
+std::string does_not_fit(const Outcome& out, const Partitioner& partitioner, const PartitionOptions& o) {
+  return fmt::format(
+      "{}: '{}' does not fit {} devices with {} each at micro-batch {} under {} with method {}: a device needs "
+      "{} more even with every recompute and offload the method allows; try more devices, a smaller micro-batch, "
+      "a schedule that holds fewer micro-batches (1f1b) or a faster host link",
+      partition_method_name(out.method), partitioner.graph().name, partitioner.schedule().num_devices,
+      gigabytes(o.memory_limit), out.microbatch_size, partitioner.schedule().name, partition_method_name(out.method),
+      gigabytes(out.result.shortfall));
+}
+
+void print_plan(const Outcome& out, const Partitioner& partitioner, const PartitionOptions& o) {
+  const CostGraph& graph = partitioner.graph();
+  const Schedule& schedule = partitioner.schedule();
+  const std::string unit = graph.time_unit;
+  fmt::print("{} on {} devices ({}), {} with m={}, micro-batch {}, sequence {}, limit {} per device\n", graph.name,
+             schedule.num_devices, out.plan.hardware, schedule.name, schedule.num_microbatches, out.microbatch_size,
+             partitioner.seq_len(), gigabytes(o.memory_limit));
+  if (out.max_microbatch_size >= 0) fmt::print("largest micro-batch that fits: {}\n", out.max_microbatch_size);
+  if (!out.result.fits) {
+    fmt::print("{}\n", does_not_fit(out, partitioner, o));
+    return;
+  }
+  fmt::print("method {}: bottleneck {:.4g} {} per micro-batch, simulated step {:.4g} {} ({} in {:.3f} s)\n",
+             partition_method_name(out.method), out.result.bottleneck, unit, out.simulated.makespan, unit,
+             out.simulated.fits ? "fits" : "DOES NOT FIT in simulation", out.seconds);
+  fmt::print("{:<5} {:<44} {:>5} {:>4} {:>10} {:>10} {:>10} {:>10} {:>11} {:>5} {:>5}\n", "stage", "operators", "ops",
+             "k", "compute", "+recomp", "+offload", "time", "memory", "R", "O");
+  for (size_t s = 0; s < out.result.stages.size(); ++s) {
+    const StageResult& r = out.result.stages[s];
+    const PlannedStage& p = out.plan.stages[s];
+    fmt::print("{:<5} {:<44} {:>5} {:>4} {:>10.4g} {:>10.4g} {:>10.4g} {:>10.4g} {:>11} {:>5} {:>5}\n", s,
+               graph.nodes[r.begin].name + " .. " + graph.nodes[r.end - 1].name, r.end - r.begin,
+               p.report["in_flight"].get<int>(), r.compute_time, r.memory.recompute_time, r.memory.offload_time, r.time,
+               gigabytes(r.memory.memory), p.recompute.size(), p.offload.size());
+  }
+  std::string peaks;
+  for (const DeviceReport& d : out.simulated.devices) peaks += (peaks.empty() ? "" : ", ") + gigabytes(d.peak_memory);
+  fmt::print("simulated peak memory per device: {}\n", peaks);
+}
+
+void run(const PartitionOptions& o, int& exit_code) {
+  const Partitioner partitioner(o);
+  if (o.compare) {
+    std::vector<Outcome> outcomes;
+    for (PartitionMethod m : {PartitionMethod::Uniform, PartitionMethod::Params, PartitionMethod::PipeDream,
+                              PartitionMethod::VPipe, PartitionMethod::Dawn})
+      outcomes.push_back(partitioner.run(m));
+    if (o.json) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const Outcome& out : outcomes) {
+        nlohmann::json entry = nlohmann::json::parse(partition_plan_to_json(out.plan));
+        j.push_back(std::move(entry));
+      }
+      fmt::print("{}\n", nlohmann::json{{"methods", j}}.dump(2));
+      return;
+    }
+    const std::string unit = partitioner.graph().time_unit;
+    fmt::print("{} on {} devices, {}, limit {} per device\n", partitioner.graph().name,
+               partitioner.schedule().num_devices, partitioner.schedule().name, gigabytes(o.memory_limit));
+    fmt::print("{:<10} {:>8} {:>8} {:>14} {:>14} {:>12}\n", "method", "max b", "b", "bottleneck", "step", "peak");
+    for (const Outcome& out : outcomes) {
+      double peak = 0;
+      for (const DeviceReport& d : out.simulated.devices) peak = std::max(peak, d.peak_memory);
+      fmt::print("{:<10} {:>8} {:>8} {:>14} {:>14} {:>12}\n", partition_method_name(out.method),
+                 out.max_microbatch_size >= 0 ? std::to_string(out.max_microbatch_size) : "-", out.microbatch_size,
+                 out.result.fits ? fmt::format("{:.4g} {}", out.result.bottleneck, unit) : "does not fit",
+                 out.simulated_ok ? fmt::format("{:.4g} {}", out.simulated.makespan, unit) : "-",
+                 out.simulated_ok ? gigabytes(peak) : "-");
+    }
+    return;
+  }
+  const Outcome out = partitioner.run(parse_partition_method(o.method));
+  if (!o.output.empty()) {
+    if (!out.result.fits) throw Error(does_not_fit(out, partitioner, o) + "; no plan written");
+    write_text_file(o.output, partition_plan_to_json(out.plan));
+  }
+  if (o.json) fmt::print("{}", partition_plan_to_json(out.plan));
+  else print_plan(out, partitioner, o);
+  if (!o.json && !o.output.empty()) fmt::print("wrote {}\n", o.output);
+  if (!out.result.fits) exit_code = 1;
+}
+
+}  // namespace
+
+void add_partition_command(CLI::App& app, int& exit_code) {
+  auto* command = app.add_subcommand(
+      "partition", "Memory-aware stage boundaries at operator granularity, with per-operator recompute and offload");
+  auto o = std::make_shared<PartitionOptions>();
+  o->schedule.spec = "1f1b";
+  command->add_option("--model", o->model.model, "Zoo name or cost-graph file (.json)")->required();
+  add_model_shape_options(command, o->model);
+  command->add_option("--schedule", o->schedule.spec, "Built-in schedule or file whose in-flight counts apply")
+      ->capture_default_str();
+  command->add_option("-p,--devices", o->schedule.devices, "Devices (pipeline ranks) [4]");
+  command->add_option("-m,--microbatches", o->schedule.microbatches, "Micro-batches per step [2p]");
+  command->add_option("-v,--chunks", o->schedule.chunks, "Stages per device of a built-in schedule [its default]");
+  command->add_option("-D,--define", o->schedule.defines, "Parameter of a .fps schedule: name=value");
+  command->add_option("--memory-limit", o->memory_limit, "Memory per device in bytes")->required();
+  command->add_option("--host-bandwidth", o->host_bandwidth, "Host link in bytes per second [the hardware's PCIe]");
+  command->add_option("--method", o->method, "dawn, uniform, params, pipedream, vpipe or exhaustive")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"dawn", "uniform", "params", "pipedream", "vpipe", "exhaustive"}));
+  command->add_option("--solver", o->solver, "Memory decisions: exact, greedy or auto (exact on small stages)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"exact", "greedy", "auto"}));
+  command->add_flag("--max-batch", o->max_batch, "Find the largest micro-batch size that fits, then plan for it");
+  command->add_option("--max-batch-limit", o->max_batch_limit, "Largest micro-batch size --max-batch tries")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  command->add_flag("--compare", o->compare, "Run every method (not exhaustive) and print one line each");
+  command->add_option("-o,--output", o->output, "Write the plan (JSON, docs/partition-plan.md)");
+  command->add_flag("--json", o->json, "Print the plan as JSON");
+  command->callback([o, &exit_code] { run(*o, exit_code); });
+}
+
+}  // namespace flexpipe::cli

@@ -1,0 +1,176 @@
+// Binary partitioning against exhaustive search, the baselines on hand-computed cases, the answer
+// when nothing fits, and the largest micro-batch on zoo models.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "flexpipe/core/builtin_schedules.h"
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/hardware.h"
+#include "flexpipe/core/model_zoo.h"
+#include "flexpipe/core/partitioner.h"
+
+namespace flexpipe {
+namespace {
+
+// A problem over explicit operators: one layer per `layer_size` operators.
+PartitionProblem problem_of(OperatorTable ops, std::vector<int> in_flight, double budget, double bandwidth = 0,
+                            int layer_size = 1) {
+  PartitionProblem p;
+  const int n = ops.size();
+  p.ops = std::move(ops);
+  for (int v = 0; v < n; v += layer_size) p.layer_starts.push_back(v);
+  p.budget.assign(in_flight.size(), budget);
+  p.in_flight = std::move(in_flight);
+  p.host_bandwidth = bandwidth;
+  p.bytes_per_parameter = 16;
+  return p;
+}
+
+OperatorTable random_ops(std::mt19937& rng, int n) {
+  std::uniform_real_distribution<double> time(0.2, 3), bytes(0, 40), edge(1, 25);
+  OperatorTable ops;
+  for (int v = 0; v < n; ++v) {
+    ops.forward.push_back(time(rng));
+    ops.backward.push_back(ops.forward.back() * (1.5 + (rng() % 3) * 0.5));
+    ops.saved.push_back(rng() % 6 == 0 ? 0 : bytes(rng));
+    ops.workspace.push_back(bytes(rng) / 8);
+    ops.parameters.push_back(rng() % 4 == 0 ? 0.5 : 0);
+    ops.tied_to.push_back(kNotTied);
+    ops.inputs.emplace_back();
+    if (v > 0) ops.inputs[v].push_back({v - 1, edge(rng)});
+    if (v > 3 && rng() % 3 == 0) ops.inputs[v].push_back({static_cast<int>(rng() % (v - 2)), edge(rng)});
+  }
+  return ops;
+}
+
+std::vector<int> one_f_one_b(int p) {
+  std::vector<int> k;
+  for (int s = 0; s < p; ++s) k.push_back(p - s);
+  return k;
+}
+
+// The theorem of docs/partitioner.md, checked: on every small graph the binary search finds the
+// bottleneck exhaustive search finds, with memory tight enough that stages must recompute or offload.
+TEST(Partitioner, BinarySearchEqualsExhaustiveSearch) {
+  std::mt19937 rng(11);
+  int memory_bound = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int stages = 2 + trial % 3;
+    const bool offload = trial % 4 == 3;
+    const int n = offload ? 8 + trial % 7 : 10 + trial % 21;  // up to 30 operators
+    OperatorTable ops = random_ops(rng, n);
+    double total = 0;
+    for (int v = 0; v < n; ++v) total += ops.saved[v];
+    // Between a quarter and the whole of what 1F1B's first stage would hold with an even split.
+    const double budget = total * stages / stages * (0.25 + 0.15 * (trial % 6)) + 8;
+    const PartitionProblem problem = problem_of(std::move(ops), one_f_one_b(stages), budget, offload ? 30 : 0);
+    const PartitionResult exhaustive = partition_model(problem, PartitionMethod::Exhaustive);
+    const PartitionResult dawn = partition_model(problem, PartitionMethod::Dawn);
+    ASSERT_EQ(dawn.fits, exhaustive.fits) << "trial " << trial;
+    if (!dawn.fits) continue;
+    EXPECT_NEAR(dawn.bottleneck, exhaustive.bottleneck, 1e-7 * exhaustive.bottleneck) << "trial " << trial;
+    const PartitionResult keep = partition_model(problem, PartitionMethod::PipeDream);
+    if (!keep.fits || keep.bottleneck > dawn.bottleneck * (1 + 1e-9)) ++memory_bound;
+    for (const StageResult& stage : dawn.stages) EXPECT_TRUE(stage.memory.fits);
+  }
+  EXPECT_GT(memory_bound, 10);  // the memory decisions mattered in many trials
+}
+
+TEST(Partitioner, StagesAreContiguousAndCoverTheGraph) {
+  std::mt19937 rng(3);
+  const PartitionProblem problem = problem_of(random_ops(rng, 40), one_f_one_b(4), 1e9);
+  const PartitionResult r = partition_model(problem, PartitionMethod::Dawn);
+  ASSERT_TRUE(r.fits);
+  const std::vector<int> starts = r.starts();
+  ASSERT_EQ(starts.size(), 5u);
+  EXPECT_EQ(starts.front(), 0);
+  EXPECT_EQ(starts.back(), 40);
+  for (int s = 0; s < 4; ++s) EXPECT_LT(starts[s], starts[s + 1]);
+  // Unlimited memory: the bottleneck is the min-max compute split, which PipeDream's layer DP (one
+  // operator per layer here) also finds.
+  EXPECT_NEAR(r.bottleneck, partition_model(problem, PartitionMethod::PipeDream).bottleneck, 1e-9 * r.bottleneck);
+}
+
+// Four layers of two operators; the last layer holds three times the parameters of each other one.
+OperatorTable layered() {
+  OperatorTable ops;
+  for (int v = 0; v < 8; ++v) {
+    ops.forward.push_back(v < 2 ? 3 : 1);  // layer 0 computes three times as long
+    ops.backward.push_back(2 * ops.forward.back());
+    ops.saved.push_back(10);
+    ops.workspace.push_back(0);
+    ops.parameters.push_back(v >= 6 ? 0.15 : 0.05);
+    ops.tied_to.push_back(kNotTied);
+    ops.inputs.emplace_back();
+    if (v > 0) ops.inputs[v].push_back({v - 1, 5});
+  }
+  return ops;
+}
+
+TEST(Partitioner, BaselinesOnHandComputedLayers) {
+  const PartitionProblem problem = problem_of(layered(), {2, 1}, 1e9, 0, 2);
+  // Uniform: two layers each.
+  EXPECT_EQ(partition_model(problem, PartitionMethod::Uniform).starts(), (std::vector<int>{0, 4, 8}));
+  // Compute per layer: 18, 6, 6, 6 -> PipeDream puts layer 0 alone (max 18).
+  const PartitionResult pipedream = partition_model(problem, PartitionMethod::PipeDream);
+  EXPECT_EQ(pipedream.starts(), (std::vector<int>{0, 2, 8}));
+  EXPECT_DOUBLE_EQ(pipedream.bottleneck, 18);
+  // Parameters per layer 0.1, 0.1, 0.1, 0.3: the last layer alone balances them.
+  EXPECT_EQ(partition_model(problem, PartitionMethod::Params).starts(), (std::vector<int>{0, 6, 8}));
+  // Memory of PipeDream's split: stage 0 holds 2 micro-batches x 20 bytes + 0.1 x 16 of parameters.
+  EXPECT_DOUBLE_EQ(pipedream.stages[0].memory.memory, 40 + 1.6);
+  EXPECT_DOUBLE_EQ(pipedream.stages[1].memory.memory, 60 + 0.5 * 16);
+}
+
+TEST(Partitioner, VPipeRecomputesWholeLayersWherePipeDreamDoesNotFit) {
+  // Budget 70: PipeDream's stage 0 (layer 0, k = 8) needs 8 x 20 + 1.6; its stage 1 needs 68.
+  const PartitionProblem problem = problem_of(layered(), {8, 1}, 70, 0, 2);
+  EXPECT_FALSE(partition_model(problem, PartitionMethod::PipeDream).fits);
+  const PartitionResult vpipe = partition_model(problem, PartitionMethod::VPipe);
+  ASSERT_TRUE(vpipe.fits);
+  // Layer 0 recomputed: nothing kept, 20 rebuilt once; adds its forward (6) to stage 0.
+  EXPECT_EQ(vpipe.stages[0].memory.decisions, (std::vector<MemoryDecision>{MemoryDecision::Recompute, MemoryDecision::Recompute}));
+  EXPECT_DOUBLE_EQ(vpipe.stages[0].time, 24);
+  // Dawn chooses per operator and moves the cut: never slower than vPipe.
+  const PartitionResult dawn = partition_model(problem, PartitionMethod::Dawn);
+  ASSERT_TRUE(dawn.fits);
+  EXPECT_LE(dawn.bottleneck, vpipe.bottleneck);
+}
+
+TEST(Partitioner, CannotFitSaysByHowMuch) {
+  // With k = 1 recomputing saves nothing: the best split holds operators 0-3 (40 saved + 0.2 x 16)
+  // and 4-7 (40 + 0.4 x 16 = 46.4), so a 40-byte budget is 6.4 bytes short.
+  const PartitionProblem problem = problem_of(layered(), {1, 1}, 40, 0, 2);
+  const PartitionResult r = partition_model(problem, PartitionMethod::Dawn);
+  EXPECT_FALSE(r.fits);
+  EXPECT_NEAR(r.shortfall, 6.4, 1e-4);
+}
+
+TEST(Partitioner, RejectsImpossibleProblems) {
+  EXPECT_THROW(partition_model(problem_of(layered(), std::vector<int>(9, 1), 1e9), PartitionMethod::Dawn), Error);
+  EXPECT_THROW(parse_partition_method("magic"), Error);
+  EXPECT_THROW(evaluate_partition(problem_of(layered(), {1, 1}, 1e9), {0, 0, 8}, true), Error);
+}
+
+TEST(Partitioner, MaxMicroBatchOnAZooModel) {
+  const CostGraph graph = build_model_graph(find_model("gpt3-2.7b"), find_hardware("H100-80GB"));
+  const Schedule schedule = make_builtin("1f1b", {4, 8, 0});
+  const double pcie = link_bandwidth_per_ms(find_hardware("H100-80GB"), Interconnect::Pcie);
+  auto at = [&](int b) {
+    return make_partition_problem(graph, {double(b), graph.reference.seq_len}, schedule, 80e9, pcie);
+  };
+  const int dawn = max_microbatch_size(at, PartitionMethod::Dawn, 512);
+  const int pipedream = max_microbatch_size(at, PartitionMethod::PipeDream, 512);
+  const int vpipe = max_microbatch_size(at, PartitionMethod::VPipe, 512);
+  EXPECT_GE(pipedream, 1);
+  EXPECT_GE(dawn, 3 * pipedream);
+  EXPECT_GE(dawn, vpipe);
+  EXPECT_GE(vpipe, pipedream);
+  EXPECT_TRUE(partition_model(at(dawn), PartitionMethod::Dawn).fits);
+  EXPECT_FALSE(partition_model(at(dawn + 1), PartitionMethod::Dawn).fits);
+}
+
+}  // namespace
+}  // namespace flexpipe

@@ -1,0 +1,185 @@
+// The stage memory model on hand-computed cases, in-flight counts read from schedules, and the exact
+// solver against brute force over every keep / recompute / offload assignment.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "flexpipe/core/builtin_schedules.h"
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/stage_memory.h"
+
+namespace flexpipe {
+namespace {
+
+using D = MemoryDecision;
+constexpr D K = D::Keep, R = D::Recompute, O = D::Offload;
+
+// A chain a -> b -> c -> d with the residual a -> d.
+OperatorTable chain() {
+  OperatorTable ops;
+  ops.forward = {1, 2, 3, 4};
+  ops.backward = {2, 4, 6, 8};
+  ops.saved = {10, 40, 30, 20};
+  ops.workspace = {5, 0, 7, 1};
+  ops.parameters = {1, 0, 2, 0};
+  ops.tied_to = {kNotTied, kNotTied, kNotTied, kNotTied};
+  ops.inputs = {{}, {{0, 8}}, {{1, 6}}, {{2, 9}, {0, 8}}};
+  return ops;
+}
+
+StageContext context(int k, double budget = kInfinity, double bandwidth = 0, double period = 0) {
+  StageContext c;
+  c.in_flight = k;
+  c.budget = budget;
+  c.host_bandwidth = bandwidth;
+  c.period = period;
+  c.bytes_per_parameter = 16;
+  return c;
+}
+
+TEST(InFlight, ReadFromTheScheduleOrder) {
+  EXPECT_EQ(in_flight_per_chunk(make_builtin("1f1b", {4, 8, 0})), (std::vector<int>{4, 3, 2, 1}));
+  EXPECT_EQ(in_flight_per_chunk(make_builtin("gpipe", {4, 8, 0})), (std::vector<int>{8, 8, 8, 8}));
+  // ZB-H2 keeps up to 2p - 1 micro-batches on the first stage (W deferred).
+  EXPECT_EQ(in_flight_per_chunk(make_builtin("zb-h2", {4, 8, 0}))[0], 7);
+  const Schedule interleaved = make_builtin("interleaved-1f1b", {2, 4, 2});
+  EXPECT_EQ(chunks_sharing_device(interleaved), (std::vector<int>{2, 2, 2, 2}));
+  EXPECT_EQ(chunks_sharing_device(make_builtin("1f1b", {4, 8, 0})), (std::vector<int>{1, 1, 1, 1}));
+}
+
+TEST(StageMemory, KeepAllIsStaticPlusWorkspacePlusKTimesSaved) {
+  const StageMemoryPlan plan = evaluate_stage_memory(chain(), 0, 4, context(3), {K, K, K, K});
+  EXPECT_DOUBLE_EQ(plan.static_memory, 3 * 16);
+  EXPECT_DOUBLE_EQ(plan.activation_memory, 3 * 100);
+  EXPECT_DOUBLE_EQ(plan.memory, 48 + 7 + 300);
+  EXPECT_DOUBLE_EQ(plan.added_time(), 0);
+}
+
+TEST(StageMemory, RecomputedChainKeepsOnlyItsOutsideInputs) {
+  // b and c recomputed: b keeps a's output (8), c chains on b (free); d is kept and charges nothing.
+  const StageMemoryPlan plan = evaluate_stage_memory(chain(), 0, 4, context(3), {K, R, R, K});
+  // k*(kept 10+20 + checkpoints 8) + rebuilt (40+30) once.
+  EXPECT_DOUBLE_EQ(plan.activation_memory, 3 * (30 + 8) + 70);
+  EXPECT_DOUBLE_EQ(plan.recompute_time, 2 + 3);
+  // d recomputed alone: it keeps c's output (9) and a's (8, not adjacent).
+  const StageMemoryPlan d_only = evaluate_stage_memory(chain(), 0, 4, context(3), {K, K, K, R});
+  EXPECT_DOUBLE_EQ(d_only.activation_memory, 3 * (80 + 17) + 20);
+  // A stage starting at b: a is outside, its output is the stage's received input (no checkpoint).
+  const StageMemoryPlan tail = evaluate_stage_memory(chain(), 1, 4, context(2), {R, R, K});
+  EXPECT_DOUBLE_EQ(tail.activation_memory, 2 * 20 + 70);
+  EXPECT_DOUBLE_EQ(tail.static_memory, 2 * 16);
+}
+
+TEST(StageMemory, OffloadKeepsCopiesInFlightAndCostsWhatTheReloadCannotHide) {
+  // k = 6, bandwidth 10 bytes/unit, period 30: a forward slot is 10; b and c (70 bytes) take 7 to move.
+  // On the device: the one just made, the one reloaded, and one slot's worth on its way out: 3 copies.
+  const StageMemoryPlan hidden = evaluate_stage_memory(chain(), 0, 4, context(6, kInfinity, 10, 30), {K, O, O, K});
+  EXPECT_DOUBLE_EQ(hidden.activation_memory, 6 * 30 + 3 * 70);
+  EXPECT_DOUBLE_EQ(hidden.offload_time, 0);
+  // Period 15: a slot of 5, the transfer spans two (4 copies) and the reload leaves 2 units unhidden.
+  const StageMemoryPlan paid = evaluate_stage_memory(chain(), 0, 4, context(6, kInfinity, 10, 15), {K, O, O, K});
+  EXPECT_DOUBLE_EQ(paid.activation_memory, 6 * 30 + 4 * 70);
+  EXPECT_DOUBLE_EQ(paid.offload_time, 2);
+  // Never more copies than micro-batches in flight.
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(chain(), 0, 4, context(3, kInfinity, 10, 15), {K, O, O, K}).activation_memory,
+                   3 * 30 + 3 * 70);
+  // Without a host link offloading is impossible.
+  EXPECT_FALSE(evaluate_stage_memory(chain(), 0, 4, context(4, kInfinity, 0, 4), {K, O, K, K}).fits);
+}
+
+TEST(StageMemory, TiedCopyCountsOnceWhenItsOwnerIsInTheStage) {
+  OperatorTable ops = chain();
+  ops.parameters[3] = 1;
+  ops.tied_to[3] = 0;
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, context(1), {K, K, K, K}).static_memory, 3 * 16);
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 1, 4, context(1), {K, K, K}).static_memory, 3 * 16);
+}
+
+TEST(StageMemory, SolverPicksTheCheapestFit) {
+  // Keep all: 48 + 7 + 300 = 355. Budget 300 needs 55 bytes: recomputing b alone saves 3*40 - 40 -
+  // 3*8 = 56 at cost 2, the cheapest way.
+  const StageMemoryPlan plan = optimize_stage_memory(chain(), 0, 4, context(3, 300), MemorySolver::Exact);
+  ASSERT_TRUE(plan.fits);
+  EXPECT_EQ(plan.decisions, (std::vector<D>{K, R, K, K}));
+  EXPECT_DOUBLE_EQ(plan.added_time(), 2);
+  EXPECT_TRUE(plan.exact);
+}
+
+TEST(StageMemory, WhatCannotFitReturnsTheLeastMemory) {
+  // Static 48 + workspace 7 alone exceed 50.
+  const StageMemoryPlan plan = optimize_stage_memory(chain(), 0, 4, context(3, 50), MemorySolver::Exact);
+  EXPECT_FALSE(plan.fits);
+  EXPECT_GT(plan.memory, 50);
+  const StageMemoryPlan greedy = optimize_stage_memory(chain(), 0, 4, context(3, 50), MemorySolver::Greedy);
+  EXPECT_FALSE(greedy.fits);
+}
+
+TEST(StageMemory, RejectsMismatchedDecisions) {
+  EXPECT_THROW(evaluate_stage_memory(chain(), 0, 4, context(1), {K, K}), Error);
+  EXPECT_THROW(evaluate_stage_memory(chain(), 2, 5, context(1), {K, K, K}), Error);
+}
+
+// Random stages with chains and skip edges.
+OperatorTable random_ops(std::mt19937& rng, int n) {
+  std::uniform_real_distribution<double> time(0.1, 3), bytes(0, 50), edge(1, 30);
+  OperatorTable ops;
+  for (int v = 0; v < n; ++v) {
+    ops.forward.push_back(time(rng));
+    ops.backward.push_back(2 * ops.forward.back());
+    ops.saved.push_back(rng() % 5 == 0 ? 0 : bytes(rng));
+    ops.workspace.push_back(bytes(rng) / 10);
+    ops.parameters.push_back(rng() % 3 == 0 ? 1 : 0);
+    ops.tied_to.push_back(kNotTied);
+    ops.inputs.emplace_back();
+    if (v > 0) ops.inputs[v].push_back({v - 1, edge(rng)});
+    if (v > 2 && rng() % 3 == 0) ops.inputs[v].push_back({static_cast<int>(rng() % (v - 1)), edge(rng)});
+  }
+  return ops;
+}
+
+// The least added time over all 3^n assignments that fit, or infinity.
+double brute_force(const OperatorTable& ops, int begin, int end, const StageContext& c) {
+  const int n = end - begin;
+  std::vector<D> d(n, K);
+  double best = kInfinity;
+  auto visit = [&](auto&& self, int i) -> void {
+    if (i == n) {
+      const StageMemoryPlan p = evaluate_stage_memory(ops, begin, end, c, d);
+      if (p.fits) best = std::min(best, p.added_time());
+      return;
+    }
+    for (D choice : {K, R, O}) {
+      d[i] = choice;
+      self(self, i + 1);
+    }
+  };
+  visit(visit, 0);
+  return best;
+}
+
+TEST(StageMemory, ExactSolverEqualsBruteForce) {
+  std::mt19937 rng(7);
+  int feasible = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 3 + trial % 7;
+    const OperatorTable ops = random_ops(rng, n);
+    const int begin = trial % 2;
+    StageContext c = context(1 + trial % 6, 0, trial % 3 == 0 ? 0 : 20, 1 + trial % 4);
+    const StageMemoryPlan keep = evaluate_stage_memory(ops, begin, n, c, std::vector<D>(n - begin, K));
+    c.budget = keep.memory * (0.35 + 0.1 * (trial % 6));
+    const double expected = brute_force(ops, begin, n, c);
+    const StageMemoryPlan exact = optimize_stage_memory(ops, begin, n, c, MemorySolver::Exact);
+    ASSERT_EQ(exact.fits, expected < kInfinity) << "trial " << trial;
+    if (!exact.fits) continue;
+    ++feasible;
+    EXPECT_NEAR(exact.added_time(), expected, 1e-9 * (1 + expected)) << "trial " << trial;
+    EXPECT_LE(exact.memory, c.budget);
+    const StageMemoryPlan greedy = optimize_stage_memory(ops, begin, n, c, MemorySolver::Greedy);
+    if (greedy.fits) EXPECT_GE(greedy.added_time(), expected - 1e-9) << "trial " << trial;
+  }
+  EXPECT_GT(feasible, 100);
+}
+
+}  // namespace
+}  // namespace flexpipe
