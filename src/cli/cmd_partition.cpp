@@ -41,7 +41,12 @@ double per_time_unit(const CostGraph& graph, double per_second) {
                           graph.time_unit));
 }
 
-std::string gigabytes(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
+// Decimal units, as the memory limit is given in bytes: 80e9 reads "80.00 GB".
+std::string gigabytes(double bytes) {
+  if (bytes >= 1e9 || bytes <= -1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
+  if (bytes >= 1e6 || bytes <= -1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
+  return fmt::format("{:.1f} kB", bytes / 1e3);
+}
 
 struct Outcome {
   PartitionMethod method;
@@ -287,6 +292,22 @@ void run(const PartitionOptions& o, int& exit_code) {
 }
 
 }  // namespace
+
+AppliedPlan apply_plan_file(const std::string& path, const Schedule& schedule, double memory_limit) {
+  const PartitionPlan plan = load_partition_plan(path);
+  ModelOptions model;
+  model.model = plan.model;
+  model.hardware = plan.hardware;
+  model.microbatch_size = plan.shape.microbatch_size;
+  model.seq_len = plan.shape.seq_len;
+  const CostGraph graph = load_model_graph(model);
+  const HardwareProfile& hardware = find_hardware(plan.hardware);
+  AggregationOptions aggregation;
+  aggregation.device_link = {0, link_bandwidth_per_ms(hardware, Interconnect::NvLink)};
+  aggregation.host_link = {0, per_time_unit(graph, plan.host_bandwidth)};
+  aggregation.memory_capacity = {memory_limit > 0 ? memory_limit : plan.memory_limit};
+  return apply_partition_plan(plan, graph, schedule, aggregation, path);
+}
 
 void add_partition_command(CLI::App& app, int& exit_code) {
   auto* command = app.add_subcommand(

@@ -13,6 +13,7 @@ namespace {
 struct SimulateOptions {
   ScheduleOptions schedule;
   CostOptions costs;
+  std::string plan;
   bool json = false;
   bool grid = false;
   std::string svg;
@@ -20,8 +21,15 @@ struct SimulateOptions {
 };
 
 void run(const SimulateOptions& o) {
-  const Schedule schedule = load_checked_schedule(o.schedule);
-  const CostTable costs = load_costs(o.costs, schedule);
+  Schedule schedule = load_checked_schedule(o.schedule);
+  CostTable costs;
+  if (o.plan.empty()) {
+    costs = load_costs(o.costs, schedule);
+  } else {
+    AppliedPlan applied = apply_plan_file(o.plan, schedule, o.costs.memory_limit);
+    schedule = std::move(applied.schedule);
+    costs = std::move(applied.costs);
+  }
   // A file that already spells out its communication is simulated as written.
   const Schedule lowered = schedule.has_communication() ? schedule : lower(schedule);
   const SimResult result = simulate(lowered, costs);
@@ -46,6 +54,10 @@ void add_simulate_command(CLI::App& app, int&) {
   auto o = std::make_shared<SimulateOptions>();
   add_schedule_options(command, o->schedule);
   add_cost_options(command, o->costs);
+  command->add_option("--plan", o->plan, "A partition plan (flexpipe partition -o): model, operator ranges, recompute "
+                                         "and offload applied to this schedule")
+      ->excludes("--costs")
+      ->excludes("--model");
   command->add_flag("--json", o->json, "Print the report as JSON");
   command->add_flag("--grid", o->grid, "Also print the devices x time text grid");
   command->add_option("--svg", o->svg, "Write an SVG timeline with memory curves to this file");

@@ -10,6 +10,7 @@
 
 #include "flexpipe/core/cost_graph.h"
 #include "flexpipe/core/costs.h"
+#include "flexpipe/core/partition_plan.h"
 #include "flexpipe/core/schedule.h"
 #include "flexpipe/core/stage_aggregation.h"
 #include "flexpipe/core/validator.h"
@@ -77,6 +78,11 @@ CostTable load_costs(const CostOptions& options, const Schedule& schedule);
 // A --partition spec (Megatron layout, layers:N,..., ops:N,...; empty: even by layers) for `stages`
 // chunks of `graph`; throws Error when it makes another number of chunks (cmd_model.cpp).
 Partition parse_partition(const CostGraph& graph, const std::string& spec, int stages);
+
+// A partition plan file applied to `schedule`: its model's graph rebuilt at the plan's shape, the
+// schedule with the plan's R / OFFLOAD / RELOAD, the cost table with its decisions; the memory limit is
+// the plan's unless `memory_limit` > 0 (cmd_partition.cpp).
+AppliedPlan apply_plan_file(const std::string& path, const Schedule& schedule, double memory_limit);
 
 // The subcommands. Each sets exit_code when it finishes with a finding rather than an error.
 void add_schedules_command(CLI::App& app, int& exit_code);

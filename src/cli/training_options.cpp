@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "flexpipe/core/error.h"
+#include "flexpipe/core/memory_actions.h"
+#include "flexpipe/core/partition_plan.h"
 #include "flexpipe/runtime/rank_env.h"
 
 namespace flexpipe::cli {
@@ -29,6 +31,10 @@ void add_training_options(CLI::App* command, TrainingCommand& o) {
   command->add_option("--partition", o.partition,
                       "Operators per model chunk: ops:N,N,..., layers:N,N,... or a Megatron layout "
                       "[balanced by operator time]");
+  command->add_option("--plan", o.plan,
+                      "A partition plan (flexpipe partition -o) for this model: its operator ranges, recompute and "
+                      "offload decisions")
+      ->excludes("--partition");
   command->add_option("--seed", o.request.training.seed, "Seed of the weights and the data [1234]");
   command->add_option("--optimizer", o.request.training.optimizer, "sgd or adamw [adamw]")
       ->check(CLI::IsMember({"sgd", "adamw"}));
@@ -84,6 +90,19 @@ void prepare_request(TrainingCommand& o) {
           request.env.world_size, request.env.world_size == 1 ? "" : "s",
           run.schedule.num_devices * request.data_parallel));
     const int chunks = run.schedule.stages_per_pipeline;
+    if (!o.plan.empty()) {
+      // The plan's graph must be this model's (flexpipe profile measures it; partition plans it).
+      const PartitionPlan plan = load_partition_plan(o.plan);
+      if (static_cast<int>(plan.stages.size()) != chunks)
+        throw Error(fmt::format("{}: the plan has {} stages but {} has {} model chunks", o.plan, plan.stages.size(), spec,
+                                chunks));
+      run.partition = plan_partition(plan, graph, o.plan);
+      request.memory_decisions = plan_decisions(plan, graph, o.plan);
+      run.schedule = add_memory_actions(run.schedule, stages_that_recompute(plan, run.schedule.num_pipelines),
+                                        stages_that_offload(plan, run.schedule.num_pipelines));
+      request.runs.push_back(std::move(run));
+      continue;
+    }
     try {
       run.partition = o.partition.empty() ? partition_balanced(graph, chunks) : parse_partition(graph, o.partition, chunks);
       check_partition(graph, run.partition);

@@ -17,6 +17,7 @@ struct TrainingCommand {
   ScheduleOptions schedule;  // -p, -m, -v, -D for every schedule
   GptSize model;
   std::string partition;
+  std::string plan;  // a partition plan file (--plan)
   runtime::RunRequest request;
   std::vector<std::string> hooks;
 };

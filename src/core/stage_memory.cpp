@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -241,18 +242,18 @@ void keep_pareto(std::vector<int>& set, const std::vector<Point>& arena) {
     if (p.recompute != q.recompute) return p.recompute < q.recompute;
     return p.offload < q.offload;
   });
+  // Staircase of the points kept so far (all with no more memory): recompute time -> least offload
+  // bytes, offload strictly falling as recompute rises. A point is dominated when the step at or left
+  // of its recompute time offloads no more than it does.
+  std::map<double, double> stairs;
   std::vector<int> kept;
   for (int i : set) {
     const Point& p = arena[i];
-    bool dominated = false;
-    for (int j : kept) {
-      const Point& q = arena[j];
-      if (q.recompute <= p.recompute && q.offload <= p.offload) {  // q.memory <= p.memory by the order
-        dominated = true;
-        break;
-      }
-    }
-    if (!dominated) kept.push_back(i);
+    auto after = stairs.upper_bound(p.recompute);
+    if (after != stairs.begin() && std::prev(after)->second <= p.offload) continue;
+    kept.push_back(i);
+    while (after != stairs.end() && after->second >= p.offload) after = stairs.erase(after);
+    stairs[p.recompute] = p.offload;
   }
   set.swap(kept);
 }

@@ -3,6 +3,7 @@
 // global batch, text files train, bad flags are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <cmath>
 #include <fstream>
@@ -151,6 +152,47 @@ TEST_F(Train, TheSharedCorpusTrainsWhenPresent) {
   const std::vector<double> l = losses(run);
   EXPECT_NEAR(l.front(), std::log(256.0), 0.2);  // bytes start near uniform
   EXPECT_LT(l.back(), l.front() - 1.0);
+}
+
+// profile -> partition -> train: the plan's operator ranges and its recompute or offload decisions
+// run on real ranks, and training still equals the single-process reference.
+TEST_F(Train, PartitionPlansTrainExactlyWithTheirRecomputeAndOffloadDecisions) {
+  const std::filesystem::path graph = dir_ / "profile.json", plan = dir_ / "plan.json";
+  ASSERT_EQ(flexpipe("profile " + kSmall + " --repeats 1 -o " + graph.string()).exit_code, 0);
+  // GPipe holds all 4 micro-batches on both stages: saving memory pays everywhere.
+  const std::string partition =
+      "partition --model " + graph.string() + " --schedule gpipe --microbatch-size 2 -p 2 -m 4 --json";
+  const Outcome free = flexpipe(partition + " --memory-limit 1e12");
+  ASSERT_EQ(free.exit_code, 0) << free.err;
+  // The mean stage's need with everything kept: a memory-balanced cut alone cannot reach much below it.
+  double mean = 0;
+  const nlohmann::json unlimited = nlohmann::json::parse(free.out);
+  for (const auto& stage : unlimited["stages"]) mean += stage["memory"].get<double>() / 2;
+  // Without a host link the plan must recompute; with one (PCIe) it offloads what the transfers hide.
+  // Measured workspaces vary between profiles: the first limit that needs decisions and fits.
+  for (const auto& [host, key] : {std::pair{" --host-bandwidth 0", "recompute"}, std::pair{"", "offload"}}) {
+    size_t decided = 0;
+    std::string last;
+    for (double factor : {0.9, 0.95, 0.85, 0.8}) {
+      const Outcome tight =
+          flexpipe(partition + host + " --memory-limit " + std::to_string(factor * mean) + " -o " + plan.string());
+      last = tight.out + tight.err;
+      if (tight.exit_code != 0) continue;
+      decided = 0;
+      const nlohmann::json made = nlohmann::json::parse(tight.out);
+      for (const auto& stage : made["stages"]) decided += stage[key].size();
+      if (decided > 0) break;
+    }
+    ASSERT_GT(decided, 0u) << key << ": " << last;
+    const nlohmann::json run =
+        train_json(kSmall + " --schedule gpipe -p 2 -m 4 --steps 2 --verify --dtype float64 --plan " + plan.string());
+    ASSERT_FALSE(run.is_null());
+    EXPECT_TRUE(run["verify"]["passed"].get<bool>()) << key;
+  }
+  // A plan for another model is refused before any rank starts.
+  const Outcome other = flexpipe("train --layers 3 --hidden 32 --heads 4 --seq-len 16 --steps 1 --plan " + plan.string());
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.err.find("the plan was made for"), std::string::npos) << other.err;
 }
 
 TEST_F(Train, AScheduleFileWithMoreStagesThanDevicesCutsTheModelToMatch) {

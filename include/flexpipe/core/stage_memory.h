@@ -47,7 +47,7 @@ enum class MemorySolver : uint8_t {
   Greedy,  // free offloads, then recompute chains and paid offloads by bytes saved per time added
   Auto,    // exact on stages of up to kExactSolverOperators operators, greedy above
 };
-inline constexpr int kExactSolverOperators = 48;
+inline constexpr int kExactSolverOperators = 16;
 const char* memory_solver_name(MemorySolver solver);
 
 // One stage's decisions and what they cost.

@@ -1,0 +1,98 @@
+// flexpipe partition: a plan that simulate reads back to the same figures, the largest micro-batch,
+// the answer when nothing fits, and one clear error for bad input.
+#include <nlohmann/json.hpp>
+
+#include "cli_harness.h"
+
+namespace flexpipe::test {
+namespace {
+
+class Partition : public CliHarness {
+ protected:
+  Partition() : CliHarness("flexpipe_partition_") {}
+  static constexpr const char* kModel = "partition --model gpt3-2.7b -p 4 -m 8 --memory-limit 80e9";
+};
+
+TEST_F(Partition, APlanSimulatesToWhatThePartitionerReported) {
+  const std::string plan = (dir_ / "plan.json").string();
+  const Outcome made = flexpipe(std::string(kModel) + " --microbatch-size 6 -o " + plan);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_NE(made.out.find("wrote " + plan), std::string::npos);
+  const nlohmann::json p = nlohmann::json::parse(slurp(plan));
+  EXPECT_EQ(p["format"], "flexpipe-partition-plan");
+  EXPECT_TRUE(p["fits"].get<bool>());
+  int operators = 0, recomputed = 0;
+  for (const auto& stage : p["stages"]) {
+    operators += stage["operators"].get<int>();
+    recomputed += static_cast<int>(stage["recompute"].size());
+    EXPECT_LE(stage["memory"].get<double>(), 80e9);
+  }
+  EXPECT_EQ(operators, p["graph_operators"].get<int>());
+  EXPECT_GT(recomputed, 0);  // micro-batch 6 does not fit without
+  const Outcome simulated = flexpipe("simulate 1f1b -p 4 -m 8 --plan " + plan + " --json");
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  const nlohmann::json s = nlohmann::json::parse(simulated.out);
+  EXPECT_DOUBLE_EQ(s["makespan"].get<double>(), p["step_time"].get<double>());
+  for (size_t d = 0; d < 4; ++d) {
+    EXPECT_DOUBLE_EQ(s["devices"][d]["peak_memory"].get<double>(), p["peak_memory"][d].get<double>());
+    EXPECT_LE(s["devices"][d]["peak_memory"].get<double>(), 80e9);
+  }
+}
+
+TEST_F(Partition, MaxBatchBeatsTheBaselinesThatDoNotOptimizeMemory) {
+  auto largest = [&](const char* method) {
+    const Outcome run = flexpipe(std::string(kModel) + " --max-batch --max-batch-limit 64 --json --method " + method);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    return nlohmann::json::parse(run.out)["max_microbatch_size"].get<int>();
+  };
+  const int dawn = largest("dawn"), pipedream = largest("pipedream"), vpipe = largest("vpipe");
+  EXPECT_GE(pipedream, 1);
+  EXPECT_GE(dawn, 4 * pipedream);
+  EXPECT_GE(dawn, vpipe);
+  const Outcome compare = flexpipe(std::string(kModel) + " --compare");
+  ASSERT_EQ(compare.exit_code, 0) << compare.err;
+  for (const char* method : {"uniform", "params", "pipedream", "vpipe", "dawn"})
+    EXPECT_NE(compare.out.find(method), std::string::npos) << compare.out;
+}
+
+TEST_F(Partition, AModelThatCannotFitSaysByHowMuch) {
+  const Outcome run = flexpipe("partition --model gpt3-175b -p 8 --memory-limit 80e9");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.out.find("does not fit 8 devices with 80.00 GB each"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("GB more even with every recompute and offload"), std::string::npos) << run.out;
+  const Outcome written = flexpipe("partition --model gpt3-175b -p 8 --memory-limit 80e9 -o " + (dir_ / "p.json").string());
+  EXPECT_EQ(written.exit_code, 2);
+  EXPECT_NE(written.err.find("no plan written"), std::string::npos) << written.err;
+}
+
+TEST_F(Partition, BadInputIsOneClearError) {
+  const Outcome limit = flexpipe("partition --model gpt3-1.3b --memory-limit 0");
+  EXPECT_EQ(limit.exit_code, 2);
+  EXPECT_EQ(limit.err, "error: --memory-limit must be a positive number of bytes per device\n");
+  const Outcome method = flexpipe("partition --model gpt3-1.3b --memory-limit 1e9 --method magic");
+  EXPECT_EQ(method.exit_code, 2);
+  EXPECT_NE(method.err.find("--method"), std::string::npos) << method.err;
+  const auto bad = write("bad.json", "{\n  \"format\": \"flexpipe-partition-plan\",\n  \"version\": 1,\n  oops\n}\n");
+  const Outcome syntax = flexpipe("simulate 1f1b --plan " + bad.string());
+  EXPECT_EQ(syntax.exit_code, 2);
+  EXPECT_NE(syntax.err.find(bad.string() + ":4:3:"), std::string::npos) << syntax.err;
+  // A plan naming an operator the model does not have.
+  const std::string plan = (dir_ / "plan.json").string();
+  ASSERT_EQ(flexpipe(std::string(kModel) + " --microbatch-size 6 -o " + plan).exit_code, 0);
+  nlohmann::json p = nlohmann::json::parse(slurp(plan));
+  p["stages"][0]["recompute"].push_back("layer.99.qkv");
+  const auto wrong = write("wrong.json", p.dump(2));
+  const Outcome unknown = flexpipe("simulate 1f1b -p 4 -m 8 --plan " + wrong.string());
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find(wrong.string() + ": stages[0].recompute: 'layer.99.qkv' is not an operator of 'gpt3-2.7b'"),
+            std::string::npos)
+      << unknown.err;
+  // A schedule with another number of stages than the plan.
+  const Outcome stages = flexpipe("simulate 1f1b -p 2 --plan " + plan);
+  EXPECT_EQ(stages.exit_code, 2);
+  EXPECT_NE(stages.err.find("the plan has 4 stages but the schedule '1f1b' has 2 per pipeline"), std::string::npos)
+      << stages.err;
+}
+
+}  // namespace
+}  // namespace flexpipe::test
