@@ -29,6 +29,7 @@ struct PartitionOptions {
   int max_batch_limit = 4096;
   bool compare = false;
   std::string output;
+  std::string svg;
   bool json = false;
 };
 
@@ -105,7 +106,24 @@ class Partitioner {
     return out;
   }
 
+  // Dawn's plan is the faster in simulation of two candidates that both pass the simulation check:
+  // the binary search's cuts, and the compute-balanced cuts with per-operator decisions (the search
+  // optimizes the partitioner's model, the simulation has the last word on time).
   Outcome attempt(PartitionMethod method, int microbatch_size) const {
+    Outcome out = attempt(method, microbatch_size, [&](const PartitionProblem& p) { return partition_model(p, method); });
+    if (method != PartitionMethod::Dawn) return out;
+    Outcome balanced = attempt(method, microbatch_size, [](const PartitionProblem& p) {
+      PartitionResult r = evaluate_partition(p, partition_model(p, PartitionMethod::PipeDream).starts(), true);
+      r.method = PartitionMethod::Dawn;
+      return r;
+    });
+    const bool out_ok = out.simulated_ok && out.simulated.fits, balanced_ok = balanced.simulated_ok && balanced.simulated.fits;
+    if (balanced_ok && (!out_ok || balanced.simulated.makespan < out.simulated.makespan)) return balanced;
+    return out;
+  }
+
+  template <class Candidate>
+  Outcome attempt(PartitionMethod method, int microbatch_size, Candidate candidate) const {
     Outcome out;
     out.method = method;
     out.microbatch_size = microbatch_size;
@@ -113,7 +131,7 @@ class Partitioner {
     const std::vector<int> sharing = chunks_sharing_device(schedule_);
     constexpr int kRounds = 6;
     for (int round = 0; round < kRounds; ++round) {
-      out.result = partition_model(p, method);
+      out.result = candidate(p);
       out.plan = make_plan(out, p);
       out.simulated_ok = false;
       if (!out.result.fits) break;
@@ -249,6 +267,55 @@ void print_plan(const Outcome& out, const Partitioner& partitioner, const Partit
   fmt::print("simulated peak memory per device: {}\n", peaks);
 }
 
+// Per-stage memory, before (PipeDream's compute-balanced split, everything kept) and after (the plan):
+// stacked bars of static memory and the rest, against the per-stage budget.
+std::string render_memory_bars(const PartitionResult& before, const PartitionResult& after,
+                               const std::vector<double>& budget, const std::string& after_name) {
+  const int stages = static_cast<int>(after.stages.size());
+  double top = 0;
+  for (const PartitionResult* r : {&before, &after})
+    for (const StageResult& stage : r->stages) top = std::max(top, stage.memory.memory);
+  for (double b : budget) top = std::max(top, b);
+  top *= 1.1;
+  const double panel = 400, height = 330, base = 260, left = 50, bar = std::min(48.0, 280.0 / stages);
+  auto y = [&](double bytes) { return base - bytes / top * 220; };
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
+      left + 2 * panel, height);
+  const PartitionResult* results[2] = {&before, &after};
+  const std::string titles[2] = {"compute-balanced split, everything kept", after_name + " plan"};
+  for (int side = 0; side < 2; ++side) {
+    const double x0 = left + side * panel;
+    svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"13\">{}</text>\n", x0, titles[side]);
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n", x0, base,
+                       x0 + panel - 30, base);
+    for (int s = 0; s < stages && s < static_cast<int>(results[side]->stages.size()); ++s) {
+      const StageResult& r = results[side]->stages[s];
+      const double x = x0 + 10 + s * (panel - 40) / stages;
+      const double fixed = r.memory.static_memory, total = r.memory.memory;
+      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#9e9e9e\"/>\n", x,
+                         y(fixed), bar, base - y(fixed));
+      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n", x,
+                         y(total), bar, y(fixed) - y(total), total > budget[s] ? "#e15759" : "#4e79a7");
+      svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"black\" "
+                         "stroke-dasharray=\"4 3\"/>\n",
+                         x - 4, y(budget[s]), x + bar + 4, y(budget[s]));
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x + bar / 2,
+                         y(total) - 4, gigabytes(total));
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">stage {}</text>\n", x + bar / 2, base + 14, s);
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{} ops</text>\n", x + bar / 2, base + 27,
+                         r.end - r.begin);
+    }
+  }
+  svg += fmt::format(
+      "<text x=\"{}\" y=\"{}\">grey: parameters, gradients, optimizer state; blue: activations and workspace "
+      "(red: over the limit)</text>\n<text x=\"{}\" y=\"{}\">dashed: the stage's share of the device's memory "
+      "limit</text>\n</svg>\n",
+      left, height - 22, left, height - 8);
+  return svg;
+}
+
 void run(const PartitionOptions& o, int& exit_code) {
   const Partitioner partitioner(o);
   if (o.compare) {
@@ -281,6 +348,11 @@ void run(const PartitionOptions& o, int& exit_code) {
     return;
   }
   const Outcome out = partitioner.run(parse_partition_method(o.method));
+  if (!o.svg.empty()) {
+    const PartitionProblem problem = partitioner.problem(out.microbatch_size);
+    write_text_file(o.svg, render_memory_bars(partition_model(problem, PartitionMethod::PipeDream), out.result,
+                                              problem.budget, partition_method_name(out.method)));
+  }
   if (!o.output.empty()) {
     if (!out.result.fits) throw Error(does_not_fit(out, partitioner, o) + "; no plan written");
     write_text_file(o.output, partition_plan_to_json(out.plan));
@@ -337,6 +409,7 @@ void add_partition_command(CLI::App& app, int& exit_code) {
   command->add_flag("--compare", o->compare, "Run every method (not exhaustive) and print one line each");
   command->add_option("-o,--output", o->output, "Write the plan (JSON, docs/partition-plan.md)");
   command->add_flag("--json", o->json, "Print the plan as JSON");
+  command->add_option("--svg", o->svg, "Write per-stage memory, before (compute-balanced, all kept) and after, as SVG");
   command->callback([o, &exit_code] { run(*o, exit_code); });
 }
 

@@ -56,6 +56,26 @@ PartitionProblem make_partition_problem(const CostGraph& graph, const Shape& sha
   for (int c = 0; c < stages; ++c) problem.budget.push_back(memory_limit / sharing[c]);
   problem.host_bandwidth = host_bandwidth;
   problem.bytes_per_parameter = bytes_per_parameter;
+  // Bytes crossing each cut: per producer, the smaller of its output and its edges to later operators.
+  const int n = static_cast<int>(graph.nodes.size());
+  std::vector<double> crossing(n + 1, 0);
+  std::vector<std::vector<std::pair<int, double>>> consumers(n);
+  for (const TensorEdge& edge : graph.edges)
+    consumers[edge.from].emplace_back(edge.to, edge.bytes.at(shape.microbatch_size, shape.seq_len));
+  for (int v = 0; v < n; ++v) {
+    const double output = graph.nodes[v].output_bytes.at(shape.microbatch_size, shape.seq_len);
+    for (int j = v + 1; j < n; ++j) {
+      double later = 0;
+      for (const auto& [to, bytes] : consumers[v])
+        if (to >= j) later += bytes;
+      if (later == 0) break;
+      crossing[j] += std::min(output, later);
+    }
+  }
+  double least = kInfinity;
+  for (int j = 1; j < n; ++j) least = std::min(least, crossing[j]);
+  problem.cut_allowed.assign(n + 1, 1);
+  for (int j = 1; j < n; ++j) problem.cut_allowed[j] = crossing[j] <= 2 * least * (1 + 1e-9);
   int previous_layer = -2;
   for (size_t v = 0; v < graph.nodes.size(); ++v) {
     const int layer = graph.nodes[v].layer;
@@ -159,6 +179,8 @@ void check_problem(const PartitionProblem& problem) {
   if (static_cast<int>(problem.budget.size()) != stages)
     throw Error(fmt::format("{} memory budgets for {} stages", problem.budget.size(), stages));
   if (stages > n) throw Error(fmt::format("{} stages for {} operators: every stage needs at least one", stages, n));
+  if (!problem.cut_allowed.empty() && static_cast<int>(problem.cut_allowed.size()) != n + 1)
+    throw Error(fmt::format("{} cut flags for {} operators (one per cut position 0..{})", problem.cut_allowed.size(), n, n));
   for (int k : problem.in_flight)
     if (k < 1) throw Error(fmt::format("in-flight count {} (a stage holds at least one micro-batch)", k));
 }
@@ -211,7 +233,16 @@ PartitionResult finish(const PartitionProblem& problem, StageCost& cost, const s
 
 class BinaryPartitioner {
  public:
-  explicit BinaryPartitioner(const PartitionProblem& problem) : p_(problem), cost_(problem) {}
+  explicit BinaryPartitioner(const PartitionProblem& problem) : p_(problem), cost_(problem) {
+    const int n = cost_.size();
+    allowed_at_or_before_.assign(n + 1, 0);
+    for (int j = 0, last = 0; j <= n; ++j) {
+      if (problem.cut_allowed.empty() || problem.cut_allowed[j]) last = j;
+      allowed_at_or_before_[j] = last;
+    }
+    for (int j = 1; j < n; ++j)
+      if (problem.cut_allowed.empty() || problem.cut_allowed[j]) interior_cuts_.push_back(j);
+  }
 
   PartitionResult run() {
     const int n = cost_.size(), stages = p_.num_stages();
@@ -264,7 +295,10 @@ class BinaryPartitioner {
         return true;
       }
       const int later = stages - 1 - s;
-      int hi = n - later;
+      // Leave an allowed cut for each boundary after this one.
+      const int spare = static_cast<int>(interior_cuts_.size()) - later;
+      if (spare < 0) return false;
+      int hi = interior_cuts_[spare];
       // Longest by compute alone: compute(start, j) <= T.
       const double reach = prefix[start] + T;
       hi = std::min(hi, static_cast<int>(std::upper_bound(prefix.begin() + start, prefix.end(), reach * (1 + 1e-15)) -
@@ -282,7 +316,10 @@ class BinaryPartitioner {
         const int mid = good + (bad - good) / 2;
         (affordable(mid) ? good : bad) = mid;
       }
-      if (good < lo_cut) return false;
+      // Cuts that may not be taken: the longest affordable range ends at the last allowed one (a shorter
+      // range is affordable too, by interval monotonicity).
+      good = allowed_at_or_before_[good];
+      if (good <= start || good < lo_cut) return false;
       starts.push_back(good);
       start = good;
     }
@@ -310,7 +347,11 @@ class BinaryPartitioner {
       std::vector<int> starts;
       return trial.feasible(kInfinity, starts);
     };
-    while (!fits_with(extra_hi)) extra_hi *= 2;
+    for (int doublings = 0; !fits_with(extra_hi); ++doublings) {
+      // Unlimited memory always fits unless the allowed cuts leave too few places to cut.
+      if (doublings > 64) throw Error(fmt::format("no partition into {} stages cuts only where cuts are allowed", p_.num_stages()));
+      extra_hi *= 2;
+    }
     for (int iteration = 0; iteration < 60 && extra_hi - extra_lo > 1e-6 * extra_hi; ++iteration) {
       const double mid = 0.5 * (extra_lo + extra_hi);
       (fits_with(mid) ? extra_hi : extra_lo) = mid;
@@ -323,6 +364,8 @@ class BinaryPartitioner {
 
   const PartitionProblem& p_;
   StageCost cost_;
+  std::vector<int> allowed_at_or_before_;
+  std::vector<int> interior_cuts_;  // allowed cut positions strictly between 0 and n
 };
 
 // ---- exhaustive ----
@@ -341,6 +384,7 @@ PartitionResult exhaustive(const PartitionProblem& problem) {
       return;
     }
     for (int cut = starts[s - 1] + 1; cut <= n - (stages - s); ++cut) {
+      if (!problem.cut_allowed.empty() && !problem.cut_allowed[cut]) continue;
       starts[s] = cut;
       self(self, s + 1);
     }

@@ -66,7 +66,11 @@ TEST(Partitioner, BinarySearchEqualsExhaustiveSearch) {
     for (int v = 0; v < n; ++v) total += ops.saved[v];
     // Between a quarter and the whole of what 1F1B's first stage would hold with an even split.
     const double budget = total * stages / stages * (0.25 + 0.15 * (trial % 6)) + 8;
-    const PartitionProblem problem = problem_of(std::move(ops), one_f_one_b(stages), budget, offload ? 30 : 0);
+    PartitionProblem problem = problem_of(std::move(ops), one_f_one_b(stages), budget, offload ? 30 : 0);
+    if (trial % 3 == 1) {  // some cuts forbidden (as make_partition_problem forbids expensive ones)
+      problem.cut_allowed.assign(n + 1, 1);
+      for (int j = 1; j < n; ++j) problem.cut_allowed[j] = rng() % 3 != 0 || j < stages;  // enough cuts remain
+    }
     const PartitionResult exhaustive = partition_model(problem, PartitionMethod::Exhaustive);
     const PartitionResult dawn = partition_model(problem, PartitionMethod::Dawn);
     ASSERT_EQ(dawn.fits, exhaustive.fits) << "trial " << trial;
@@ -74,7 +78,10 @@ TEST(Partitioner, BinarySearchEqualsExhaustiveSearch) {
     EXPECT_NEAR(dawn.bottleneck, exhaustive.bottleneck, 1e-7 * exhaustive.bottleneck) << "trial " << trial;
     const PartitionResult keep = partition_model(problem, PartitionMethod::PipeDream);
     if (!keep.fits || keep.bottleneck > dawn.bottleneck * (1 + 1e-9)) ++memory_bound;
-    for (const StageResult& stage : dawn.stages) EXPECT_TRUE(stage.memory.fits);
+    for (const StageResult& stage : dawn.stages) {
+      EXPECT_TRUE(stage.memory.fits);
+      if (!problem.cut_allowed.empty()) EXPECT_TRUE(problem.cut_allowed[stage.begin]) << "trial " << trial;
+    }
   }
   EXPECT_GT(memory_bound, 10);  // the memory decisions mattered in many trials
 }
@@ -147,6 +154,18 @@ TEST(Partitioner, CannotFitSaysByHowMuch) {
   const PartitionResult r = partition_model(problem, PartitionMethod::Dawn);
   EXPECT_FALSE(r.fits);
   EXPECT_NEAR(r.shortfall, 6.4, 1e-4);
+}
+
+TEST(Partitioner, ZooProblemsCutWhereLittleCrosses) {
+  const CostGraph graph = build_model_graph(find_model("gpt3-1.3b"), find_hardware("H100-80GB"));
+  const PartitionProblem problem =
+      make_partition_problem(graph, {1, graph.reference.seq_len}, make_builtin("1f1b", {4, 8, 0}), 80e9, 0);
+  ASSERT_EQ(problem.cut_allowed.size(), graph.nodes.size() + 1);
+  auto allowed = [&](const std::string& before) { return problem.cut_allowed[find_node(graph, before) + 1] != 0; };
+  EXPECT_TRUE(allowed("layer.3.residual2"));   // between layers: the residual stream only
+  EXPECT_TRUE(allowed("layer.3.residual1"));   // mid-block, the residual stream only
+  EXPECT_FALSE(allowed("layer.3.softmax"));    // an attention map would cross
+  EXPECT_FALSE(allowed("layer.3.fc1"));        // a 4h-wide activation would cross
 }
 
 TEST(Partitioner, RejectsImpossibleProblems) {

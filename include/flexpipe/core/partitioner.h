@@ -27,6 +27,11 @@ struct PartitionProblem {
   OperatorTable ops;
   std::vector<int> layer_starts;  // first operator of each layer, ascending, starting at 0
   std::vector<int> in_flight;     // per stage (model chunk), from the schedule
+  // Per cut position j (between operators j-1 and j, 0..n): whether a stage boundary may fall there.
+  // Empty: anywhere. make_partition_problem allows the cuts whose crossing tensors are at most twice
+  // the smallest crossing (between layers, and inside a block where only the residual stream and one
+  // hidden-sized tensor cross), not those that would send attention maps or 4h-wide activations.
+  std::vector<char> cut_allowed;
   std::vector<double> budget;     // per stage: the device's memory over the chunks it holds
   double host_bandwidth = 0;      // bytes per time unit; 0: no offloading
   double bytes_per_parameter = 16;
