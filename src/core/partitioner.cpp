@@ -72,10 +72,17 @@ PartitionProblem make_partition_problem(const CostGraph& graph, const Shape& sha
       crossing[j] += std::min(output, later);
     }
   }
-  double least = kInfinity;
-  for (int j = 1; j < n; ++j) least = std::min(least, crossing[j]);
+  // The typical cheap cut: the first quartile of the crossings (heads and poolers near the end can
+  // cross far less than any cut between layers, so not the minimum).
   problem.cut_allowed.assign(n + 1, 1);
-  for (int j = 1; j < n; ++j) problem.cut_allowed[j] = crossing[j] <= 2 * least * (1 + 1e-9);
+  if (n > 2) {
+    std::vector<double> sorted(crossing.begin() + 1, crossing.begin() + n);
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 4, sorted.end());
+    const double cheap = sorted[sorted.size() / 4];
+    int allowed = 0;
+    for (int j = 1; j < n; ++j) allowed += problem.cut_allowed[j] = crossing[j] <= 2 * cheap * (1 + 1e-9);
+    if (allowed < stages - 1) problem.cut_allowed.assign(n + 1, 1);
+  }
   int previous_layer = -2;
   for (size_t v = 0; v < graph.nodes.size(); ++v) {
     const int layer = graph.nodes[v].layer;

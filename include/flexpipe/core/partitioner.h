@@ -29,8 +29,9 @@ struct PartitionProblem {
   std::vector<int> in_flight;     // per stage (model chunk), from the schedule
   // Per cut position j (between operators j-1 and j, 0..n): whether a stage boundary may fall there.
   // Empty: anywhere. make_partition_problem allows the cuts whose crossing tensors are at most twice
-  // the smallest crossing (between layers, and inside a block where only the residual stream and one
-  // hidden-sized tensor cross), not those that would send attention maps or 4h-wide activations.
+  // the first quartile of all crossings (between layers, and inside a block where only the residual
+  // stream and one hidden-sized tensor cross), not those that would send attention maps or 4h-wide
+  // activations; every cut when that leaves too few.
   std::vector<char> cut_allowed;
   std::vector<double> budget;     // per stage: the device's memory over the chunks it holds
   double host_bandwidth = 0;      // bytes per time unit; 0: no offloading
