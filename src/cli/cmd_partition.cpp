@@ -1,6 +1,6 @@
 // flexpipe partition: memory-aware stage boundaries at operator granularity (docs/partitioner.md).
 #include <chrono>
-#include <filesystem>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -65,6 +65,8 @@ class Partitioner {
  public:
   explicit Partitioner(const PartitionOptions& o) : o_(o) {
     if (!(o.memory_limit > 0)) throw Error("--memory-limit must be a positive number of bytes per device");
+    if (o.model.microbatch_size != std::floor(o.model.microbatch_size))
+      throw Error(fmt::format("--microbatch-size {}: the partitioner plans whole samples", o.model.microbatch_size));
     graph_ = load_model_graph(o.model);
     hardware_ = &find_hardware(o.model.hardware);
     schedule_ = load_checked_schedule(o.schedule);

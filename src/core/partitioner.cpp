@@ -379,6 +379,10 @@ class BinaryPartitioner {
 
 PartitionResult exhaustive(const PartitionProblem& problem) {
   const int n = problem.ops.size(), stages = problem.num_stages();
+  // C(n-1, S-1) partitions, each bisected on its period: a reference for small graphs only.
+  if (n > 40 || stages > 6)
+    throw Error(fmt::format("exhaustive search is for graphs of up to 40 operators and 6 stages (this one: {} and {}); "
+                            "use --method dawn", n, stages));
   StageCost cost(problem);
   PartitionResult best;
   best.method = PartitionMethod::Exhaustive;

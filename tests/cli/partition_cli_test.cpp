@@ -72,6 +72,10 @@ TEST_F(Partition, BadInputIsOneClearError) {
   const Outcome method = flexpipe("partition --model gpt3-1.3b --memory-limit 1e9 --method magic");
   EXPECT_EQ(method.exit_code, 2);
   EXPECT_NE(method.err.find("--method"), std::string::npos) << method.err;
+  const Outcome exhaustive = flexpipe("partition --model gpt3-1.3b --memory-limit 1e9 --method exhaustive");
+  EXPECT_EQ(exhaustive.exit_code, 2);
+  EXPECT_NE(exhaustive.err.find("exhaustive search is for graphs of up to 40 operators"), std::string::npos)
+      << exhaustive.err;
   const auto bad = write("bad.json", "{\n  \"format\": \"flexpipe-partition-plan\",\n  \"version\": 1,\n  oops\n}\n");
   const Outcome syntax = flexpipe("simulate 1f1b --plan " + bad.string());
   EXPECT_EQ(syntax.exit_code, 2);
