@@ -58,6 +58,8 @@ struct Outcome {
   SimResult simulated;
   bool simulated_ok = false;
   int rounds = 0;      // plans made until the simulation agreed (docs/partitioner.md)
+  // The model found a plan and its simulation fits the limit.
+  bool passes() const { return result.fits && simulated_ok && simulated.fits; }
   double seconds = 0;  // the partitioner's own time, simulations included
 };
 
@@ -100,9 +102,9 @@ class Partitioner {
       b = std::max(1, largest);
     }
     Outcome out = attempt(method, b);
-    for (int step_down = 0; o_.max_batch && largest > 0 && !out.simulated.fits && b > 1 && step_down < 16; ++step_down)
+    for (int step_down = 0; o_.max_batch && largest > 0 && !out.passes() && b > 1 && step_down < 16; ++step_down)
       out = attempt(method, --b);
-    if (o_.max_batch) out.max_microbatch_size = out.result.fits && out.simulated.fits ? b : 0;
+    if (o_.max_batch) out.max_microbatch_size = out.passes() ? b : 0;
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     summarize(out);
     return out;
@@ -119,8 +121,7 @@ class Partitioner {
       r.method = PartitionMethod::Dawn;
       return r;
     });
-    const bool out_ok = out.simulated_ok && out.simulated.fits, balanced_ok = balanced.simulated_ok && balanced.simulated.fits;
-    if (balanced_ok && (!out_ok || balanced.simulated.makespan < out.simulated.makespan)) return balanced;
+    if (balanced.passes() && (!out.passes() || balanced.simulated.makespan < out.simulated.makespan)) return balanced;
     return out;
   }
 
@@ -204,7 +205,7 @@ class Partitioner {
 
   void summarize(Outcome& out) const {
     nlohmann::json& s = out.plan.summary;
-    s["fits"] = out.result.fits && out.simulated_ok && out.simulated.fits;
+    s["fits"] = out.passes();
     s["rounds"] = out.rounds;
     if (out.max_microbatch_size >= 0) s["max_microbatch_size"] = out.max_microbatch_size;
     if (out.simulated_ok) {
@@ -231,12 +232,11 @@ class Partitioner {
 
 std::string does_not_fit(const Outcome& out, const Partitioner& partitioner, const PartitionOptions& o) {
   return fmt::format(
-      "{}: '{}' does not fit {} devices with {} each at micro-batch {} under {} with method {}: a device needs "
+      "{}: '{}' does not fit {} devices with {} each at micro-batch {} under {}: a device needs "
       "{} more even with every recompute and offload the method allows; try more devices, a smaller micro-batch, "
       "a schedule that holds fewer micro-batches (1f1b) or a faster host link",
       partition_method_name(out.method), partitioner.graph().name, partitioner.schedule().num_devices,
-      gigabytes(o.memory_limit), out.microbatch_size, partitioner.schedule().name, partition_method_name(out.method),
-      gigabytes(out.result.shortfall));
+      gigabytes(o.memory_limit), out.microbatch_size, partitioner.schedule().name, gigabytes(out.result.shortfall));
 }
 
 void print_plan(const Outcome& out, const Partitioner& partitioner, const PartitionOptions& o) {

@@ -15,7 +15,7 @@ namespace flexpipe {
 
 namespace {
 
-// Walks every device list once; `chunk_of` maps a stage to the index the counts are kept under.
+// Per global stage: the most micro-batches held at once, walking every device list once.
 std::vector<int> peak_held(const Schedule& schedule) {
   std::vector<int> held(schedule.num_stages(), 0), peak(schedule.num_stages(), 0);
   for (const std::vector<Action>& actions : schedule.device_actions)
