@@ -33,22 +33,6 @@ struct PartitionOptions {
   bool json = false;
 };
 
-// Graph times are in milliseconds for zoo models and measured graphs; other units are converted.
-double per_time_unit(const CostGraph& graph, double per_second) {
-  if (graph.time_unit == "ms") return per_second / 1e3;
-  if (graph.time_unit == "us") return per_second / 1e6;
-  if (graph.time_unit == "s") return per_second;
-  throw Error(fmt::format("the graph '{}' measures time in '{}'; the partitioner knows s, ms and us", graph.name,
-                          graph.time_unit));
-}
-
-// Decimal units, as the memory limit is given in bytes: 80e9 reads "80.00 GB".
-std::string gigabytes(double bytes) {
-  if (bytes >= 1e9 || bytes <= -1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
-  if (bytes >= 1e6 || bytes <= -1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
-  return fmt::format("{:.1f} kB", bytes / 1e3);
-}
-
 struct Outcome {
   PartitionMethod method;
   int microbatch_size = 1;
@@ -146,7 +130,7 @@ class Partitioner {
       out.simulated = simulate(lower(applied.schedule), applied.costs, {.record_timeline = false});
       out.simulated_ok = true;
       out.rounds = round + 1;
-      if (out.simulated.fits || method != PartitionMethod::Dawn && method != PartitionMethod::VPipe) break;
+      if (out.simulated.fits || (method != PartitionMethod::Dawn && method != PartitionMethod::VPipe)) break;
       for (int s = 0; s < schedule_.num_stages(); ++s) {
         const double excess = out.simulated.devices[schedule_.stage_device[s]].peak_memory - o_.memory_limit;
         const int chunk = schedule_.chunk_of_stage(s);

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   flexpipe::cli::add_run_command(app, exit_code);
   flexpipe::cli::add_profile_command(app, exit_code);
   flexpipe::cli::add_partition_command(app, exit_code);
+  flexpipe::cli::add_search_command(app, exit_code);
   flexpipe::cli::add_train_command(app, command_line, exit_code);
   try {
     app.parse(argc, argv);

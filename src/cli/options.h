@@ -72,6 +72,11 @@ void add_cost_options(CLI::App* command, CostOptions& options);
 void add_model_shape_options(CLI::App* command, ModelOptions& options);
 // A zoo model built on the profile, or a cost-graph file (.json) (cmd_model.cpp).
 CostGraph load_model_graph(const ModelOptions& options);
+// A rate per second in the graph's time unit (zoo models and measured graphs use milliseconds);
+// throws Error for a unit it cannot convert (cmd_model.cpp).
+double per_time_unit(const CostGraph& graph, double per_second);
+// Decimal units, as memory limits are given in bytes: 80e9 reads "80.00 GB" (cmd_model.cpp).
+std::string gigabytes(double bytes);
 // The stage cost table of the model under a partition for `stages` stages (cmd_model.cpp).
 CostTable model_cost_table(const ModelOptions& options, const std::string& partition, int stages);
 CostTable load_costs(const CostOptions& options, const Schedule& schedule);
@@ -96,6 +101,7 @@ void add_launch_command(CLI::App& app, int& exit_code);
 void add_run_command(CLI::App& app, int& exit_code);
 void add_profile_command(CLI::App& app, int& exit_code);
 void add_partition_command(CLI::App& app, int& exit_code);
+void add_search_command(CLI::App& app, int& exit_code);
 // `command_line` is the process's argv: train re-executes it as each rank when it launches its own job.
 void add_train_command(CLI::App& app, const std::vector<std::string>& command_line, int& exit_code);
 

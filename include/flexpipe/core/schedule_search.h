@@ -1,0 +1,89 @@
+#pragma once
+// The automated scheduler: given a model's cost graph, devices, a memory limit and a batch, find the
+// fastest schedule that fits, across placements (loop with 1-4 chunks per device, V-shape, the
+// built-ins' bidirectional ones), stage partitions (compute-balanced, DawnPiper's), whole or split
+// backward, per-device in-flight limits, where W runs, per-stage recompute / offload and, when the
+// global batch allows, the micro-batch count. Every candidate is simulated with the model's costs;
+// candidates whose lower bound cannot beat the best so far are skipped. Anytime and multithreaded.
+// Method and measurements: docs/search.md.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "flexpipe/core/cost_graph.h"
+#include "flexpipe/core/list_scheduler.h"
+#include "flexpipe/core/simulator.h"
+#include "flexpipe/core/stage_aggregation.h"
+
+namespace flexpipe {
+
+// One way to cut the global batch: m micro-batches of `microbatch_size` samples.
+struct BatchSplit {
+  int microbatches = 0;
+  double microbatch_size = 1;
+  friend bool operator==(const BatchSplit&, const BatchSplit&) = default;
+};
+
+struct SearchProblem {
+  CostGraph graph;
+  int devices = 0;
+  std::vector<BatchSplit> batches;  // at least one; more when the global batch allows several
+  double seq_len = 0;               // 0: the graph's reference
+  double memory_limit = kInfinity;  // bytes per device
+  // Byte sizes and links; its shape, decisions and capacity are set per candidate.
+  AggregationOptions aggregation;
+  int max_chunks = 4;               // loop placements with 1..max_chunks stages per device
+};
+
+struct SearchProgress {
+  double seconds = 0;
+  int64_t evaluated = 0;
+  int64_t pruned = 0;
+  double best_makespan = kInfinity;
+  std::string best;  // the best candidate's description
+  std::string phase;
+};
+
+struct SearchOptions {
+  double time_budget = 10;  // seconds of wall time, preparation included
+  int threads = 1;
+  // Called (serialized) on every improvement and about every 0.5 s.
+  std::function<void(const SearchProgress&)> progress;
+  bool local_search = true;  // phase 2: hill climbing from the best candidates of phase 1
+  bool partitioner = true;   // DawnPiper's plans as partitions (needs the memory limit to matter)
+};
+
+// A simulated candidate: a built-in or one the search generated.
+struct ScheduleCandidateReport {
+  std::string name;      // built-in name, or "search"
+  std::string family;    // how it was made: placement, partition, memory decisions, policy
+  std::string skipped;   // a built-in that does not run at these parameters: why; "" otherwise
+  Schedule schedule;     // compute-only, with R / OFFLOAD / RELOAD where the stages recompute or offload
+  CostTable costs;
+  Partition partition;
+  std::vector<MemoryDecision> decisions;  // per graph node
+  BatchSplit batch;
+  double makespan = kInfinity;
+  double bubble_ratio = 0;
+  double lower_bound = 0;  // the simulator's, for this schedule and costs
+  std::vector<double> peak_memory;  // per device
+  bool fits = false;
+};
+
+struct SearchResult {
+  bool found = false;                      // some candidate fits the memory limit
+  ScheduleCandidateReport best;            // the fastest that fits (else the smallest footprint)
+  std::vector<ScheduleCandidateReport> builtins;  // one per built-in, at the first batch split
+  std::string infeasible;                  // when nothing fits: what would be needed
+  int64_t evaluated = 0;                   // candidates simulated
+  int64_t pruned = 0;                      // skipped by the lower bound
+  int64_t stalled = 0;                     // policies that could not place every action
+  double seconds = 0;
+  bool exhausted = false;                  // the search ended before its budget
+  std::vector<std::pair<double, double>> history;  // (seconds, best makespan) at each improvement
+};
+
+SearchResult search_schedules(const SearchProblem& problem, const SearchOptions& options = {});
+
+}  // namespace flexpipe

@@ -1,0 +1,208 @@
+// flexpipe search: the automated scheduler (docs/search.md). Prints the best schedule found next to
+// every built-in under the same costs and memory limit, and writes it as a program of the language.
+#include <cmath>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/hardware.h"
+#include "flexpipe/core/schedule_io.h"
+#include "flexpipe/core/schedule_search.h"
+#include "flexpipe/lang/writer.h"
+#include "options.h"
+
+namespace flexpipe::cli {
+
+namespace {
+
+struct SearchCommand {
+  ModelOptions model;
+  int devices = 0;
+  int microbatches = 0;
+  int global_batch = 0;
+  double memory_limit = 0;  // 0: the hardware's memory
+  double time_budget = 10;
+  int threads = 0;          // 0: every core
+  int max_chunks = 4;
+  double link_bandwidth = -1;  // bytes per second; -1: the hardware's NVLink
+  double link_latency = 0;     // in the graph's time unit
+  double host_bandwidth = -1;  // bytes per second; -1: the hardware's PCIe
+  bool no_local_search = false;
+  bool quiet = false;
+  std::string output;
+  std::string costs_output;
+  bool json = false;
+};
+
+// The ways to cut --global-batch samples into micro-batches of whole samples: every divisor, from the
+// fewest micro-batches that still feed every device to 8 per device.
+std::vector<BatchSplit> batch_splits(const SearchCommand& o) {
+  if (o.global_batch <= 0) {
+    if (o.microbatches < 1) throw Error("search: give -m (micro-batches per step) or --global-batch");
+    return {{o.microbatches, o.model.microbatch_size}};
+  }
+  if (o.microbatches > 0) {
+    if (o.global_batch % o.microbatches != 0)
+      throw Error(fmt::format("search: --global-batch {} does not split into {} micro-batches", o.global_batch, o.microbatches));
+    return {{o.microbatches, double(o.global_batch / o.microbatches)}};
+  }
+  std::vector<BatchSplit> out;
+  for (int m = 1; m <= o.global_batch; ++m)
+    if (o.global_batch % m == 0 && m >= std::min(o.devices, o.global_batch) && m <= 8 * o.devices)
+      out.push_back({m, double(o.global_batch / m)});
+  return out;
+}
+
+nlohmann::json report_json(const ScheduleCandidateReport& r) {
+  nlohmann::json j = {{"name", r.name}};
+  if (!r.skipped.empty()) {
+    j["skipped"] = r.skipped;
+    return j;
+  }
+  j["family"] = r.family;
+  j["makespan"] = r.makespan;
+  j["bubble_ratio"] = r.bubble_ratio;
+  j["lower_bound"] = r.lower_bound;
+  j["gap_to_lower_bound"] = r.lower_bound > 0 ? r.makespan / r.lower_bound - 1 : 0.0;
+  j["peak_memory"] = r.peak_memory;
+  j["fits"] = r.fits;
+  j["microbatches"] = r.batch.microbatches;
+  j["microbatch_size"] = r.batch.microbatch_size;
+  std::vector<int> sizes(r.partition.num_stages, 0);
+  for (int k : r.partition.stage_of_node) ++sizes[k];
+  j["operators_per_stage"] = sizes;
+  return j;
+}
+
+double largest(const std::vector<double>& values) {
+  double out = 0;
+  for (double v : values) out = std::max(out, v);
+  return out;
+}
+
+void print_table(const SearchResult& r, const std::string& unit) {
+  fmt::print("{:<22} {:>12} {:>8} {:>10} {:>6} {:>12}\n", "schedule", "makespan", "bubble", "peak", "fits",
+             "vs lower bnd");
+  auto line = [&](const std::string& name, const ScheduleCandidateReport& c) {
+    if (!c.skipped.empty()) {
+      fmt::print("{:<22} skipped: {}\n", name, c.skipped);
+      return;
+    }
+    fmt::print("{:<22} {:>9.4g} {:<2} {:>7.1f}% {:>10} {:>6} {:>+11.1f}%\n", name, c.makespan, unit,
+               100 * c.bubble_ratio, gigabytes(largest(c.peak_memory)), c.fits ? "yes" : "NO",
+               c.lower_bound > 0 ? 100 * (c.makespan / c.lower_bound - 1) : 0.0);
+  };
+  line("best: " + r.best.name, r.best);
+  for (const ScheduleCandidateReport& b : r.builtins) line(b.name, b);
+}
+
+void run(const SearchCommand& o, int& exit_code) {
+  if (o.devices < 1) throw Error("search: -p (devices) must be at least 1");
+  if (o.time_budget <= 0) throw Error(fmt::format("search: --time-budget {}: must be positive", o.time_budget));
+  const HardwareProfile& hardware = find_hardware(o.model.hardware);
+  SearchProblem problem;
+  problem.graph = load_model_graph(o.model);
+  problem.devices = o.devices;
+  problem.batches = batch_splits(o);
+  if (problem.batches.empty())
+    throw Error(fmt::format("search: --global-batch {} has no split into {}..{} micro-batches", o.global_batch,
+                            o.devices, 8 * o.devices));
+  problem.seq_len = o.model.seq_len;
+  problem.memory_limit = o.memory_limit > 0 ? o.memory_limit : hardware.memory_bytes;
+  problem.max_chunks = o.max_chunks;
+  const double link = o.link_bandwidth >= 0 ? o.link_bandwidth : hardware.nvlink_bandwidth;
+  problem.aggregation.device_link = {o.link_latency, link > 0 ? per_time_unit(problem.graph, link) : kInfinity};
+  const double host = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
+  problem.aggregation.host_link = {0, host > 0 ? per_time_unit(problem.graph, host) : 0.0};
+
+  SearchOptions options;
+  options.time_budget = o.time_budget;
+  options.threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  options.local_search = !o.no_local_search;
+  const std::string unit = problem.graph.time_unit;
+  if (!o.quiet)
+    options.progress = [&unit](const SearchProgress& p) {
+      fmt::print(stderr, "[{:6.2f} s] {:<26} {:>7} simulated {:>7} pruned  best {:.6g} {}\n", p.seconds, p.phase,
+                 p.evaluated, p.pruned, p.best_makespan, unit);
+    };
+  const SearchResult result = search_schedules(problem, options);
+
+  if (!o.output.empty() && !result.best.schedule.device_actions.empty()) {
+    const ScheduleCandidateReport& b = result.best;
+    std::string header = fmt::format(
+        "# flexpipe search: {} on {} devices, {} micro-batches of {}, limit {} per device\n# {}\n# simulated makespan "
+        "{:.6g} {}, lower bound {:.6g}, peak {}{}\n",
+        problem.graph.name, o.devices, b.batch.microbatches, b.batch.microbatch_size, gigabytes(problem.memory_limit),
+        b.family, b.makespan, unit, b.lower_bound, gigabytes(largest(b.peak_memory)), b.fits ? "" : " (DOES NOT FIT)");
+    write_text_file(o.output, header + write_program(b.schedule));
+  }
+  if (!o.costs_output.empty() && !result.best.costs.stages.empty())
+    write_text_file(o.costs_output, cost_table_to_json(result.best.costs));
+
+  if (o.json) {
+    nlohmann::json j = {{"model", problem.graph.name},
+                        {"devices", o.devices},
+                        {"memory_limit", problem.memory_limit},
+                        {"time_unit", unit},
+                        {"found", result.found},
+                        {"best", report_json(result.best)}};
+    nlohmann::json builtins = nlohmann::json::array();
+    for (const ScheduleCandidateReport& b : result.builtins) builtins.push_back(report_json(b));
+    j["builtins"] = builtins;
+    nlohmann::json history = nlohmann::json::array();
+    for (const auto& [seconds, makespan] : result.history) history.push_back({{"seconds", seconds}, {"makespan", makespan}});
+    j["search"] = {{"evaluated", result.evaluated}, {"pruned", result.pruned},     {"stalled", result.stalled},
+                   {"seconds", result.seconds},     {"exhausted", result.exhausted}, {"threads", options.threads},
+                   {"history", history}};
+    if (!result.found) j["infeasible"] = result.infeasible;
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("{} on {} devices, limit {} per device; searched {} schedules ({} pruned by the lower bound) in "
+               "{:.2f} s{}\n",
+               problem.graph.name, o.devices, gigabytes(problem.memory_limit), result.evaluated, result.pruned,
+               result.seconds, result.exhausted ? "" : " (time budget reached)");
+    if (result.found) fmt::print("best: {}\n", result.best.family);
+    print_table(result, unit);
+    if (!o.output.empty() && result.found) fmt::print("wrote {}\n", o.output);
+  }
+  if (!result.found) {
+    fmt::print(stderr, "search: {}\n", result.infeasible);
+    exit_code = 1;
+  }
+}
+
+}  // namespace
+
+void add_search_command(CLI::App& app, int& exit_code) {
+  auto* command = app.add_subcommand(
+      "search", "Find the fastest schedule that fits: placements, partitions, split backward, in-flight limits, "
+                "W placement, recompute / offload and micro-batch counts, each simulated; compared with every built-in");
+  auto o = std::make_shared<SearchCommand>();
+  command->add_option("--model", o->model.model, "Zoo name or cost-graph file (.json)")->required();
+  add_model_shape_options(command, o->model);
+  command->add_option("-p,--devices", o->devices, "Devices (pipeline ranks)")->required()->check(CLI::PositiveNumber);
+  command->add_option("-m,--microbatches", o->microbatches, "Micro-batches per step")->check(CLI::PositiveNumber);
+  command->add_option("--global-batch", o->global_batch,
+                      "Samples per step: the search also chooses how many micro-batches (of whole samples) to cut it into")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--memory-limit", o->memory_limit, "Memory per device in bytes [the hardware's]");
+  command->add_option("--time-budget", o->time_budget, "Seconds the search may take")->capture_default_str();
+  command->add_option("--threads", o->threads, "Search threads [every core]")->check(CLI::NonNegativeNumber);
+  command->add_option("--max-chunks", o->max_chunks, "Largest number of stages per device in loop placements")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 16));
+  command->add_option("--link-bandwidth", o->link_bandwidth, "Between devices, bytes per second [the hardware's NVLink]");
+  command->add_option("--link-latency", o->link_latency, "Per transfer between devices, in the graph's time unit")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--host-bandwidth", o->host_bandwidth, "Host link for offloading, bytes per second [PCIe]");
+  command->add_flag("--no-local-search", o->no_local_search, "Only the enumerated candidates, no hill climbing");
+  command->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr");
+  command->add_option("-o,--output", o->output, "Write the best schedule as a program (.fps)");
+  command->add_option("--costs-output", o->costs_output, "Write the best schedule's cost table (JSON) for `simulate`");
+  command->add_flag("--json", o->json, "Print JSON: best, builtins, search statistics");
+  command->callback([o, &exit_code] { run(*o, exit_code); });
+}
+
+}  // namespace flexpipe::cli

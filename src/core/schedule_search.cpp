@@ -1,0 +1,804 @@
+#include "flexpipe/core/schedule_search.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "flexpipe/core/builtin_schedules.h"
+#include "flexpipe/core/error.h"
+#include "flexpipe/core/lowering.h"
+#include "flexpipe/core/memory_actions.h"
+#include "flexpipe/core/partitioner.h"
+#include "flexpipe/core/trainable_model.h"
+
+namespace flexpipe {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What a stage does with the tensors its forward saves: one cost-table row per choice.
+enum Row : uint8_t { kKeep = 0, kRecompute = 1, kOffload = 2, kPlan = 3, kRows = 4 };
+constexpr const char* kRowNames[kRows] = {"keep", "recompute", "offload", "plan"};
+
+enum class Placement : uint8_t { Loop, V };
+
+// A placement, a partition and a batch split: everything but the memory choices and the order.
+struct Structure {
+  BatchSplit batch;
+  Placement placement = Placement::Loop;
+  int chunks = 1;
+  std::string partition_name;  // "balanced" or "dawn"
+  Schedule skeleton;           // placement and micro-batches, no actions
+  Partition partition;
+  CostTable base;              // links and capacity; stages filled from `rows` per candidate
+  std::vector<std::array<StageCosts, kRows>> rows;  // per stage
+  std::array<bool, kRows> has_row{};
+  std::array<std::vector<MemoryDecision>, kRows> decisions;  // per graph node, per row kind
+  std::vector<std::array<char, kRows>> recomputes, offloads;  // per stage: whether that row does
+};
+
+struct Candidate {
+  int structure = 0;
+  std::vector<uint8_t> rows;  // per stage
+  ListPolicy policy;
+  double lower_bound = 0;
+  int64_t order = 0;  // tie-break: earlier candidates win equal makespans, so results are reproducible
+};
+
+struct Evaluation {
+  bool placed = false;  // the policy placed every action
+  bool fits = false;
+  double makespan = kInfinity;
+  double peak = 0;  // the largest device's
+};
+
+std::string placement_name(Placement placement, int chunks) {
+  return placement == Placement::V ? "V-shape" : chunks == 1 ? "loop" : fmt::format("loop v={}", chunks);
+}
+
+// Reference schedules: the partitioner reads in-flight counts from a schedule of the same placement.
+Schedule reference_schedule(Placement placement, int devices, int microbatches, int chunks) {
+  if (placement == Placement::V) return make_builtin("zb-v", {devices, microbatches, 0});
+  if (chunks == 1) return make_builtin("1f1b", {devices, microbatches, 0});
+  return make_builtin("interleaved-1f1b", {devices, microbatches, chunks});
+}
+
+class Search {
+ public:
+  Search(const SearchProblem& problem, const SearchOptions& options)
+      : problem_(problem), options_(options), start_(Clock::now()) {
+    if (problem.devices < 1) throw Error(fmt::format("search: {} devices; at least 1", problem.devices));
+    if (problem.batches.empty()) throw Error("search: no batch split to search");
+    for (const BatchSplit& b : problem.batches)
+      if (b.microbatches < 1 || !(b.microbatch_size > 0))
+        throw Error(fmt::format("search: {} micro-batches of {} samples is not a batch", b.microbatches, b.microbatch_size));
+    if (!(problem.memory_limit > 0)) throw Error("search: the memory limit must be positive");
+    seq_len_ = problem.seq_len > 0 ? problem.seq_len : problem.graph.reference.seq_len;
+    threads_ = std::max(1, options.threads);
+  }
+
+  SearchResult run() {
+    // Cheap structures first and a first local search on them, so that a short budget still sees
+    // every placement; DawnPiper's plans (a partitioner run per placement, slow on tight budgets)
+    // after them, cheapest placements first, then a second local search.
+    prepare_structures(false);
+    report_builtins();
+    phase("generated schedules");
+    std::vector<Candidate> seeds;
+    std::vector<std::pair<double, int>> finished;
+    run_seeds(0, seeds, finished);
+    climb_from(seeds, finished, 0);
+    if (options_.partitioner && problem_.memory_limit < kInfinity && !out_of_time()) {
+      const size_t first_structure = structures_.size(), first_seed = seeds.size();
+      prepare_structures(true);
+      phase("partitioner's plans");
+      run_seeds(first_structure, seeds, finished);
+      climb_from(seeds, finished, first_seed);
+    }
+    polish();
+    result_.exhausted = !out_of_time();
+    finish();
+    return std::move(result_);
+  }
+
+ private:
+  // Evaluates the seed candidates of structures [first, end), lowest lower bound first.
+  void run_seeds(size_t first, std::vector<Candidate>& seeds, std::vector<std::pair<double, int>>& finished) {
+    std::vector<Candidate> batch = seed_candidates(first);
+    std::stable_sort(batch.begin(), batch.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.lower_bound < b.lower_bound; });
+    const size_t offset = seeds.size();
+    for (Candidate& c : batch) {
+      c.order = next_order_++;
+      seeds.push_back(std::move(c));
+    }
+    finished.resize(seeds.size(), {kInfinity, 0});
+    parallel(seeds.size() - offset, [&](size_t i) {
+      const Evaluation e = evaluate(seeds[offset + i]);
+      if (e.fits) finished[offset + i] = {e.makespan, static_cast<int>(offset + i)};
+    });
+  }
+
+  // Hill climbing from the best seeds among seeds[first..].
+  void climb_from(const std::vector<Candidate>& seeds, const std::vector<std::pair<double, int>>& finished, size_t first) {
+    if (!options_.local_search || out_of_time()) return;
+    phase("local search");
+    std::vector<std::pair<double, int>> ranked(finished.begin() + static_cast<long>(first), finished.end());
+    std::sort(ranked.begin(), ranked.end());
+    std::vector<Candidate> starts;
+    for (const auto& [makespan, i] : ranked) {
+      if (makespan == kInfinity || starts.size() >= static_cast<size_t>(4 + 2 * threads_)) break;
+      starts.push_back(seeds[i]);
+    }
+    parallel(starts.size(), [&](size_t i) { climb(starts[i], first + i); });
+  }
+
+  // ---- structures: placements x partitions x batch splits, with their cost rows -------------------
+  void prepare_structures(bool dawn) {
+    phase(dawn ? "partitioner's plans" : "partitions and costs");
+    const int p = problem_.devices;
+    const int ops = static_cast<int>(problem_.graph.nodes.size());
+    struct Job {
+      BatchSplit batch;
+      Placement placement;
+      int chunks;
+      bool dawn;
+    };
+    std::vector<Job> jobs;
+    for (const BatchSplit& batch : problem_.batches) {
+      for (int v = 1; v <= problem_.max_chunks; ++v)
+        if (v * p <= ops) jobs.push_back({batch, Placement::Loop, v, dawn});
+      if (p > 1 && 2 * p <= ops) jobs.push_back({batch, Placement::V, 2, dawn});
+    }
+    // Fewer stages first: the partitioner's exact memory solver is slowest on many small stages.
+    std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+      return (a.placement == Placement::V ? 2 : a.chunks) < (b.placement == Placement::V ? 2 : b.chunks);
+    });
+    std::vector<std::optional<Structure>> made(jobs.size());
+    parallel(jobs.size(), [&](size_t i) {
+      const Job& job = jobs[i];
+      made[i] = make_structure(job.batch, job.placement, job.chunks, job.dawn);
+    });
+    for (auto& s : made)
+      if (s) structures_.push_back(std::move(*s));
+    if (structures_.empty() && !dawn)
+      throw Error(fmt::format("search: '{}' has {} operators, too few for {} devices", problem_.graph.name, ops, p));
+  }
+
+  AggregationOptions aggregation(const BatchSplit& batch) const {
+    AggregationOptions a = problem_.aggregation;
+    a.shape = {batch.microbatch_size, seq_len_};
+    a.memory_capacity = {problem_.memory_limit};
+    a.decisions.clear();
+    return a;
+  }
+
+  // The compute-balanced cut (PipeDream's planner over the cuts where little crosses), or DawnPiper's
+  // plan for the placement's own in-flight counts.
+  std::optional<Structure> make_structure(const BatchSplit& batch, Placement placement, int chunks, bool dawn) const {
+    const int p = problem_.devices, stages = placement == Placement::V ? 2 * p : chunks * p;
+    Structure s;
+    s.batch = batch;
+    s.placement = placement;
+    s.chunks = chunks;
+    s.partition_name = dawn ? "dawn" : "balanced";
+    s.skeleton = make_schedule("search", p, batch.microbatches,
+                               placement == Placement::V ? v_placement(p, stages) : loop_placement(p, stages));
+    const Shape shape{batch.microbatch_size, seq_len_};
+    const double host = problem_.aggregation.host_link.bandwidth;
+    const double host_bandwidth = std::isfinite(host) ? host : 0;
+    std::vector<MemoryDecision> plan;
+    try {
+      if (dawn) {
+        const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
+        const PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
+        const PartitionResult r = partition_model(pp, PartitionMethod::Dawn);
+        if (!r.fits) return std::nullopt;
+        const std::vector<int> starts = r.starts();
+        std::vector<int> sizes;
+        for (size_t k = 0; k + 1 < starts.size(); ++k) sizes.push_back(starts[k + 1] - starts[k]);
+        s.partition = partition_from_sizes(problem_.graph, sizes);
+        for (const StageResult& stage : r.stages)
+          plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
+      } else {
+        s.partition = balanced_partition(stages, batch, shape, host_bandwidth);
+        // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts.
+        if (problem_.memory_limit < kInfinity) {
+          const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
+          const PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
+          std::vector<int> starts(1, 0);
+          for (int v = 1; v < static_cast<int>(s.partition.stage_of_node.size()); ++v)
+            if (s.partition.stage_of_node[v] != s.partition.stage_of_node[v - 1]) starts.push_back(v);
+          starts.push_back(static_cast<int>(s.partition.stage_of_node.size()));
+          const PartitionResult r = evaluate_partition(pp, starts, true);
+          if (r.fits)
+            for (const StageResult& stage : r.stages)
+              plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
+        }
+      }
+    } catch (const Error&) {
+      return std::nullopt;  // the placement does not suit m (or the graph): other structures cover it
+    }
+    const int n = static_cast<int>(problem_.graph.nodes.size());
+    s.rows.resize(stages);
+    s.recomputes.assign(stages, {});
+    s.offloads.assign(stages, {});
+    for (int r = 0; r < kRows; ++r) {
+      if (r == kOffload && host_bandwidth <= 0) continue;
+      if (r == kPlan && plan.empty()) continue;
+      if (r == kPlan && std::all_of(plan.begin(), plan.end(), [](MemoryDecision d) { return d == MemoryDecision::Keep; }))
+        continue;
+      std::vector<MemoryDecision>& decisions = s.decisions[r];
+      if (r == kPlan) decisions = plan;
+      else
+        decisions.assign(n, r == kKeep ? MemoryDecision::Keep : r == kRecompute ? MemoryDecision::Recompute : MemoryDecision::Offload);
+      AggregationOptions a = aggregation(batch);
+      a.decisions = decisions;
+      const StageAggregate aggregate = aggregate_stages(problem_.graph, s.partition, a);
+      if (r == kKeep) s.base = aggregate.table;
+      for (int k = 0; k < stages; ++k) s.rows[k][r] = aggregate.table.stages[k];
+      for (int v = 0; v < n; ++v) {
+        const int k = s.partition.stage_of_node[v];
+        s.recomputes[k][r] |= decisions[v] == MemoryDecision::Recompute;
+        s.offloads[k][r] |= decisions[v] == MemoryDecision::Offload;
+      }
+      s.has_row[r] = true;
+    }
+    return s;
+  }
+
+  Partition balanced_partition(int stages, const BatchSplit& batch, const Shape& shape, double host_bandwidth) const {
+    const std::string key = fmt::format("{}/{}", stages, batch.microbatch_size);
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = balanced_.find(key); it != balanced_.end()) return it->second;
+    }
+    // Any schedule with `stages` chunks serves: the compute-balanced planner reads no in-flight counts.
+    const Schedule reference = make_builtin("gpipe", {stages, 1, 0});
+    const PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, kInfinity, host_bandwidth);
+    const std::vector<int> starts = partition_model(pp, PartitionMethod::PipeDream).starts();
+    std::vector<int> sizes;
+    for (size_t k = 0; k + 1 < starts.size(); ++k) sizes.push_back(starts[k + 1] - starts[k]);
+    Partition partition = partition_from_sizes(problem_.graph, sizes);
+    std::lock_guard lock(mutex_);
+    balanced_.emplace(key, partition);
+    return partition;
+  }
+
+  // ---- built-ins: reported under the same costs, and candidates like any other -------------------
+  void report_builtins() {
+    phase("built-ins");
+    const BatchSplit batch = problem_.batches.front();
+    for (const BuiltinSchedule& builtin : builtin_schedules()) {
+      ScheduleCandidateReport r;
+      r.name = builtin.name;
+      r.batch = batch;
+      try {
+        r.schedule = make_builtin(builtin.name, {problem_.devices, batch.microbatches, 0});
+        r.family = fmt::format("built-in {}", builtin.name);
+        const Shape shape{batch.microbatch_size, seq_len_};
+        const double host = problem_.aggregation.host_link.bandwidth;
+        r.partition = balanced_partition(r.schedule.stages_per_pipeline, batch, shape, std::isfinite(host) ? host : 0);
+        r.decisions.assign(problem_.graph.nodes.size(), MemoryDecision::Keep);
+        r.costs = aggregate_stages(problem_.graph, r.partition, aggregation(batch)).table;
+        simulate_report(r);
+        ++result_.evaluated;
+      } catch (const Error& e) {
+        r.skipped = e.what();
+        r.schedule = {};
+      }
+      if (r.skipped.empty() && r.fits && r.makespan < best_.makespan) {
+        best_.makespan = r.makespan;
+        best_builtin_ = static_cast<int>(result_.builtins.size());
+        record_improvement(r.family);
+      }
+      result_.builtins.push_back(std::move(r));
+    }
+  }
+
+  void simulate_report(ScheduleCandidateReport& r) const {
+    const SimResult sim = simulate(lower(r.schedule), r.costs, {.record_timeline = false, .record_memory = false});
+    r.makespan = sim.makespan;
+    r.bubble_ratio = sim.bubble_ratio;
+    r.lower_bound = sim.lower_bound;
+    r.fits = sim.fits;
+    r.peak_memory.clear();
+    for (const DeviceReport& d : sim.devices) r.peak_memory.push_back(d.peak_memory);
+  }
+
+  // ---- candidates -------------------------------------------------------------------------------
+  // Per-device in-flight limits: none (memory decides), and the placement's 1F1B-like depth plus a
+  // little, so that the split backward's W can fill the bubbles as in ZB-H1 / ZB-H2.
+  std::vector<std::vector<int>> inflight_profiles(const Structure& s) const {
+    const int p = problem_.devices, m = s.batch.microbatches, v = s.placement == Placement::V ? 2 : s.chunks;
+    std::vector<std::vector<int>> profiles = {{}};
+    for (int extra : {0, 1, 2, p / 2, p}) {
+      std::vector<int> limits(p);
+      for (int d = 0; d < p; ++d) {
+        int base = s.placement == Placement::V ? 2 * (p - d) : v == 1 ? p - d : (v - 1) * p + 2 * (p - d - 1) + 1;
+        limits[d] = std::clamp(base + extra, 1, v * m);
+      }
+      if (std::find(profiles.begin(), profiles.end(), limits) == profiles.end()) profiles.push_back(limits);
+    }
+    // The same depth on every device (ZB-H1 holds p everywhere, ZB-H2 2p - 1): later devices fill
+    // their bubbles with deferred W's.
+    const int deepest = *std::max_element(profiles[1].begin(), profiles[1].end());
+    for (int depth : {deepest, deepest + p / 2, deepest + p - 1}) {
+      std::vector<int> limits(p, std::clamp(depth, 1, v * m));
+      if (std::find(profiles.begin(), profiles.end(), limits) == profiles.end()) profiles.push_back(limits);
+    }
+    return profiles;
+  }
+
+  std::vector<ListPolicy> policies(const Structure& s, bool split) const {
+    std::vector<ListPolicy> out;
+    const bool several = s.placement == Placement::V || s.chunks > 1;
+    for (const std::vector<int>& inflight : inflight_profiles(s))
+      for (bool backward_first : {true, false})
+        for (WeightTiming weight : {WeightTiming::FillIdle, WeightTiming::Late}) {
+          if (!split && weight == WeightTiming::Late) continue;
+          for (ForwardOrder forward : {ForwardOrder::Oldest, ForwardOrder::Shallow}) {
+            if (!several && forward == ForwardOrder::Shallow) continue;
+            if (!backward_first && !inflight.empty()) continue;  // forwards first with a depth limit is 1F1B again
+            out.push_back({split, backward_first, weight, forward, inflight});
+          }
+        }
+    return out;
+  }
+
+  // Memory choices to start from: everything kept, everything recomputed, the front half of the
+  // devices recomputing (they hold the most micro-batches), everything offloaded, and DawnPiper's plan.
+  std::vector<std::vector<uint8_t>> row_patterns(const Structure& s) const {
+    const int stages = static_cast<int>(s.rows.size());
+    std::vector<std::vector<uint8_t>> out;
+    if (s.partition_name == "dawn") return {std::vector<uint8_t>(stages, s.has_row[kPlan] ? kPlan : kKeep)};
+    if (s.has_row[kPlan]) out.push_back(std::vector<uint8_t>(stages, kPlan));
+    out.push_back(std::vector<uint8_t>(stages, kKeep));
+    out.push_back(std::vector<uint8_t>(stages, kRecompute));
+    if (problem_.devices > 1) {
+      std::vector<uint8_t> front(stages, kKeep);
+      for (int k = 0; k < stages; ++k)
+        if (s.skeleton.stage_device[k] < problem_.devices / 2) front[k] = kRecompute;
+      out.push_back(front);
+    }
+    if (s.has_row[kOffload]) out.push_back(std::vector<uint8_t>(stages, kOffload));
+    return out;
+  }
+
+  std::vector<Candidate> seed_candidates(size_t first) const {
+    std::vector<Candidate> out;
+    for (int i = static_cast<int>(first); i < static_cast<int>(structures_.size()); ++i) {
+      const Structure& s = structures_[i];
+      for (const std::vector<uint8_t>& rows : row_patterns(s))
+        for (bool split : {true, false})
+          for (const ListPolicy& policy : policies(s, split)) {
+            Candidate c{i, rows, policy, 0, 0};
+            c.lower_bound = lower_bound_of(c);
+            out.push_back(std::move(c));
+          }
+    }
+    return out;
+  }
+
+  CostTable table_of(const Candidate& c) const {
+    const Structure& s = structures_[c.structure];
+    CostTable table = s.base;
+    for (size_t k = 0; k < c.rows.size(); ++k) table.stages[k] = s.rows[k][c.rows[k]];
+    return table;
+  }
+
+  std::vector<char> flags(const Candidate& c, bool recompute) const {
+    const Structure& s = structures_[c.structure];
+    std::vector<char> out(c.rows.size());
+    for (size_t k = 0; k < c.rows.size(); ++k) out[k] = recompute ? s.recomputes[k][c.rows[k]] : s.offloads[k][c.rows[k]];
+    return out;
+  }
+
+  // No order beats the busiest device's work, nor one micro-batch's trip down and back up.
+  double lower_bound_of(const Candidate& c) const {
+    const Structure& s = structures_[c.structure];
+    const int m = s.batch.microbatches;
+    std::vector<double> work(problem_.devices, 0);
+    double path = 0;
+    const int stages = static_cast<int>(c.rows.size());
+    for (int k = 0; k < stages; ++k) {
+      const StageCosts& row = s.rows[k][c.rows[k]];
+      const double recompute = s.recomputes[k][c.rows[k]] ? row.recompute : 0;
+      work[s.skeleton.stage_device[k]] += m * (row.forward + recompute + row.backward);
+      path += row.forward + recompute + (c.policy.split_backward ? row.backward_input : row.backward);
+      if (k + 1 < stages && s.skeleton.stage_device[k] != s.skeleton.stage_device[k + 1])
+        path += 2 * s.base.link_between(s.skeleton.stage_device[k], s.skeleton.stage_device[k + 1]).transfer_time(row.output_bytes);
+    }
+    return std::max(path, *std::max_element(work.begin(), work.end()));
+  }
+
+  // The candidate's schedule: the list scheduler's order with R / OFFLOAD / RELOAD placed.
+  std::optional<Schedule> build(const Candidate& c, const CostTable& table) const {
+    const Structure& s = structures_[c.structure];
+    Schedule schedule = s.skeleton;
+    const std::vector<char> recompute = flags(c, true), offload = flags(c, false);
+    if (!list_schedule(schedule, table, c.policy, recompute, offload)) return std::nullopt;
+    const bool any = std::any_of(recompute.begin(), recompute.end(), [](char f) { return f; }) ||
+                     std::any_of(offload.begin(), offload.end(), [](char f) { return f; });
+    if (any) schedule = add_memory_actions(schedule, recompute, offload);
+    return schedule;
+  }
+
+  Evaluation evaluate(const Candidate& c) {
+    Evaluation e;
+    if (out_of_time()) return e;
+    if (c.lower_bound >= best_makespan()) {
+      ++pruned_;
+      return e;
+    }
+    const CostTable table = table_of(c);
+    const std::optional<Schedule> schedule = build(c, table);
+    ++evaluated_;
+    if (!schedule) {
+      ++stalled_;
+      return e;
+    }
+    const SimResult sim = simulate(lower(*schedule), table, {.record_timeline = false, .record_memory = false});
+    e.placed = true;
+    e.fits = sim.fits;
+    e.makespan = sim.makespan;
+    for (const DeviceReport& d : sim.devices) e.peak = std::max(e.peak, d.peak_memory);
+    offer(c, e);
+    return e;
+  }
+
+  void offer(const Candidate& c, const Evaluation& e) {
+    std::lock_guard lock(mutex_);
+    if (!e.fits) return;
+    best_.fits_any = true;
+    if (e.makespan < best_.makespan || (e.makespan == best_.makespan && best_.candidate && c.order < best_.candidate->order)) {
+      const bool better = e.makespan < best_.makespan;
+      best_.makespan = e.makespan;
+      best_.candidate = c;
+      best_builtin_ = -1;
+      if (better) record_improvement_locked(describe_candidate(c));
+    }
+  }
+
+  // ---- phase 2: hill climbing over in-flight limits, memory choices and policy switches ----------
+  void climb(Candidate current, size_t seed) {
+    const CostTable table = table_of(current);
+    double value = kInfinity;
+    if (const auto schedule = build(current, table)) {
+      const SimResult sim = simulate(lower(*schedule), table, {.record_timeline = false, .record_memory = false});
+      value = sim.fits ? sim.makespan : kInfinity;
+      if (current.policy.inflight.empty()) current.policy.inflight = observed_inflight(*schedule);
+    }
+    std::mt19937 random(static_cast<uint32_t>(seed * 7919 + 17));
+    for (bool improved = true; improved && !out_of_time();) {
+      improved = false;
+      std::vector<Candidate> around = neighbours(current);
+      std::shuffle(around.begin(), around.end(), random);
+      for (Candidate& next : around) {
+        next.lower_bound = lower_bound_of(next);
+        next.order = current.order;
+        const Evaluation e = evaluate(next);
+        if (e.fits && e.makespan < value) {
+          value = e.makespan;
+          current = std::move(next);
+          improved = true;
+          break;
+        }
+        if (out_of_time()) break;
+      }
+    }
+  }
+
+  static std::vector<int> observed_inflight(const Schedule& schedule) {
+    std::vector<int> out;
+    for (const auto& list : schedule.device_actions) {
+      int open = 0, peak = 1;
+      for (const Action& a : list) {
+        if (a.kind == ActionKind::F) peak = std::max(peak, ++open);
+        if (a.kind == ActionKind::B || a.kind == ActionKind::I) --open;
+      }
+      out.push_back(peak);
+    }
+    return out;
+  }
+
+  std::vector<Candidate> neighbours(const Candidate& c) const {
+    const Structure& s = structures_[c.structure];
+    std::vector<Candidate> out;
+    for (size_t d = 0; d < c.policy.inflight.size(); ++d)
+      for (int delta : {-1, 1}) {
+        Candidate n = c;
+        n.policy.inflight[d] += delta;
+        if (n.policy.inflight[d] >= 1) out.push_back(std::move(n));
+      }
+    for (size_t k = 0; k < c.rows.size(); ++k)
+      for (int r = 0; r < kRows; ++r)
+        if (r != c.rows[k] && s.has_row[r]) {
+          Candidate n = c;
+          n.rows[k] = static_cast<uint8_t>(r);
+          out.push_back(std::move(n));
+        }
+    Candidate n = c;
+    n.policy.backward_first = !n.policy.backward_first;
+    out.push_back(n);
+    n = c;
+    n.policy.split_backward = !n.policy.split_backward;
+    out.push_back(n);
+    if (c.policy.split_backward) {
+      n = c;
+      n.policy.weight = n.policy.weight == WeightTiming::FillIdle ? WeightTiming::Late : WeightTiming::FillIdle;
+      out.push_back(n);
+    }
+    if (s.placement == Placement::V || s.chunks > 1) {
+      n = c;
+      n.policy.forward = n.policy.forward == ForwardOrder::Oldest ? ForwardOrder::Shallow : ForwardOrder::Oldest;
+      out.push_back(n);
+    }
+    return out;
+  }
+
+  // ---- phase 3: local search over the best schedule's per-device orders ----------------------------
+  // Swaps neighbouring compute actions of one device (not two of the same stage and kind, whose
+  // micro-batch order is kept, nor a micro-batch's own F and backward), keeping a swap when the
+  // simulated makespan falls and the schedule still fits; passes until none helps. The simulator
+  // rejects orders that deadlock.
+  void polish() {
+    std::optional<Candidate> start;
+    {
+      std::lock_guard lock(mutex_);
+      start = best_.candidate;
+    }
+    if (!options_.local_search || !start || out_of_time()) return;
+    phase("order polishing");
+    const CostTable table = table_of(*start);
+    Schedule order = structures_[start->structure].skeleton;
+    if (!list_schedule(order, table, start->policy, flags(*start, true), flags(*start, false))) return;
+    const std::vector<char> recompute = flags(*start, true), offload = flags(*start, false);
+    const bool decisions = std::any_of(recompute.begin(), recompute.end(), [](char f) { return f; }) ||
+                           std::any_of(offload.begin(), offload.end(), [](char f) { return f; });
+    auto makespan_of = [&](const Schedule& s) {
+      try {
+        const SimResult sim = simulate(lower(decisions ? add_memory_actions(s, recompute, offload) : s), table,
+                                       {.record_timeline = false, .record_memory = false});
+        ++evaluated_;
+        return sim.fits ? sim.makespan : kInfinity;
+      } catch (const Error&) {
+        return kInfinity;  // the swap made the order deadlock
+      }
+    };
+    double value = makespan_of(order);
+    for (bool improved = true; improved && !out_of_time();) {
+      improved = false;
+      for (auto& list : order.device_actions)
+        for (size_t i = 0; i + 1 < list.size() && !out_of_time(); ++i) {
+          const Action a = list[i], b = list[i + 1];
+          if (a.stage == b.stage && (a.kind == b.kind || a.microbatch == b.microbatch)) continue;
+          std::swap(list[i], list[i + 1]);
+          const double next = makespan_of(order);
+          if (next < value) {
+            value = next;
+            improved = true;
+          } else {
+            std::swap(list[i], list[i + 1]);
+          }
+        }
+    }
+    std::lock_guard lock(mutex_);
+    if (value < best_.makespan) {
+      best_.makespan = value;
+      best_builtin_ = -1;
+      polished_ = order;
+      record_improvement_locked(describe_candidate(*start) + ", then reordered by local search");
+    }
+  }
+
+  // ---- reporting --------------------------------------------------------------------------------
+  std::string describe_candidate(const Candidate& c) const {
+    const Structure& s = structures_[c.structure];
+    std::array<int, kRows> counts{};
+    for (uint8_t r : c.rows) ++counts[r];
+    std::string memory;
+    for (int r = 0; r < kRows; ++r)
+      if (counts[r] > 0) memory += fmt::format("{}{} {}", memory.empty() ? "" : ", ", kRowNames[r], counts[r]);
+    return fmt::format("{}, {} partition, m={} x {}, stages {}; {}", placement_name(s.placement, s.chunks),
+                       s.partition_name, s.batch.microbatches, s.batch.microbatch_size, memory, describe(c.policy));
+  }
+
+  ScheduleCandidateReport report(const Candidate& c, const std::optional<Schedule>& order = std::nullopt,
+                                 bool unlimited = false) const {
+    const Structure& s = structures_[c.structure];
+    ScheduleCandidateReport r;
+    r.name = "search";
+    r.family = describe_candidate(c) + (order ? ", then reordered by local search" : "");
+    r.costs = table_of(c);
+    if (order) {
+      const std::vector<char> recompute = flags(c, true), offload = flags(c, false);
+      r.schedule = add_memory_actions(*order, recompute, offload);
+    } else {
+      CostTable limits = r.costs;
+      if (unlimited) limits.memory_capacity.clear();
+      r.schedule = *build(c, limits);
+    }
+    r.schedule.name = "search";
+    r.partition = s.partition;
+    r.batch = s.batch;
+    r.decisions.assign(problem_.graph.nodes.size(), MemoryDecision::Keep);
+    for (size_t v = 0; v < r.decisions.size(); ++v) {
+      const uint8_t row = c.rows[s.partition.stage_of_node[v]];
+      if (row != kKeep) r.decisions[v] = s.decisions[row][v];
+    }
+    simulate_report(r);
+    return r;
+  }
+
+  void finish() {
+    result_.evaluated += evaluated_;
+    result_.pruned = pruned_;
+    result_.stalled = stalled_;
+    result_.found = best_.fits_any || best_builtin_ >= 0;
+    if (best_builtin_ >= 0) {
+      result_.best = result_.builtins[best_builtin_];
+    } else if (best_.candidate) {
+      result_.best = report(*best_.candidate, polished_);
+    } else {
+      result_.best = smallest_footprint();
+    }
+    if (!result_.found) result_.infeasible = what_would_fit();
+    result_.seconds = elapsed();
+    if (options_.progress) options_.progress(progress());
+  }
+
+  // The least memory the space offers: every stage recomputing, one micro-batch in flight per device,
+  // on the placement with one stage per device, scheduled as if memory were unlimited.
+  ScheduleCandidateReport smallest_footprint() const {
+    int structure = 0;
+    for (int i = 0; i < static_cast<int>(structures_.size()); ++i)
+      if (structures_[i].placement == Placement::Loop && structures_[i].chunks == 1) structure = i;
+    const Structure& s = structures_[structure];
+    Candidate c{structure, std::vector<uint8_t>(s.rows.size(), kRecompute), {}, 0, 0};
+    c.policy.inflight.assign(problem_.devices, 1);
+    ScheduleCandidateReport r = report(c, std::nullopt, true);
+    r.name = "smallest footprint";
+    r.costs.memory_capacity = {problem_.memory_limit};
+    simulate_report(r);
+    return r;
+  }
+
+  static double peak(const ScheduleCandidateReport& r) {
+    return r.peak_memory.empty() ? kInfinity : *std::max_element(r.peak_memory.begin(), r.peak_memory.end());
+  }
+
+  // Nothing fits: say by how much, and what would change that.
+  std::string what_would_fit() const {
+    double total_static = 0;
+    for (const auto& row : structures_.front().rows) total_static += row[kKeep].parameter_bytes + row[kKeep].gradient_bytes + row[kKeep].optimizer_bytes;
+    const double limit = problem_.memory_limit;
+    const int p = problem_.devices;
+    const double smallest = peak(result_.best);
+    std::string text = fmt::format(
+        "no schedule fits {:.4g} bytes per device: even with every stage recomputing and one micro-batch in flight "
+        "per device, the fullest device needs {:.4g} bytes",
+        limit, smallest);
+    if (total_static / p >= limit) {
+      const int needed = static_cast<int>(std::ceil(total_static / limit));
+      return text + fmt::format("; parameters, gradients and optimizer state alone take {:.4g} bytes, so at least {} "
+                                "devices are needed (have {})",
+                                total_static, needed + 1, p);
+    }
+    double fixed = 0;
+    if (!result_.best.costs.stages.empty()) {
+      std::vector<double> per_device(p, 0);
+      for (size_t k = 0; k < result_.best.costs.stages.size(); ++k) {
+        const StageCosts& row = result_.best.costs.stages[k];
+        per_device[result_.best.schedule.stage_device[k]] += row.parameter_bytes + row.gradient_bytes + row.optimizer_bytes;
+      }
+      fixed = *std::max_element(per_device.begin(), per_device.end());
+    }
+    const double b = result_.best.batch.microbatch_size;
+    const double smaller = std::floor(b * (limit - fixed) / std::max(smallest - fixed, 1e-300));
+    if (smaller >= 1 && smaller < b)
+      text += fmt::format("; activations scale with the micro-batch: try a micro-batch of {} samples (now {})", smaller, b);
+    else if (b > 1)
+      text += fmt::format("; a smaller micro-batch (now {}) would help", b);
+    return text + fmt::format("; or more devices (now {}) to spread parameters and activations", p);
+  }
+
+  // ---- threads, time, progress ------------------------------------------------------------------
+  template <class Work>
+  void parallel(size_t count, Work work) {
+    std::atomic<size_t> next{0};
+    auto loop = [&] {
+      for (size_t i; (i = next++) < count && !out_of_time();) {
+        work(i);
+        maybe_report();
+      }
+    };
+    const int n = static_cast<int>(std::min<size_t>(threads_, count));
+    std::vector<std::thread> pool;
+    for (int t = 1; t < n; ++t) pool.emplace_back(loop);
+    loop();
+    for (std::thread& t : pool) t.join();
+  }
+
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  bool out_of_time() const { return elapsed() >= options_.time_budget; }
+  double best_makespan() const {
+    std::lock_guard lock(mutex_);
+    return best_.makespan;
+  }
+
+  SearchProgress progress() const {
+    SearchProgress p;
+    p.seconds = elapsed();
+    p.evaluated = evaluated_ + static_cast<int64_t>(result_.builtins.size());
+    p.pruned = pruned_;
+    p.best_makespan = best_.makespan;
+    p.best = best_family_;
+    p.phase = phase_;
+    return p;
+  }
+
+  void phase(const std::string& name) {
+    std::lock_guard lock(mutex_);
+    phase_ = name;
+  }
+
+  void record_improvement(const std::string& family) {
+    std::lock_guard lock(mutex_);
+    record_improvement_locked(family);
+  }
+  void record_improvement_locked(const std::string& family) {
+    best_family_ = family;
+    result_.history.push_back({elapsed(), best_.makespan});
+    if (options_.progress) {
+      options_.progress(progress());
+      last_report_ = elapsed();
+    }
+  }
+  void maybe_report() {
+    if (!options_.progress || elapsed() - last_report_ < 0.5) return;
+    std::lock_guard lock(mutex_);
+    if (elapsed() - last_report_ < 0.5) return;
+    last_report_ = elapsed();
+    options_.progress(progress());
+  }
+
+  const SearchProblem& problem_;
+  const SearchOptions& options_;
+  const Clock::time_point start_;
+  double seq_len_ = 1;
+  int threads_ = 1;
+  std::vector<Structure> structures_;
+  mutable std::map<std::string, Partition> balanced_;
+  mutable std::mutex mutex_;
+  struct Best {
+    double makespan = kInfinity;
+    bool fits_any = false;
+    std::optional<Candidate> candidate;
+  } best_;
+  int best_builtin_ = -1;
+  std::optional<Schedule> polished_;  // the best candidate's order after polishing, when it helped
+  std::string best_family_, phase_;
+  std::atomic<int64_t> evaluated_{0}, pruned_{0}, stalled_{0};
+  std::atomic<double> last_report_{0};
+  int64_t next_order_ = 0;
+  SearchResult result_;
+};
+
+}  // namespace
+
+SearchResult search_schedules(const SearchProblem& problem, const SearchOptions& options) {
+  return Search(problem, options).run();
+}
+
+}  // namespace flexpipe
