@@ -1,0 +1,93 @@
+// flexpipe search: the JSON report, the program and cost table it writes (which `simulate` reads back
+// to the same makespan), the answer when nothing fits, and one clear error for bad input.
+#include <nlohmann/json.hpp>
+
+#include "cli_harness.h"
+
+namespace flexpipe::test {
+namespace {
+
+class Search : public CliHarness {
+ protected:
+  Search() : CliHarness("flexpipe_search_") {}
+};
+
+TEST_F(Search, WritesAProgramThatSimulatesToTheReportedMakespan) {
+  const std::string program = (dir_ / "best.fps").string(), costs = (dir_ / "best-costs.json").string();
+  const Outcome run = flexpipe("search --model gpt3-1.3b -p 4 -m 8 --memory-limit 30e9 --threads 2 -q --json -o " +
+                               program + " --costs-output " + costs);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json j = nlohmann::json::parse(run.out);
+  ASSERT_TRUE(j["found"].get<bool>());
+  const nlohmann::json& best = j["best"];
+  ASSERT_EQ(best["peak_memory"].size(), 4u);
+  for (const auto& peak : best["peak_memory"]) EXPECT_LE(peak.get<double>(), 30e9);
+  EXPECT_TRUE(best["fits"].get<bool>());
+  // One entry per built-in, and none that fits is faster than the answer.
+  const nlohmann::json listed = nlohmann::json::parse(flexpipe("schedules --json").out);
+  ASSERT_EQ(j["builtins"].size(), listed.size());
+  for (const auto& b : j["builtins"]) {
+    ASSERT_TRUE(b.contains("name"));
+    if (b.contains("skipped")) continue;
+    ASSERT_TRUE(b.contains("makespan") && b.contains("fits"));
+    if (b["fits"].get<bool>()) {
+      EXPECT_LE(best["makespan"].get<double>(), b["makespan"].get<double>()) << b["name"];
+    }
+  }
+  EXPECT_GT(j["search"]["evaluated"].get<int>(), 0);
+  const Outcome checked = flexpipe("check " + program);
+  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
+  const Outcome simulated = flexpipe("simulate " + program + " --costs " + costs + " --json");
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  const nlohmann::json s = nlohmann::json::parse(simulated.out);
+  EXPECT_DOUBLE_EQ(s["makespan"].get<double>(), best["makespan"].get<double>());
+  for (size_t d = 0; d < 4; ++d)
+    EXPECT_DOUBLE_EQ(s["devices"][d]["peak_memory"].get<double>(), best["peak_memory"][d].get<double>());
+}
+
+TEST_F(Search, TextReportListsTheBestNextToEveryBuiltin) {
+  const Outcome run = flexpipe("search --model bert-large -p 2 -m 4 --threads 1");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  // Here DualPipe's two pipelines win: the search may answer with a built-in.
+  EXPECT_NE(run.out.find("best: built-in dualpipe"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("1f1b"), std::string::npos);
+  EXPECT_NE(run.out.find("zb-h2"), std::string::npos);
+  EXPECT_NE(run.err.find("simulated"), std::string::npos);  // progress lines
+}
+
+TEST_F(Search, ChoosesTheMicroBatchCountFromTheGlobalBatch) {
+  const Outcome run = flexpipe("search --model gpt3-1.3b -p 4 --global-batch 16 --threads 2 -q --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json best = nlohmann::json::parse(run.out)["best"];
+  EXPECT_DOUBLE_EQ(best["microbatches"].get<int>() * best["microbatch_size"].get<double>(), 16);
+}
+
+TEST_F(Search, SaysWhatWouldBeNeededWhenNothingFits) {
+  Outcome run = flexpipe("search --model llama2-7b -p 2 -m 4 --memory-limit 40e9 -q");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("at least 4 devices are needed (have 2)"), std::string::npos) << run.err;
+  run = flexpipe("search --model gpt3-1.3b -p 4 -m 8 --microbatch-size 16 --memory-limit 20e9 -q --json");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_NE(run.err.find("try a micro-batch of 4 samples (now 16)"), std::string::npos) << run.err;
+  const nlohmann::json j = nlohmann::json::parse(run.out);
+  EXPECT_FALSE(j["found"].get<bool>());
+  EXPECT_EQ(j["best"]["name"], "smallest footprint");
+}
+
+TEST_F(Search, BadInputGetsOneClearError) {
+  Outcome run = flexpipe("search --model gpt3-1.3b -p 4");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("give -m"), std::string::npos) << run.err;
+  run = flexpipe("search --model gpt3-1.3b -p 4 -m 8 --time-budget 0");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("--time-budget 0: must be positive"), std::string::npos) << run.err;
+  run = flexpipe("search --model no-such-model -p 4 -m 8");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("no-such-model"), std::string::npos) << run.err;
+  run = flexpipe("search --model gpt3-1.3b -p 4 --global-batch 6 -m 4");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("does not split into 4 micro-batches"), std::string::npos) << run.err;
+}
+
+}  // namespace
+}  // namespace flexpipe::test
