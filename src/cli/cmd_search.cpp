@@ -147,6 +147,7 @@ void run(const SearchCommand& o, int& exit_code) {
                         {"memory_limit", problem.memory_limit},
                         {"time_unit", unit},
                         {"found", result.found},
+                        {"lower_bound", result.lower_bound},
                         {"best", report_json(result.best)}};
     nlohmann::json builtins = nlohmann::json::array();
     for (const ScheduleCandidateReport& b : result.builtins) builtins.push_back(report_json(b));
@@ -164,6 +165,8 @@ void run(const SearchCommand& o, int& exit_code) {
                problem.graph.name, o.devices, gigabytes(problem.memory_limit), result.evaluated, result.pruned,
                result.seconds, result.exhausted ? "" : " (time budget reached)");
     if (result.found) fmt::print("best: {}\n", result.best.family);
+    fmt::print("no schedule searched can beat {:.4g} {} (lower bound); the best is {:+.1f}% above it\n",
+               result.lower_bound, unit, 100 * (result.best.makespan / result.lower_bound - 1));
     print_table(result, unit);
     if (!o.output.empty() && result.found) fmt::print("wrote {}\n", o.output);
   }

@@ -3,6 +3,7 @@
 // gradient clipping; prints a progress line per step and, at the end, measured against simulated
 // step time and memory per rank; saves and resumes checkpoints. Started without a job around it,
 // it launches its own local ranks.
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 
@@ -11,7 +12,9 @@
 #include <unistd.h>
 
 #include "flexpipe/core/error.h"
-#include "flexpipe/core/schedule_choice.h"
+#include "flexpipe/core/schedule_io.h"
+#include "flexpipe/core/schedule_search.h"
+#include "flexpipe/lang/writer.h"
 #include "launcher.h"
 #include "runtime_loader.h"
 #include "training_options.h"
@@ -53,14 +56,42 @@ TrainOptions defaults() {
   return o;
 }
 
-// --schedule auto: measure the model (or read the measurements), simulate every built-in with them,
-// keep the fastest that fits. Done once, before any rank starts, so that every rank trains the same.
+// A program fixes its own devices, micro-batches and chunks: the -p / -m / -v the search was given
+// leave the command line the ranks run.
+void drop_schedule_shape(TrainOptions& o, std::vector<std::string>& command_line) {
+  o.command.schedule.devices = o.command.schedule.microbatches = o.command.schedule.chunks = 0;
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < command_line.size(); ++i) {
+    const std::string& arg = command_line[i];
+    bool dropped = false;
+    for (const char* name : {"-p", "--devices", "-m", "--microbatches", "-v", "--chunks"}) {
+      const std::string flag = name;
+      if (arg == flag) {
+        ++i;  // and its value
+        dropped = true;
+      } else if (arg.starts_with(flag + "=") || (flag.size() == 2 && arg.size() > 2 && arg.starts_with(flag) &&
+                                                 std::isdigit(static_cast<unsigned char>(arg[2])))) {
+        dropped = true;
+      }
+      if (dropped) break;
+    }
+    if (!dropped) kept.push_back(arg);
+  }
+  command_line = std::move(kept);
+}
+
+// --schedule auto: measure the model (or read the measurements), search the schedule space with them
+// (flexpipe search, docs/search.md) and train the answer: a built-in by name, or the search's program
+// written next to the profile. Done before any rank starts; inside a job every rank searches for
+// itself, so the search stops on a count of simulations, not on time, and gives every rank the same.
 void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   const bool in_job = std::getenv("WORLD_SIZE") != nullptr;
   const bool cached = !o.profile.empty() && std::filesystem::exists(o.profile);
   if (in_job && !cached)
     throw Error("--schedule auto inside a job that is already launched needs --profile FILE (an existing "
                 "`flexpipe profile` output), so that every rank chooses from the same measurements");
+  if (!o.command.partition.empty() || !o.command.plan.empty())
+    throw Error("--schedule auto chooses the partition itself: drop --partition / --plan");
   const ModelConfig model = gpt_config(o.command.model);
   const runtime::TrainingOptions& t = o.command.request.training;
   std::string path = o.profile;
@@ -75,31 +106,54 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
     profile.quiet = true;  // the table is not for the training log
     if (const int code = profile_runtime(profile); code != 0) throw Error(fmt::format("profiling failed ({})", code));
   }
-  const CostGraph graph = load_cost_graph(path);
+  SearchProblem problem;
+  problem.graph = load_cost_graph(path);
   if (o.profile.empty()) std::filesystem::remove(path);
-  const int devices = pipeline_devices(o);
-  const int microbatches = o.command.schedule.microbatches > 0 ? o.command.schedule.microbatches : 2 * devices;
-  AggregationOptions aggregation;
-  aggregation.shape = graph.reference;
-  aggregation.parameter_bytes = aggregation.gradient_bytes = t.dtype == "float64" ? 8 : 4;
-  aggregation.optimizer_bytes = 2 * aggregation.parameter_bytes;
-  const std::vector<ScheduleCandidate> ranked = rank_builtin_schedules(graph, devices, microbatches, aggregation);
-  if (ranked.empty() || !ranked.front().skipped.empty())
-    throw Error(fmt::format("--schedule auto: no built-in schedule runs on {} devices with {} micro-batches", devices,
-                            microbatches));
-  std::string table;
-  for (const ScheduleCandidate& c : ranked)
-    if (c.skipped.empty()) table += fmt::format("{}{} {:.2f} ms", table.empty() ? "" : ", ", c.name, c.makespan);
-  if (!in_job || std::getenv("RANK") == std::string("0"))
-  {
-    fmt::print("auto: simulated with measured operator times ({}): {}; chose {}\n", graph.name, table, ranked.front().name);
+  problem.devices = pipeline_devices(o);
+  const int microbatches = o.command.schedule.microbatches > 0 ? o.command.schedule.microbatches : 2 * problem.devices;
+  problem.batches = {{microbatches, problem.graph.reference.microbatch_size}};
+  problem.seq_len = problem.graph.reference.seq_len;
+  problem.aggregation.parameter_bytes = problem.aggregation.gradient_bytes = t.dtype == "float64" ? 8 : 4;
+  problem.aggregation.optimizer_bytes = 2 * problem.aggregation.parameter_bytes;
+  problem.memory_choices = false;  // host memory: nothing to recompute or offload for
+  SearchOptions options;
+  options.threads = 1;
+  options.time_budget = 120;  // a backstop: the count below ends the search
+  options.max_evaluations = 20000;
+  const SearchResult result = search_schedules(problem, options);
+  if (!result.found)
+    throw Error(fmt::format("--schedule auto: {}", result.infeasible));
+  const ScheduleCandidateReport& best = result.best;
+  std::string chosen = best.name;
+  if (best.name == "search") {
+    const std::filesystem::path base = o.profile.empty() ? std::filesystem::temp_directory_path() / fmt::format("flexpipe-auto-{}", ::getpid())
+                                                         : std::filesystem::path(o.profile).replace_extension("");
+    chosen = base.string() + "-schedule.fps";
+    write_text_file(chosen, fmt::format("# train --schedule auto: {}\n", best.family) + write_program(best.schedule));
+  }
+  std::vector<int> sizes(best.partition.num_stages, 0);
+  for (int k : best.partition.stage_of_node) ++sizes[k];
+  std::string partition = "ops:";
+  for (size_t k = 0; k < sizes.size(); ++k) partition += fmt::format("{}{}", k ? "," : "", sizes[k]);
+  double fastest_builtin = kInfinity;
+  std::string builtin_name;
+  for (const ScheduleCandidateReport& b : result.builtins)
+    if (b.skipped.empty() && b.fits && b.makespan < fastest_builtin) fastest_builtin = b.makespan, builtin_name = b.name;
+  if (!in_job || std::getenv("RANK") == std::string("0")) {
+    fmt::print("auto: searched {} schedules with measured operator times ({}): fastest built-in {} {:.2f} ms, best "
+               "{:.2f} ms ({}); chose {}\n",
+               result.evaluated, problem.graph.name, builtin_name, fastest_builtin, best.makespan, best.family, chosen);
     std::fflush(stdout);  // before the ranks print theirs
   }
-  o.schedule = ranked.front().name;
+  o.schedule = chosen;
+  o.command.partition = partition;
   for (size_t i = 0; i + 1 < command_line.size(); ++i)
-    if (command_line[i] == "--schedule" && command_line[i + 1] == "auto") command_line[i + 1] = o.schedule;
+    if (command_line[i] == "--schedule" && command_line[i + 1] == "auto") command_line[i + 1] = chosen;
   for (std::string& arg : command_line)
-    if (arg == "--schedule=auto") arg = "--schedule=" + o.schedule;
+    if (arg == "--schedule=auto") arg = "--schedule=" + chosen;
+  command_line.push_back("--partition");
+  command_line.push_back(partition);
+  if (best.name == "search") drop_schedule_shape(o, command_line);
 }
 
 void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_code) {

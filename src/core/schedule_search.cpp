@@ -98,7 +98,7 @@ class Search {
     std::vector<std::pair<double, int>> finished;
     run_seeds(0, seeds, finished);
     climb_from(seeds, finished, 0);
-    if (options_.partitioner && problem_.memory_limit < kInfinity && !out_of_time()) {
+    if (options_.partitioner && problem_.memory_choices && problem_.memory_limit < kInfinity && !out_of_time()) {
       const size_t first_structure = structures_.size(), first_seed = seeds.size();
       prepare_structures(true);
       phase("partitioner's plans");
@@ -158,7 +158,7 @@ class Search {
     for (const BatchSplit& batch : problem_.batches) {
       for (int v = 1; v <= problem_.max_chunks; ++v)
         if (v * p <= ops) jobs.push_back({batch, Placement::Loop, v, dawn});
-      if (p > 1 && 2 * p <= ops) jobs.push_back({batch, Placement::V, 2, dawn});
+      if (problem_.v_shape && p > 1 && 2 * p <= ops) jobs.push_back({batch, Placement::V, 2, dawn});
     }
     // Fewer stages first: the partitioner's exact memory solver is slowest on many small stages.
     std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
@@ -297,7 +297,7 @@ class Search {
         r.skipped = e.what();
         r.schedule = {};
       }
-      if (r.skipped.empty() && r.fits && r.makespan < best_.makespan) {
+      if (options_.builtin_candidates && r.skipped.empty() && r.fits && r.makespan < best_.makespan) {
         best_.makespan = r.makespan;
         best_builtin_ = static_cast<int>(result_.builtins.size());
         record_improvement(r.family);
@@ -364,6 +364,7 @@ class Search {
     if (s.partition_name == "dawn") return {std::vector<uint8_t>(stages, s.has_row[kPlan] ? kPlan : kKeep)};
     if (s.has_row[kPlan]) out.push_back(std::vector<uint8_t>(stages, kPlan));
     out.push_back(std::vector<uint8_t>(stages, kKeep));
+    if (!problem_.memory_choices) return out;
     out.push_back(std::vector<uint8_t>(stages, kRecompute));
     if (problem_.devices > 1) {
       std::vector<uint8_t> front(stages, kKeep);
@@ -404,22 +405,47 @@ class Search {
     return out;
   }
 
-  // No order beats the busiest device's work, nor one micro-batch's trip down and back up.
+  // Bounds no order beats (docs/search.md, "Lower bounds"): on any device, the time its first input
+  // needs to arrive plus all of its work; at any stage, the last forward (it follows m - 1 others
+  // there) plus the rest of that micro-batch's way up and back down; at any stage, the first
+  // backward's arrival plus m backwards there plus the way down. W of stage 0 ends the last of those.
   double lower_bound_of(const Candidate& c) const {
     const Structure& s = structures_[c.structure];
     const int m = s.batch.microbatches;
-    std::vector<double> work(problem_.devices, 0);
-    double path = 0;
     const int stages = static_cast<int>(c.rows.size());
+    const bool split = c.policy.split_backward;
+    std::vector<double> work(problem_.devices, 0), head(problem_.devices, kInfinity);
+    std::vector<double> forward(stages), backward(stages), transfer(stages, 0);
     for (int k = 0; k < stages; ++k) {
       const StageCosts& row = s.rows[k][c.rows[k]];
+      const int device = s.skeleton.stage_device[k];
       const double recompute = s.recomputes[k][c.rows[k]] ? row.recompute : 0;
-      work[s.skeleton.stage_device[k]] += m * (row.forward + recompute + row.backward);
-      path += row.forward + recompute + (c.policy.split_backward ? row.backward_input : row.backward);
-      if (k + 1 < stages && s.skeleton.stage_device[k] != s.skeleton.stage_device[k + 1])
-        path += 2 * s.base.link_between(s.skeleton.stage_device[k], s.skeleton.stage_device[k + 1]).transfer_time(row.output_bytes);
+      forward[k] = row.forward;
+      backward[k] = recompute + (split ? row.backward_input : row.backward);
+      work[device] += m * (row.forward + recompute + row.backward);
+      if (k + 1 < stages && device != s.skeleton.stage_device[k + 1])
+        transfer[k] = s.base.link_between(device, s.skeleton.stage_device[k + 1]).transfer_time(row.output_bytes);
     }
-    return std::max(path, *std::max_element(work.begin(), work.end()));
+    const double last_weight = split ? s.rows[0][c.rows[0]].backward_weight : 0;
+    double up = 0, down = 0;  // one micro-batch's forwards (with transfers), and its backwards
+    for (int k = 0; k < stages; ++k) up += forward[k] + transfer[k], down += backward[k] + transfer[k];
+    double bound = up + down + last_weight;
+    double arrival = 0, above = 0;  // a forward's arrival at stage k; the backwards above stage k
+    for (int k = 0; k < stages; ++k) {
+      const int device = s.skeleton.stage_device[k];
+      head[device] = std::min(head[device], arrival);
+      bound = std::max(bound, arrival + (m - 1) * forward[k] + (up - arrival) + down + last_weight);
+      arrival += forward[k] + transfer[k];
+    }
+    for (int k = stages - 1; k >= 0; --k) {
+      const double reach = above + transfer[k];  // from the top down to stage k
+      const double below = down - reach - backward[k];
+      bound = std::max(bound, up + reach + m * backward[k] + below + last_weight);
+      above += backward[k] + transfer[k];
+    }
+    for (int d = 0; d < problem_.devices; ++d)
+      if (work[d] > 0) bound = std::max(bound, head[d] + work[d]);
+    return bound;
   }
 
   // The candidate's schedule: the list scheduler's order with R / OFFLOAD / RELOAD placed.
@@ -521,7 +547,7 @@ class Search {
         n.policy.inflight[d] += delta;
         if (n.policy.inflight[d] >= 1) out.push_back(std::move(n));
       }
-    for (size_t k = 0; k < c.rows.size(); ++k)
+    for (size_t k = 0; k < c.rows.size() && problem_.memory_choices; ++k)
       for (int r = 0; r < kRows; ++r)
         if (r != c.rows[k] && s.has_row[r]) {
           Candidate n = c;
@@ -642,6 +668,14 @@ class Search {
   }
 
   void finish() {
+    result_.lower_bound = kInfinity;
+    for (int i = 0; i < static_cast<int>(structures_.size()); ++i) {
+      Candidate c{i, std::vector<uint8_t>(structures_[i].rows.size(), kKeep), {}, 0, 0};
+      c.policy.split_backward = true;
+      result_.lower_bound = std::min(result_.lower_bound, lower_bound_of(c));
+    }
+    for (const ScheduleCandidateReport& b : result_.builtins)  // their placements may lie outside the space
+      if (b.skipped.empty()) result_.lower_bound = std::min(result_.lower_bound, b.lower_bound);
     result_.evaluated += evaluated_;
     result_.pruned = pruned_;
     result_.stalled = stalled_;
@@ -731,7 +765,9 @@ class Search {
   }
 
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
-  bool out_of_time() const { return elapsed() >= options_.time_budget; }
+  bool out_of_time() const {
+    return elapsed() >= options_.time_budget || (options_.max_evaluations > 0 && evaluated_ >= options_.max_evaluations);
+  }
   double best_makespan() const {
     std::lock_guard lock(mutex_);
     return best_.makespan;

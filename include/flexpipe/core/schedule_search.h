@@ -34,6 +34,8 @@ struct SearchProblem {
   // Byte sizes and links; its shape, decisions and capacity are set per candidate.
   AggregationOptions aggregation;
   int max_chunks = 4;               // loop placements with 1..max_chunks stages per device
+  bool v_shape = true;              // also the V-shaped placement (2 stages per device)
+  bool memory_choices = true;       // also per-stage recompute / offload (else everything is kept)
 };
 
 struct SearchProgress {
@@ -52,6 +54,11 @@ struct SearchOptions {
   std::function<void(const SearchProgress&)> progress;
   bool local_search = true;  // phase 2: hill climbing from the best candidates of phase 1
   bool partitioner = true;   // DawnPiper's plans as partitions (needs the memory limit to matter)
+  bool builtin_candidates = true;  // a built-in may be the answer (else they are only reported)
+  // Stop after this many simulations as well (0: no cap). With one thread, a search that stops on
+  // this cap rather than on time gives the same answer on every run (train --schedule auto needs that:
+  // each rank searches for itself).
+  int64_t max_evaluations = 0;
 };
 
 // A simulated candidate: a built-in or one the search generated.
@@ -76,6 +83,10 @@ struct SearchResult {
   ScheduleCandidateReport best;            // the fastest that fits (else the smallest footprint)
   std::vector<ScheduleCandidateReport> builtins;  // one per built-in, at the first batch split
   std::string infeasible;                  // when nothing fits: what would be needed
+  // No schedule in the space is faster: the least, over the placements and partitions searched (and
+  // the built-ins'), of the largest of each device's work plus the time its first input needs to
+  // arrive, and one micro-batch's path, with everything kept.
+  double lower_bound = 0;
   int64_t evaluated = 0;                   // candidates simulated
   int64_t pruned = 0;                      // skipped by the lower bound
   int64_t stalled = 0;                     // policies that could not place every action

@@ -1,0 +1,194 @@
+// The automated scheduler's benchmark suite (docs/search.md): zoo models on 4-16 devices, m in
+// {p, 2p, 4p}, memory from what 1F1B needs to what every built-in needs (at least the device's whole
+// memory), transfers from free to 20%
+// of a stage's forward. Prints one markdown row per configuration: the search against Megatron's
+// 1F1B and interleaved 1F1B, the best built-in and the lower bound, and when it came within 1% of
+// its final answer; then the small instances against the exact optimum (exact_schedule.h).
+//
+//   build/search_bench [--budget SECONDS] [--threads T] [--only N]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "flexpipe/core/builtin_schedules.h"
+#include "flexpipe/core/exact_schedule.h"
+#include "flexpipe/core/hardware.h"
+#include "flexpipe/core/lowering.h"
+#include "flexpipe/core/model_zoo.h"
+#include "flexpipe/core/schedule_search.h"
+#include "flexpipe/core/trainable_model.h"
+
+namespace {
+
+using namespace flexpipe;
+
+enum class Memory { Tight, Middle, Relaxed };
+
+struct Config {
+  const char* model;
+  int p;
+  int m;
+  Memory memory;
+  double comm;  // a transfer's latency as a fraction of the mean stage forward under 1F1B's partition
+};
+
+const char* memory_name(Memory m) { return m == Memory::Tight ? "tight" : m == Memory::Middle ? "middle" : "relaxed"; }
+
+const std::vector<Config> kSuite = {
+    {"gpt3-1.3b", 4, 4, Memory::Relaxed, 0.0},      {"gpt3-1.3b", 4, 8, Memory::Tight, 0.0},
+    {"t5-large", 4, 16, Memory::Relaxed, 0.05},     {"bert-large", 4, 16, Memory::Tight, 0.2},
+    {"llama2-7b", 8, 8, Memory::Tight, 0.1},        {"llama2-7b", 8, 16, Memory::Relaxed, 0.0},
+    {"llama2-7b", 8, 32, Memory::Middle, 0.2},      {"deepseek-moe-16b", 8, 32, Memory::Tight, 0.1},
+    {"vit-h14", 8, 8, Memory::Relaxed, 0.05},       {"t5-large", 8, 8, Memory::Tight, 0.2},
+    {"llama3-8b", 8, 32, Memory::Relaxed, 0.2},     {"mixtral-8x7b", 16, 32, Memory::Relaxed, 0.05},
+    {"gpt3-13b", 16, 16, Memory::Relaxed, 0.0},     {"gpt3-6.7b", 16, 32, Memory::Middle, 0.0},
+    {"gpt3-13b", 16, 64, Memory::Tight, 0.1},
+};
+
+SearchProblem problem_for(const Config& c, const HardwareProfile& hardware) {
+  SearchProblem problem;
+  problem.graph = build_model_graph(find_model(c.model), hardware);
+  problem.devices = c.p;
+  problem.batches = {{c.m, 1}};
+  problem.memory_limit = hardware.memory_bytes;
+  problem.aggregation.device_link = {0, link_bandwidth_per_ms(hardware, Interconnect::NvLink)};
+  problem.aggregation.host_link = {0, link_bandwidth_per_ms(hardware, Interconnect::Pcie)};
+  return problem;
+}
+
+const ScheduleCandidateReport* builtin(const SearchResult& r, const std::string& name) {
+  for (const ScheduleCandidateReport& b : r.builtins)
+    if (b.name == name && b.skipped.empty()) return &b;
+  return nullptr;
+}
+
+double peak(const ScheduleCandidateReport& r) { return *std::max_element(r.peak_memory.begin(), r.peak_memory.end()); }
+
+// Time at which the best so far first came within 1% of the final answer.
+double time_to_one_percent(const SearchResult& r) {
+  for (const auto& [seconds, makespan] : r.history)
+    if (makespan <= 1.01 * r.best.makespan) return seconds;
+  return r.seconds;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double budget = 10;
+  int threads = 1, only = -1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--budget") budget = std::atof(argv[i + 1]);
+    else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (flag == "--only") only = std::atoi(argv[i + 1]);
+  }
+  const HardwareProfile& hardware = find_hardware("H100-80GB");
+  fmt::print("budget {} s, {} thread(s), {}\n\n", budget, threads, hardware.name);
+  fmt::print("| # | model | p | m | memory | comm | 1F1B | interleaved | best built-in | search | speedup vs Megatron "
+             "| vs best built-in | vs lower bound | within 1% at | schedules |\n");
+  fmt::print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  double log_speedup = 0;
+  int counted = 0;
+  for (size_t i = 0; i < kSuite.size(); ++i) {
+    if (only >= 0 && static_cast<int>(i) != only) continue;
+    const Config& c = kSuite[i];
+    SearchProblem problem = problem_for(c, hardware);
+    SearchOptions probe;
+    probe.time_budget = 60;
+    probe.local_search = false;
+    probe.partitioner = false;
+    // The memory levels come from the built-ins at the device's whole memory: tight is 1F1B's peak,
+    // middle halfway to ZB-H2's. Transfers: a fixed latency, a fraction of the mean stage forward.
+    problem.max_chunks = 1;
+    problem.v_shape = false;
+    problem.memory_choices = false;
+    const SearchResult reference = search_schedules(problem, probe);
+    const ScheduleCandidateReport* one = builtin(reference, "1f1b");
+    const ScheduleCandidateReport* h2 = builtin(reference, "zb-h2");
+    double forward = 0;
+    for (const StageCosts& s : one->costs.stages) forward += s.forward;
+    forward /= one->costs.stages.size();
+    problem = problem_for(c, hardware);
+    problem.aggregation.device_link.latency = c.comm * forward;
+    if (c.memory == Memory::Tight) problem.memory_limit = peak(*one) * 1.0001;
+    if (c.memory == Memory::Middle) problem.memory_limit = (peak(*one) + (h2 ? peak(*h2) : peak(*one))) / 2;
+    if (c.memory == Memory::Relaxed)  // every built-in fits
+      for (const ScheduleCandidateReport& b : reference.builtins)
+        if (b.skipped.empty()) problem.memory_limit = std::max(problem.memory_limit, peak(b) * 1.0001);
+    SearchOptions options;
+    options.time_budget = budget;
+    options.threads = threads;
+    const SearchResult r = search_schedules(problem, options);
+    const ScheduleCandidateReport *f = builtin(r, "1f1b"), *interleaved = builtin(r, "interleaved-1f1b");
+    double megatron = kInfinity, best_builtin = kInfinity;
+    std::string best_name = "-";
+    for (const ScheduleCandidateReport* b : {f, interleaved})
+      if (b && b->fits) megatron = std::min(megatron, b->makespan);
+    for (const ScheduleCandidateReport& b : r.builtins)
+      if (b.skipped.empty() && b.fits && b.makespan < best_builtin) best_builtin = b.makespan, best_name = b.name;
+    auto cell = [](const ScheduleCandidateReport* b) {
+      return !b ? std::string("-") : b->fits ? fmt::format("{:.1f}", b->makespan) : fmt::format("({:.1f})", b->makespan);
+    };
+    const double speedup = megatron / r.best.makespan;
+    if (std::isfinite(speedup)) log_speedup += std::log(speedup), ++counted;
+    fmt::print("| {} | {} | {} | {} | {} {:.1f} GB | {:.0f}% | {} | {} | {} {:.1f} | {:.1f} | {:.3f}x | {:.3f}x | "
+               "{:+.1f}% | {:.2f} s | {} |\n",
+               i, c.model, c.p, c.m, memory_name(c.memory), problem.memory_limit / 1e9, 100 * c.comm, cell(f),
+               cell(interleaved), best_name, best_builtin, r.best.makespan, speedup, best_builtin / r.best.makespan,
+               100 * (r.best.makespan / r.lower_bound - 1), time_to_one_percent(r), r.evaluated);
+    std::fflush(stdout);
+  }
+  if (counted > 0) fmt::print("\ngeometric-mean speedup over the better of 1F1B and interleaved 1F1B: {:.3f}x\n",
+                              std::exp(log_speedup / counted));
+
+  // Small instances: the search restricted to one stage per device and the balanced partition against
+  // the exact optimum over every per-device order of that placement (split backward or not).
+  if (only >= 0) return 0;
+  fmt::print("\n| model | p | m | memory | comm | search (same placement) | exact optimum | proven | gap |\n");
+  fmt::print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  const std::vector<Config> small = {{"gpt3-1.3b", 2, 4, Memory::Relaxed, 0},   {"gpt3-1.3b", 4, 4, Memory::Relaxed, 0},
+                                     {"bert-large", 3, 6, Memory::Tight, 0},    {"t5-large", 4, 6, Memory::Relaxed, 0},
+                                     {"llama2-7b", 4, 6, Memory::Tight, 0.1}};
+  for (const Config& c : small) {
+    SearchProblem problem = problem_for(c, hardware);
+    problem.max_chunks = 1;
+    problem.v_shape = false;
+    problem.memory_choices = false;
+    SearchOptions options;
+    options.time_budget = budget;
+    options.threads = threads;
+    options.partitioner = false;
+    SearchOptions probe = options;
+    probe.local_search = false;
+    const SearchResult reference = search_schedules(problem, probe);
+    const ScheduleCandidateReport* one = builtin(reference, "1f1b");
+    double forward = 0;
+    for (const StageCosts& s : one->costs.stages) forward += s.forward;
+    problem.aggregation.device_link.latency = c.comm * forward / one->costs.stages.size();
+    if (c.memory == Memory::Tight) problem.memory_limit = peak(*one) * 1.0001;
+    options.builtin_candidates = false;  // the answer must lie in the exact search's space
+    const SearchResult r = search_schedules(problem, options);
+    double exact = kInfinity;
+    bool proven = true;
+    for (bool split : {false, true}) {
+      ExactOptions exact_options;
+      exact_options.time_limit_seconds = 60;
+      exact_options.upper_bound = r.best.makespan * 1.0000001;  // only strictly better schedules are searched
+      const ExactResult e = exact_schedule(make_schedule("exact", c.p, c.m, loop_placement(c.p, c.p)), r.best.costs,
+                                           split, exact_options);
+      if (e.found) exact = std::min(exact, e.makespan);
+      proven = proven && e.proven_optimal;
+    }
+    const double optimum = std::min(exact, r.best.makespan);
+    fmt::print("| {} | {} | {} | {} | {:.0f}% | {:.3f} | {:.3f} | {} | {:+.2f}% |\n", c.model, c.p, c.m,
+               memory_name(c.memory), 100 * c.comm, r.best.makespan, optimum, proven ? "yes" : "no (time limit)",
+               100 * (r.best.makespan / optimum - 1));
+    std::fflush(stdout);
+  }
+  return 0;
+}
