@@ -155,7 +155,8 @@ void run(const SearchCommand& o, int& exit_code) {
     nlohmann::json history = nlohmann::json::array();
     for (const auto& [seconds, makespan] : result.history) history.push_back({{"seconds", seconds}, {"makespan", makespan}});
     j["search"] = {{"evaluated", result.evaluated}, {"pruned", result.pruned},     {"stalled", result.stalled},
-                   {"seconds", result.seconds},     {"exhausted", result.exhausted}, {"threads", options.threads},
+                   {"seconds", result.seconds},     {"exhausted", result.exhausted}, {"proven_optimal", result.proven_optimal},
+                   {"threads", options.threads},
                    {"history", history}};
     if (!result.found) j["infeasible"] = result.infeasible;
     fmt::print("{}\n", j.dump(2));
@@ -165,6 +166,9 @@ void run(const SearchCommand& o, int& exit_code) {
                problem.graph.name, o.devices, gigabytes(problem.memory_limit), result.evaluated, result.pruned,
                result.seconds, result.exhausted ? "" : " (time budget reached)");
     if (result.found) fmt::print("best: {}\n", result.best.family);
+    if (result.proven_optimal)
+      fmt::print("proved optimal by branch and bound over every per-device order of the placements searched "
+                 "(everything kept)\n");
     fmt::print("no schedule searched can beat {:.4g} {} (lower bound); the best is {:+.1f}% above it\n",
                result.lower_bound, unit, 100 * (result.best.makespan / result.lower_bound - 1));
     print_table(result, unit);

@@ -15,6 +15,7 @@
 
 #include "flexpipe/core/builtin_schedules.h"
 #include "flexpipe/core/error.h"
+#include "flexpipe/core/exact_schedule.h"
 #include "flexpipe/core/lowering.h"
 #include "flexpipe/core/memory_actions.h"
 #include "flexpipe/core/partitioner.h"
@@ -105,6 +106,7 @@ class Search {
       run_seeds(first_structure, seeds, finished);
       climb_from(seeds, finished, first_seed);
     }
+    exact_phase();
     polish();
     result_.exhausted = !out_of_time();
     finish();
@@ -492,8 +494,16 @@ class Search {
       best_.makespan = e.makespan;
       best_.candidate = c;
       best_builtin_ = -1;
+      polished_.reset();
       if (better) record_improvement_locked(describe_candidate(c));
     }
+    // The best few of different structures: the starts of the order polishing.
+    auto same = std::find_if(top_.begin(), top_.end(), [&](const auto& t) { return t.second.structure == c.structure; });
+    if (same != top_.end() && same->first <= e.makespan) return;
+    if (same != top_.end()) top_.erase(same);
+    top_.insert(std::upper_bound(top_.begin(), top_.end(), e.makespan, [](double v, const auto& t) { return v < t.first; }),
+                {e.makespan, c});
+    if (top_.size() > kPolished) top_.pop_back();
   }
 
   // ---- phase 2: hill climbing over in-flight limits, memory choices and policy switches ----------
@@ -573,23 +583,74 @@ class Search {
     return out;
   }
 
+  // ---- small instances: branch and bound over every per-device order -------------------------------
+  void exact_phase() {
+    if (!options_.exact || problem_.devices > 4 || out_of_time()) return;
+    std::vector<Candidate> jobs;
+    for (int i = 0; i < static_cast<int>(structures_.size()); ++i) {
+      const Structure& s = structures_[i];
+      if (s.batch.microbatches > 8 || s.rows.size() > 8) continue;
+      for (bool split : {true, false}) {
+        Candidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, 0, 0};
+        c.policy.split_backward = split;
+        c.lower_bound = lower_bound_of(c);
+        jobs.push_back(std::move(c));
+      }
+    }
+    if (jobs.empty()) return;
+    phase("exact (branch and bound)");
+    std::stable_sort(jobs.begin(), jobs.end(), [](const Candidate& a, const Candidate& b) { return a.lower_bound < b.lower_bound; });
+    std::atomic<bool> proven{true};
+    std::atomic<size_t> left{jobs.size()};
+    parallel(jobs.size(), [&](size_t i) {
+      const Candidate& c = jobs[i];
+      const double incumbent = best_makespan();
+      if (c.lower_bound >= incumbent) {  // nothing in this structure beats the best: proven without a search
+        --left;
+        return;
+      }
+      ExactOptions exact;
+      exact.upper_bound = incumbent;
+      exact.time_limit_seconds = std::max(0.05, (options_.time_budget - elapsed()) / static_cast<double>(left.load()));
+      const ExactResult r = exact_schedule(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, exact);
+      --left;
+      evaluated_ += 1;
+      if (!r.proven_optimal) proven = false;
+      if (!r.found) return;
+      std::lock_guard lock(mutex_);
+      if (r.makespan < best_.makespan) {
+        best_.makespan = r.makespan;
+        best_.candidate = c;
+        best_builtin_ = -1;
+        polished_ = r.schedule;
+        order_origin_ = ", order by branch and bound";
+        record_improvement_locked(describe_candidate(c) + order_origin_);
+      }
+    });
+    result_.proven_optimal = proven && !out_of_time();
+  }
+
   // ---- phase 3: local search over the best schedule's per-device orders ----------------------------
   // Swaps neighbouring compute actions of one device (not two of the same stage and kind, whose
   // micro-batch order is kept, nor a micro-batch's own F and backward), keeping a swap when the
   // simulated makespan falls and the schedule still fits; passes until none helps. The simulator
   // rejects orders that deadlock.
   void polish() {
-    std::optional<Candidate> start;
+    std::vector<std::pair<double, Candidate>> starts;
     {
       std::lock_guard lock(mutex_);
-      start = best_.candidate;
+      starts = top_;
     }
-    if (!options_.local_search || !start || out_of_time()) return;
+    if (!options_.local_search || starts.empty() || out_of_time()) return;
     phase("order polishing");
-    const CostTable table = table_of(*start);
-    Schedule order = structures_[start->structure].skeleton;
-    if (!list_schedule(order, table, start->policy, flags(*start, true), flags(*start, false))) return;
-    const std::vector<char> recompute = flags(*start, true), offload = flags(*start, false);
+    parallel(starts.size(), [&](size_t i) { polish(starts[i].second); });
+  }
+
+  void polish(const Candidate& start) {
+    const CostTable table = table_of(start);
+    Schedule order = structures_[start.structure].skeleton;
+    const std::vector<char> recompute = flags(start, true), offload = flags(start, false);
+    if (!list_schedule(order, table, start.policy, recompute, offload)) return;
     const bool decisions = std::any_of(recompute.begin(), recompute.end(), [](char f) { return f; }) ||
                            std::any_of(offload.begin(), offload.end(), [](char f) { return f; });
     auto makespan_of = [&](const Schedule& s) {
@@ -622,9 +683,11 @@ class Search {
     std::lock_guard lock(mutex_);
     if (value < best_.makespan) {
       best_.makespan = value;
+      best_.candidate = start;
       best_builtin_ = -1;
       polished_ = order;
-      record_improvement_locked(describe_candidate(*start) + ", then reordered by local search");
+      order_origin_ = ", then reordered by local search";
+      record_improvement_locked(describe_candidate(start) + order_origin_);
     }
   }
 
@@ -645,7 +708,7 @@ class Search {
     const Structure& s = structures_[c.structure];
     ScheduleCandidateReport r;
     r.name = "search";
-    r.family = describe_candidate(c) + (order ? ", then reordered by local search" : "");
+    r.family = describe_candidate(c) + (order ? order_origin_ : "");
     r.costs = table_of(c);
     if (order) {
       const std::vector<char> recompute = flags(c, true), offload = flags(c, false);
@@ -823,7 +886,10 @@ class Search {
     std::optional<Candidate> candidate;
   } best_;
   int best_builtin_ = -1;
-  std::optional<Schedule> polished_;  // the best candidate's order after polishing, when it helped
+  std::optional<Schedule> polished_;  // the best candidate's order after polishing or branch and bound
+  std::string order_origin_;
+  static constexpr size_t kPolished = 3;
+  std::vector<std::pair<double, Candidate>> top_;  // the best of different structures, fastest first
   std::string best_family_, phase_;
   std::atomic<int64_t> evaluated_{0}, pruned_{0}, stalled_{0};
   std::atomic<double> last_report_{0};

@@ -6,6 +6,7 @@
 
 #include "flexpipe/core/builtin_schedules.h"
 #include "flexpipe/core/error.h"
+#include "flexpipe/core/exact_schedule.h"
 #include "flexpipe/core/hardware.h"
 #include "flexpipe/core/lowering.h"
 #include "flexpipe/core/model_zoo.h"
@@ -47,7 +48,7 @@ double peak(const ScheduleCandidateReport& r) { return *std::max_element(r.peak_
 
 // What every answer must satisfy: it validates, its simulation (lowered, with its own cost table)
 // gives the reported makespan and fits the limit, and its program compiles back to the same schedule.
-void expect_sound(const SearchResult& result, double limit) {
+void expect_sound(const SearchResult& result, double limit, bool builtins_in_space = true) {
   ASSERT_TRUE(result.found);
   const ScheduleCandidateReport& best = result.best;
   EXPECT_TRUE(validate(best.schedule).empty());
@@ -55,7 +56,9 @@ void expect_sound(const SearchResult& result, double limit) {
   EXPECT_DOUBLE_EQ(sim.makespan, best.makespan);
   EXPECT_TRUE(sim.fits);
   for (const DeviceReport& d : sim.devices) EXPECT_LE(d.peak_memory, limit);
-  EXPECT_LE(best.makespan, fastest_fitting_builtin(result));
+  if (builtins_in_space) {
+    EXPECT_LE(best.makespan, fastest_fitting_builtin(result));
+  }
   EXPECT_GE(best.makespan, best.lower_bound * (1 - 1e-12));
   const CompiledProgram compiled = compile_program(write_program(best.schedule), "search.fps");
   EXPECT_EQ(compiled.schedule, best.schedule);
@@ -112,6 +115,25 @@ TEST(ScheduleSearch, ChoosesTheMicroBatchCount) {
   const SearchResult result = search_schedules(p, quick(2));
   expect_sound(result, 80e9);
   EXPECT_DOUBLE_EQ(result.best.batch.microbatches * result.best.batch.microbatch_size, 16);
+}
+
+// Small instances end with branch and bound: the answer is the optimum over every per-device order
+// of the placement (checked against exact_schedule run on its own), and the search says it proved it.
+TEST(ScheduleSearch, SmallInstancesAreProvedOptimal) {
+  SearchProblem p = problem("gpt3-1.3b", 3, 4, 80e9);
+  p.max_chunks = 1;
+  p.v_shape = false;
+  p.memory_choices = false;
+  p.aggregation.device_link.latency = 0.5;  // transfers matter
+  SearchOptions options = quick();
+  options.builtin_candidates = false;
+  const SearchResult result = search_schedules(p, options);
+  expect_sound(result, 80e9, false);
+  EXPECT_TRUE(result.proven_optimal);
+  double optimum = kInfinity;
+  for (bool split : {false, true})
+    optimum = std::min(optimum, exact_schedule(make_schedule("x", 3, 4, loop_placement(3, 3)), result.best.costs, split).makespan);
+  EXPECT_NEAR(result.best.makespan, optimum, 1e-9 * optimum);
 }
 
 TEST(ScheduleSearch, ImpossibleRequestsSayWhatWouldBeNeeded) {

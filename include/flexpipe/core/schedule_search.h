@@ -55,6 +55,9 @@ struct SearchOptions {
   bool local_search = true;  // phase 2: hill climbing from the best candidates of phase 1
   bool partitioner = true;   // DawnPiper's plans as partitions (needs the memory limit to matter)
   bool builtin_candidates = true;  // a built-in may be the answer (else they are only reported)
+  // Small instances (p <= 4, m <= 8, at most 8 stages): branch and bound (exact_schedule.h) over
+  // every per-device order of each placement with everything kept, from the best so far.
+  bool exact = true;
   // Stop after this many simulations as well (0: no cap). With one thread, a search that stops on
   // this cap rather than on time gives the same answer on every run (train --schedule auto needs that:
   // each rank searches for itself).
@@ -92,6 +95,9 @@ struct SearchResult {
   int64_t stalled = 0;                     // policies that could not place every action
   double seconds = 0;
   bool exhausted = false;                  // the search ended before its budget
+  // The exact phase ran and proved, for every placement and partition with everything kept, that no
+  // per-device order (micro-batches in order within a stage) beats the answer.
+  bool proven_optimal = false;
   std::vector<std::pair<double, double>> history;  // (seconds, best makespan) at each improvement
 };
 
