@@ -30,6 +30,7 @@ struct SearchCommand {
   double link_latency = 0;     // in the graph's time unit
   double host_bandwidth = -1;  // bytes per second; -1: the hardware's PCIe
   bool no_local_search = false;
+  bool no_exact = false;
   bool quiet = false;
   std::string output;
   std::string costs_output;
@@ -121,6 +122,7 @@ void run(const SearchCommand& o, int& exit_code) {
   options.time_budget = o.time_budget;
   options.threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   options.local_search = !o.no_local_search;
+  options.exact = !o.no_exact;
   const std::string unit = problem.graph.time_unit;
   if (!o.quiet)
     options.progress = [&unit](const SearchProgress& p) {
@@ -205,6 +207,7 @@ void add_search_command(CLI::App& app, int& exit_code) {
       ->check(CLI::NonNegativeNumber);
   command->add_option("--host-bandwidth", o->host_bandwidth, "Host link for offloading, bytes per second [PCIe]");
   command->add_flag("--no-local-search", o->no_local_search, "Only the enumerated candidates, no hill climbing");
+  command->add_flag("--no-exact", o->no_exact, "No branch and bound on small instances (p <= 4, m <= 8, <= 8 stages)");
   command->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr");
   command->add_option("-o,--output", o->output, "Write the best schedule as a program (.fps)");
   command->add_option("--costs-output", o->costs_output, "Write the best schedule's cost table (JSON) for `simulate`");

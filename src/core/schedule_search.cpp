@@ -408,7 +408,8 @@ class Search {
   }
 
   // Bounds no order beats (docs/search.md, "Lower bounds"): on any device, the time its first input
-  // needs to arrive plus all of its work; at any stage, the last forward (it follows m - 1 others
+  // needs to arrive plus all of its work; on any device, the first gradient's arrival at one of its
+  // stages plus all of its backward work; at any stage, the last forward (it follows m - 1 others
   // there) plus the rest of that micro-batch's way up and back down; at any stage, the first
   // backward's arrival plus m backwards there plus the way down. W of stage 0 ends the last of those.
   double lower_bound_of(const Candidate& c) const {
@@ -439,12 +440,19 @@ class Search {
       bound = std::max(bound, arrival + (m - 1) * forward[k] + (up - arrival) + down + last_weight);
       arrival += forward[k] + transfer[k];
     }
+    std::vector<double> first_gradient(problem_.devices, kInfinity), backward_work(problem_.devices, 0);
     for (int k = stages - 1; k >= 0; --k) {
       const double reach = above + transfer[k];  // from the top down to stage k
       const double below = down - reach - backward[k];
       bound = std::max(bound, up + reach + m * backward[k] + below + last_weight);
       above += backward[k] + transfer[k];
+      const int device = s.skeleton.stage_device[k];
+      first_gradient[device] = std::min(first_gradient[device], up + reach);
+      backward_work[device] += m * (backward[k] + (split ? s.rows[k][c.rows[k]].backward_weight : 0));
     }
+    // No backward work of a device can start before the first gradient reaches one of its stages.
+    for (int d = 0; d < problem_.devices; ++d)
+      if (backward_work[d] > 0) bound = std::max(bound, first_gradient[d] + backward_work[d]);
     for (int d = 0; d < problem_.devices; ++d)
       if (work[d] > 0) bound = std::max(bound, head[d] + work[d]);
     return bound;
