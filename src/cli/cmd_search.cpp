@@ -174,6 +174,9 @@ void run(const SearchCommand& o, int& exit_code) {
     fmt::print("no schedule searched can beat {:.4g} {} (lower bound); the best is {:+.1f}% above it\n",
                result.lower_bound, unit, 100 * (result.best.makespan / result.lower_bound - 1));
     print_table(result, unit);
+    std::string peaks;
+    for (double peak : result.best.peak_memory) peaks += (peaks.empty() ? "" : ", ") + gigabytes(peak);
+    fmt::print("best's peak memory per device: {}\n", peaks);
     if (!o.output.empty() && result.found) fmt::print("wrote {}\n", o.output);
   }
   if (!result.found) {
