@@ -74,6 +74,62 @@ Schedule reference_schedule(Placement placement, int devices, int microbatches, 
   return make_builtin("interleaved-1f1b", {devices, microbatches, chunks});
 }
 
+// Bounds no order of this placement and these costs beats (docs/search.md, "Lower bounds"), per
+// pipeline with its own micro-batches: on any device, the time its first input needs to arrive plus
+// all of its work; on any device, the first gradient's arrival at one of its stages plus all of its
+// backward work; at any stage, the last forward (it follows m - 1 others there) plus the rest of
+// that micro-batch's way up and back down; at any stage, the first backward's arrival plus m
+// backwards there plus the way down. W of the first stage ends the last of those. `split`: the
+// backwards on the critical paths are I (valid for B too, which is longer).
+double structural_lower_bound(const Schedule& skeleton, const CostTable& costs, bool split,
+                              const std::vector<char>& recompute) {
+  const int S = skeleton.stages_per_pipeline, P = skeleton.num_devices;
+  std::vector<int> per_pipeline(skeleton.num_pipelines, 0);
+  for (int mb = 0; mb < skeleton.num_microbatches; ++mb) ++per_pipeline[skeleton.pipeline_of_microbatch(mb)];
+  std::vector<double> work(P, 0), head(P, kInfinity), first_gradient(P, kInfinity), backward_work(P, 0);
+  std::vector<double> forward(S), backward(S), weight(S), transfer(S);
+  double bound = 0;
+  for (int q = 0; q < skeleton.num_pipelines; ++q) {
+    const int m = per_pipeline[q];
+    if (m == 0) continue;
+    auto device_of = [&](int c) { return skeleton.stage_device[q * S + c]; };
+    for (int c = 0; c < S; ++c) {
+      const StageCosts& row = costs.stages[c];
+      const double rebuilt = !recompute.empty() && recompute[q * S + c] ? row.recompute : 0;
+      forward[c] = row.forward;
+      backward[c] = rebuilt + (split ? row.backward_input : row.backward);
+      weight[c] = split ? row.backward_weight : 0;
+      work[device_of(c)] += m * (row.forward + rebuilt + row.backward);
+      transfer[c] = c + 1 < S && device_of(c) != device_of(c + 1)
+                        ? costs.link_between(device_of(c), device_of(c + 1)).transfer_time(row.output_bytes)
+                        : 0;
+    }
+    double up = 0, down = 0;  // one micro-batch's forwards (with transfers), and its backwards
+    for (int c = 0; c < S; ++c) up += forward[c] + transfer[c], down += backward[c] + transfer[c];
+    bound = std::max(bound, up + down + weight[0]);
+    double arrival = 0, above = 0;  // a forward's arrival at chunk c; the backwards above chunk c
+    for (int c = 0; c < S; ++c) {
+      head[device_of(c)] = std::min(head[device_of(c)], arrival);
+      bound = std::max(bound, arrival + (m - 1) * forward[c] + (up - arrival) + down + weight[0]);
+      arrival += forward[c] + transfer[c];
+    }
+    for (int c = S - 1; c >= 0; --c) {
+      const double reach = above + transfer[c];  // from the top down to chunk c
+      const double below = down - reach - backward[c];
+      bound = std::max(bound, up + reach + m * backward[c] + below + weight[0]);
+      above += backward[c] + transfer[c];
+      first_gradient[device_of(c)] = std::min(first_gradient[device_of(c)], up + reach);
+      backward_work[device_of(c)] += m * (backward[c] + weight[c]);
+    }
+  }
+  for (int d = 0; d < P; ++d) {
+    if (work[d] > 0) bound = std::max(bound, head[d] + work[d]);
+    // No backward work of a device can start before the first gradient reaches one of its stages.
+    if (backward_work[d] > 0) bound = std::max(bound, first_gradient[d] + backward_work[d]);
+  }
+  return bound;
+}
+
 class Search {
  public:
   Search(const SearchProblem& problem, const SearchOptions& options)
@@ -295,6 +351,13 @@ class Search {
         r.costs = aggregate_stages(problem_.graph, r.partition, aggregation(batch)).table;
         simulate_report(r);
         ++result_.evaluated;
+        bool split = false;
+        for (const auto& list : r.schedule.device_actions)
+          for (const Action& a : list)
+            split |= a.kind == ActionKind::I || (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::I);
+        builtin_bound_ = std::min(builtin_bound_, r.costs.overlap_ratio >= 1
+                                                      ? structural_lower_bound(r.schedule, r.costs, split, {})
+                                                      : r.lower_bound);
       } catch (const Error& e) {
         r.skipped = e.what();
         r.schedule = {};
@@ -407,55 +470,8 @@ class Search {
     return out;
   }
 
-  // Bounds no order beats (docs/search.md, "Lower bounds"): on any device, the time its first input
-  // needs to arrive plus all of its work; on any device, the first gradient's arrival at one of its
-  // stages plus all of its backward work; at any stage, the last forward (it follows m - 1 others
-  // there) plus the rest of that micro-batch's way up and back down; at any stage, the first
-  // backward's arrival plus m backwards there plus the way down. W of stage 0 ends the last of those.
   double lower_bound_of(const Candidate& c) const {
-    const Structure& s = structures_[c.structure];
-    const int m = s.batch.microbatches;
-    const int stages = static_cast<int>(c.rows.size());
-    const bool split = c.policy.split_backward;
-    std::vector<double> work(problem_.devices, 0), head(problem_.devices, kInfinity);
-    std::vector<double> forward(stages), backward(stages), transfer(stages, 0);
-    for (int k = 0; k < stages; ++k) {
-      const StageCosts& row = s.rows[k][c.rows[k]];
-      const int device = s.skeleton.stage_device[k];
-      const double recompute = s.recomputes[k][c.rows[k]] ? row.recompute : 0;
-      forward[k] = row.forward;
-      backward[k] = recompute + (split ? row.backward_input : row.backward);
-      work[device] += m * (row.forward + recompute + row.backward);
-      if (k + 1 < stages && device != s.skeleton.stage_device[k + 1])
-        transfer[k] = s.base.link_between(device, s.skeleton.stage_device[k + 1]).transfer_time(row.output_bytes);
-    }
-    const double last_weight = split ? s.rows[0][c.rows[0]].backward_weight : 0;
-    double up = 0, down = 0;  // one micro-batch's forwards (with transfers), and its backwards
-    for (int k = 0; k < stages; ++k) up += forward[k] + transfer[k], down += backward[k] + transfer[k];
-    double bound = up + down + last_weight;
-    double arrival = 0, above = 0;  // a forward's arrival at stage k; the backwards above stage k
-    for (int k = 0; k < stages; ++k) {
-      const int device = s.skeleton.stage_device[k];
-      head[device] = std::min(head[device], arrival);
-      bound = std::max(bound, arrival + (m - 1) * forward[k] + (up - arrival) + down + last_weight);
-      arrival += forward[k] + transfer[k];
-    }
-    std::vector<double> first_gradient(problem_.devices, kInfinity), backward_work(problem_.devices, 0);
-    for (int k = stages - 1; k >= 0; --k) {
-      const double reach = above + transfer[k];  // from the top down to stage k
-      const double below = down - reach - backward[k];
-      bound = std::max(bound, up + reach + m * backward[k] + below + last_weight);
-      above += backward[k] + transfer[k];
-      const int device = s.skeleton.stage_device[k];
-      first_gradient[device] = std::min(first_gradient[device], up + reach);
-      backward_work[device] += m * (backward[k] + (split ? s.rows[k][c.rows[k]].backward_weight : 0));
-    }
-    // No backward work of a device can start before the first gradient reaches one of its stages.
-    for (int d = 0; d < problem_.devices; ++d)
-      if (backward_work[d] > 0) bound = std::max(bound, first_gradient[d] + backward_work[d]);
-    for (int d = 0; d < problem_.devices; ++d)
-      if (work[d] > 0) bound = std::max(bound, head[d] + work[d]);
-    return bound;
+    return structural_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, flags(c, true));
   }
 
   // The candidate's schedule: the list scheduler's order with R / OFFLOAD / RELOAD placed.
@@ -745,8 +761,7 @@ class Search {
       c.policy.split_backward = true;
       result_.lower_bound = std::min(result_.lower_bound, lower_bound_of(c));
     }
-    for (const ScheduleCandidateReport& b : result_.builtins)  // their placements may lie outside the space
-      if (b.skipped.empty()) result_.lower_bound = std::min(result_.lower_bound, b.lower_bound);
+    result_.lower_bound = std::min(result_.lower_bound, builtin_bound_);  // their placements may lie outside the space
     result_.evaluated += evaluated_;
     result_.pruned = pruned_;
     result_.stalled = stalled_;
@@ -894,6 +909,7 @@ class Search {
     std::optional<Candidate> candidate;
   } best_;
   int best_builtin_ = -1;
+  double builtin_bound_ = kInfinity;  // the least structural bound of the built-ins' placements
   std::optional<Schedule> polished_;  // the best candidate's order after polishing or branch and bound
   std::string order_origin_;
   static constexpr size_t kPolished = 3;
