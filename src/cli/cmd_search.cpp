@@ -1,6 +1,8 @@
 // flexpipe search: the automated scheduler (docs/search.md). Prints the best schedule found next to
 // every built-in under the same costs and memory limit, and writes it as a program of the language.
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include <fmt/format.h>
@@ -8,6 +10,7 @@
 
 #include "flexpipe/core/error.h"
 #include "flexpipe/core/hardware.h"
+#include "flexpipe/core/partition_plan.h"
 #include "flexpipe/core/schedule_io.h"
 #include "flexpipe/core/schedule_search.h"
 #include "flexpipe/lang/writer.h"
@@ -32,6 +35,7 @@ struct SearchCommand {
   bool no_local_search = false;
   bool no_exact = false;
   bool quiet = false;
+  std::vector<std::string> plans;
   std::string output;
   std::string costs_output;
   bool json = false;
@@ -117,6 +121,25 @@ void run(const SearchCommand& o, int& exit_code) {
   problem.aggregation.device_link = {o.link_latency, link > 0 ? per_time_unit(problem.graph, link) : kInfinity};
   const double host = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
   problem.aggregation.host_link = {0, host > 0 ? per_time_unit(problem.graph, host) : 0.0};
+
+  for (const std::string& path : o.plans) {
+    const PartitionPlan plan = load_partition_plan(path);
+    GivenPartition given;
+    given.name = std::filesystem::path(path).filename().string();
+    given.partition = plan_partition(plan, problem.graph, path);
+    given.decisions = plan_decisions(plan, problem.graph, path);
+    given.microbatch_size = plan.shape.microbatch_size;
+    const bool size_searched = std::any_of(problem.batches.begin(), problem.batches.end(),
+                                           [&](const BatchSplit& b) { return b.microbatch_size == given.microbatch_size; });
+    if (!size_searched)
+      throw Error(fmt::format("{}: the plan is for micro-batches of {} samples, which the search does not try", path,
+                              given.microbatch_size));
+    const int stages = given.partition.num_stages;
+    if (stages % o.devices != 0 || stages / o.devices > std::max(o.max_chunks, 2))
+      throw Error(fmt::format("{}: the plan has {} stages, no placement of {} devices searched has as many", path,
+                              stages, o.devices));
+    problem.partitions.push_back(std::move(given));
+  }
 
   SearchOptions options;
   options.time_budget = o.time_budget;
@@ -209,6 +232,9 @@ void add_search_command(CLI::App& app, int& exit_code) {
   command->add_option("--link-latency", o->link_latency, "Per transfer between devices, in the graph's time unit")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--host-bandwidth", o->host_bandwidth, "Host link for offloading, bytes per second [PCIe]");
+  command->add_option("--plan", o->plans,
+                      "A partition plan (flexpipe partition -o) to search with as well, on every placement with its stage "
+                      "count (repeatable)");
   command->add_flag("--no-local-search", o->no_local_search, "Only the enumerated candidates, no hill climbing");
   command->add_flag("--no-exact", o->no_exact, "No branch and bound on small instances (p <= 4, m <= 8, <= 8 stages)");
   command->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr");

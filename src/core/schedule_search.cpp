@@ -211,6 +211,7 @@ class Search {
       Placement placement;
       int chunks;
       bool dawn;
+      int given = -1;  // index into problem_.partitions
     };
     std::vector<Job> jobs;
     for (const BatchSplit& batch : problem_.batches) {
@@ -218,6 +219,17 @@ class Search {
         if (v * p <= ops) jobs.push_back({batch, Placement::Loop, v, dawn});
       if (problem_.v_shape && p > 1 && 2 * p <= ops) jobs.push_back({batch, Placement::V, 2, dawn});
     }
+    // Given partitions (plans from `flexpipe partition`) on every placement with their stage count,
+    // at the micro-batch size they were made for.
+    const size_t placements = jobs.size();
+    for (int g = 0; g < static_cast<int>(problem_.partitions.size()) && !dawn; ++g)
+      for (size_t j = 0; j < placements; ++j) {
+        const Job& job = jobs[j];
+        const int stages = job.placement == Placement::V ? 2 * p : job.chunks * p;
+        const GivenPartition& given = problem_.partitions[g];
+        if (given.partition.num_stages == stages && given.microbatch_size == job.batch.microbatch_size)
+          jobs.push_back({job.batch, job.placement, job.chunks, false, g});
+      }
     // Fewer stages first: the partitioner's exact memory solver is slowest on many small stages.
     std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
       return (a.placement == Placement::V ? 2 : a.chunks) < (b.placement == Placement::V ? 2 : b.chunks);
@@ -225,7 +237,8 @@ class Search {
     std::vector<std::optional<Structure>> made(jobs.size());
     parallel(jobs.size(), [&](size_t i) {
       const Job& job = jobs[i];
-      made[i] = make_structure(job.batch, job.placement, job.chunks, job.dawn);
+      made[i] = make_structure(job.batch, job.placement, job.chunks, job.dawn,
+                               job.given >= 0 ? &problem_.partitions[job.given] : nullptr);
     });
     for (auto& s : made)
       if (s) structures_.push_back(std::move(*s));
@@ -243,13 +256,14 @@ class Search {
 
   // The compute-balanced cut (PipeDream's planner over the cuts where little crosses), or DawnPiper's
   // plan for the placement's own in-flight counts.
-  std::optional<Structure> make_structure(const BatchSplit& batch, Placement placement, int chunks, bool dawn) const {
+  std::optional<Structure> make_structure(const BatchSplit& batch, Placement placement, int chunks, bool dawn,
+                                          const GivenPartition* given) const {
     const int p = problem_.devices, stages = placement == Placement::V ? 2 * p : chunks * p;
     Structure s;
     s.batch = batch;
     s.placement = placement;
     s.chunks = chunks;
-    s.partition_name = dawn ? "dawn" : "balanced";
+    s.partition_name = given ? given->name : dawn ? "dawn" : "balanced";
     s.skeleton = make_schedule("search", p, batch.microbatches,
                                placement == Placement::V ? v_placement(p, stages) : loop_placement(p, stages));
     const Shape shape{batch.microbatch_size, seq_len_};
@@ -257,7 +271,11 @@ class Search {
     const double host_bandwidth = std::isfinite(host) ? host : 0;
     std::vector<MemoryDecision> plan;
     try {
-      if (dawn) {
+      if (given) {
+        check_partition(problem_.graph, given->partition);
+        s.partition = given->partition;
+        plan = given->decisions;
+      } else if (dawn) {
         const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
         const PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
         const PartitionResult r = partition_model(pp, PartitionMethod::Dawn);
@@ -271,7 +289,7 @@ class Search {
       } else {
         s.partition = balanced_partition(stages, batch, shape, host_bandwidth);
         // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts.
-        if (problem_.memory_limit < kInfinity) {
+        if (problem_.memory_choices && problem_.memory_limit < kInfinity) {
           const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
           const PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
           std::vector<int> starts(1, 0);
@@ -426,7 +444,7 @@ class Search {
   std::vector<std::vector<uint8_t>> row_patterns(const Structure& s) const {
     const int stages = static_cast<int>(s.rows.size());
     std::vector<std::vector<uint8_t>> out;
-    if (s.partition_name == "dawn") return {std::vector<uint8_t>(stages, s.has_row[kPlan] ? kPlan : kKeep)};
+    if (s.partition_name != "balanced") return {std::vector<uint8_t>(stages, s.has_row[kPlan] ? kPlan : kKeep)};
     if (s.has_row[kPlan]) out.push_back(std::vector<uint8_t>(stages, kPlan));
     out.push_back(std::vector<uint8_t>(stages, kKeep));
     if (!problem_.memory_choices) return out;

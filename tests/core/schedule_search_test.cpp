@@ -10,6 +10,7 @@
 #include "flexpipe/core/hardware.h"
 #include "flexpipe/core/lowering.h"
 #include "flexpipe/core/model_zoo.h"
+#include "flexpipe/core/partitioner.h"
 #include "flexpipe/core/schedule_search.h"
 #include "flexpipe/core/validator.h"
 #include "flexpipe/lang/program.h"
@@ -106,6 +107,32 @@ TEST(ScheduleSearch, MemoryDecisionsMakeATooSmallLimitFit) {
     if (!b.skipped.empty()) continue;
     EXPECT_FALSE(b.fits) << b.name;  // no built-in keeps everything within 30 GB
   }
+}
+
+// A given partition (a plan from the partitioner) is searched with its per-operator decisions: with
+// the search's own memory choices turned off, only the plan fits under this limit, and the answer uses
+// its cuts and decisions.
+TEST(ScheduleSearch, SearchesWithAGivenPlan) {
+  SearchProblem p = problem("llama2-7b", 8, 16, 30e9);
+  p.memory_choices = false;
+  PartitionProblem pp = make_partition_problem(p.graph, {1, p.graph.reference.seq_len}, make_builtin("1f1b", {8, 16, 0}),
+                                               30e9, p.aggregation.host_link.bandwidth);
+  const PartitionResult planned = partition_model(pp, PartitionMethod::Dawn);
+  ASSERT_TRUE(planned.fits);
+  GivenPartition given;
+  given.name = "plan.json";
+  std::vector<int> sizes;
+  for (const StageResult& stage : planned.stages) {
+    sizes.push_back(stage.end - stage.begin);
+    given.decisions.insert(given.decisions.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
+  }
+  given.partition = partition_from_sizes(p.graph, sizes);
+  p.partitions = {given};
+  const SearchResult result = search_schedules(p, quick(2));
+  expect_sound(result, 30e9);
+  EXPECT_NE(result.best.family.find("plan.json partition"), std::string::npos) << result.best.family;
+  EXPECT_EQ(result.best.partition, given.partition);
+  EXPECT_EQ(result.best.decisions, given.decisions);
 }
 
 // With a global batch the search also picks the micro-batch count; each split keeps the sample count.

@@ -25,6 +25,16 @@ struct BatchSplit {
   friend bool operator==(const BatchSplit&, const BatchSplit&) = default;
 };
 
+// A partition to search with, e.g. a plan from `flexpipe partition` (partition_plan.h): its operator
+// ranges and per-operator decisions, used on every placement with its stage count at its micro-batch
+// size.
+struct GivenPartition {
+  std::string name;  // for reports: "plan.json"
+  Partition partition;
+  std::vector<MemoryDecision> decisions;  // per graph node; empty: keep everything
+  double microbatch_size = 1;
+};
+
 struct SearchProblem {
   CostGraph graph;
   int devices = 0;
@@ -36,6 +46,7 @@ struct SearchProblem {
   int max_chunks = 4;               // loop placements with 1..max_chunks stages per device
   bool v_shape = true;              // also the V-shaped placement (2 stages per device)
   bool memory_choices = true;       // also per-stage recompute / offload (else everything is kept)
+  std::vector<GivenPartition> partitions;
 };
 
 struct SearchProgress {
