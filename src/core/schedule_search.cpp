@@ -97,7 +97,9 @@ double structural_lower_bound(const Schedule& skeleton, const CostTable& costs, 
       const StageCosts& row = costs.stages[c];
       const double rebuilt = !recompute.empty() && recompute[q * S + c] ? row.recompute : 0;
       forward[c] = row.forward;
-      backward[c] = rebuilt + (split ? row.backward_input : row.backward);
+      // A recompute needs only its own forward and may run while the gradient travels: it counts in
+      // the device's work, not on the paths.
+      backward[c] = split ? row.backward_input : row.backward;
       weight[c] = split ? row.backward_weight : 0;
       work[device_of(c)] += m * (row.forward + rebuilt + row.backward);
       transfer[c] = c + 1 < S && device_of(c) != device_of(c + 1)
