@@ -192,8 +192,8 @@ void run(const SearchCommand& o, int& exit_code) {
                result.seconds, result.exhausted ? "" : " (time budget reached)");
     if (result.found) fmt::print("best: {}\n", result.best.family);
     if (result.proven_optimal)
-      fmt::print("proved optimal by branch and bound over every per-device order of the placements searched "
-                 "(everything kept)\n");
+      fmt::print("proved: no per-device order of the placements and partitions searched, with everything kept, is "
+                 "faster (branch and bound)\n");
     fmt::print("no schedule searched can beat {:.4g} {} (lower bound); the best is {:+.1f}% above it\n",
                result.lower_bound, unit, 100 * (result.best.makespan / result.lower_bound - 1));
     print_table(result, unit);

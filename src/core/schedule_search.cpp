@@ -630,15 +630,14 @@ class Search {
   // ---- small instances: branch and bound over every per-device order -------------------------------
   void exact_phase() {
     if (!options_.exact || problem_.devices > 4 || out_of_time()) return;
-    std::vector<Candidate> jobs;
+    std::vector<Candidate> jobs, too_large;
     for (int i = 0; i < static_cast<int>(structures_.size()); ++i) {
       const Structure& s = structures_[i];
-      if (s.batch.microbatches > 8 || s.rows.size() > 8) continue;
       for (bool split : {true, false}) {
         Candidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, 0, 0};
         c.policy.split_backward = split;
         c.lower_bound = lower_bound_of(c);
-        jobs.push_back(std::move(c));
+        (s.batch.microbatches > 8 || s.rows.size() > 8 ? too_large : jobs).push_back(std::move(c));
       }
     }
     if (jobs.empty()) return;
@@ -671,6 +670,8 @@ class Search {
         record_improvement_locked(describe_candidate(c) + order_origin_);
       }
     });
+    // A structure too large to search is settled only when its bound cannot beat the answer.
+    for (const Candidate& c : too_large) proven = proven && c.lower_bound >= best_makespan();
     result_.proven_optimal = proven && !out_of_time();
   }
 

@@ -106,8 +106,9 @@ struct SearchResult {
   int64_t stalled = 0;                     // policies that could not place every action
   double seconds = 0;
   bool exhausted = false;                  // the search ended before its budget
-  // The exact phase ran and proved, for every placement and partition with everything kept, that no
-  // per-device order (micro-batches in order within a stage) beats the answer.
+  // The exact phase proved that no per-device order (micro-batches in order within a stage) of any
+  // placement and partition searched, with everything kept, beats the answer: branch and bound on
+  // the small ones, the lower bound on the others.
   bool proven_optimal = false;
   std::vector<std::pair<double, double>> history;  // (seconds, best makespan) at each improvement
 };
