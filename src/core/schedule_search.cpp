@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -57,10 +58,8 @@ struct Candidate {
 };
 
 struct Evaluation {
-  bool placed = false;  // the policy placed every action
   bool fits = false;
   double makespan = kInfinity;
-  double peak = 0;  // the largest device's
 };
 
 std::string placement_name(Placement placement, int chunks) {
@@ -521,10 +520,8 @@ class Search {
       return e;
     }
     const SimResult sim = simulate(lower(*schedule), table, {.record_timeline = false, .record_memory = false});
-    e.placed = true;
     e.fits = sim.fits;
     e.makespan = sim.makespan;
-    for (const DeviceReport& d : sim.devices) e.peak = std::max(e.peak, d.peak_memory);
     offer(c, e);
     return e;
   }
@@ -858,10 +855,18 @@ class Search {
   template <class Work>
   void parallel(size_t count, Work work) {
     std::atomic<size_t> next{0};
+    std::exception_ptr failure;  // the first error of any thread, rethrown once all have stopped
+    std::mutex failure_mutex;
     auto loop = [&] {
-      for (size_t i; (i = next++) < count && !out_of_time();) {
-        work(i);
-        maybe_report();
+      try {
+        for (size_t i; (i = next++) < count && !out_of_time();) {
+          work(i);
+          maybe_report();
+        }
+      } catch (...) {
+        std::lock_guard lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+        next = count;
       }
     };
     const int n = static_cast<int>(std::min<size_t>(threads_, count));
@@ -869,6 +874,7 @@ class Search {
     for (int t = 1; t < n; ++t) pool.emplace_back(loop);
     loop();
     for (std::thread& t : pool) t.join();
+    if (failure) std::rethrow_exception(failure);
   }
 
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
