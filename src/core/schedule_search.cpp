@@ -73,15 +73,10 @@ Schedule reference_schedule(Placement placement, int devices, int microbatches, 
   return make_builtin("interleaved-1f1b", {devices, microbatches, chunks});
 }
 
-// Bounds no order of this placement and these costs beats (docs/search.md, "Lower bounds"), per
-// pipeline with its own micro-batches: on any device, the time its first input needs to arrive plus
-// all of its work; on any device, the first gradient's arrival at one of its stages plus all of its
-// backward work; at any stage, the last forward (it follows m - 1 others there) plus the rest of
-// that micro-batch's way up and back down; at any stage, the first backward's arrival plus m
-// backwards there plus the way down. W of the first stage ends the last of those. `split`: the
-// backwards on the critical paths are I (valid for B too, which is longer).
-double structural_lower_bound(const Schedule& skeleton, const CostTable& costs, bool split,
-                              const std::vector<char>& recompute) {
+}  // namespace
+
+double schedule_lower_bound(const Schedule& skeleton, const CostTable& costs, bool split,
+                            const std::vector<char>& recompute) {
   const int S = skeleton.stages_per_pipeline, P = skeleton.num_devices;
   std::vector<int> per_pipeline(skeleton.num_pipelines, 0);
   for (int mb = 0; mb < skeleton.num_microbatches; ++mb) ++per_pipeline[skeleton.pipeline_of_microbatch(mb)];
@@ -130,6 +125,8 @@ double structural_lower_bound(const Schedule& skeleton, const CostTable& costs, 
   }
   return bound;
 }
+
+namespace {
 
 class Search {
  public:
@@ -375,7 +372,7 @@ class Search {
           for (const Action& a : list)
             split |= a.kind == ActionKind::I || (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::I);
         builtin_bound_ = std::min(builtin_bound_, r.costs.overlap_ratio >= 1
-                                                      ? structural_lower_bound(r.schedule, r.costs, split, {})
+                                                      ? schedule_lower_bound(r.schedule, r.costs, split, {})
                                                       : r.lower_bound);
       } catch (const Error& e) {
         r.skipped = e.what();
@@ -490,7 +487,7 @@ class Search {
   }
 
   double lower_bound_of(const Candidate& c) const {
-    return structural_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, flags(c, true));
+    return schedule_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, flags(c, true));
   }
 
   // The candidate's schedule: the list scheduler's order with R / OFFLOAD / RELOAD placed.
