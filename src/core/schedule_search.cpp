@@ -191,11 +191,26 @@ class Search {
     phase("local search");
     std::vector<std::pair<double, int>> ranked(finished.begin() + static_cast<long>(first), finished.end());
     std::sort(ranked.begin(), ranked.end());
+    // The best seeds overall, then the best seed of every other structure whose bound is below the
+    // best so far, most promising bound first: a structure may hold the answer even when its first
+    // candidates were not the fastest.
     std::vector<Candidate> starts;
+    std::vector<char> started(structures_.size(), 0);
     for (const auto& [makespan, i] : ranked) {
       if (makespan == kInfinity || starts.size() >= static_cast<size_t>(4 + 2 * threads_)) break;
       starts.push_back(seeds[i]);
+      started[seeds[i].structure] = 1;
     }
+    std::vector<Candidate> others;
+    for (const auto& [makespan, i] : ranked)
+      if (makespan < kInfinity && !started[seeds[i].structure]) {
+        started[seeds[i].structure] = 1;
+        others.push_back(seeds[i]);
+      }
+    std::stable_sort(others.begin(), others.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.lower_bound < b.lower_bound; });
+    for (const Candidate& c : others)
+      if (c.lower_bound < best_makespan()) starts.push_back(c);
     parallel(starts.size(), [&](size_t i) { climb(starts[i], first + i); });
   }
 
