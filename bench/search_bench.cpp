@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
     // middle halfway to ZB-H2's. Transfers: a fixed latency, a fraction of the mean stage forward.
     problem.max_chunks = 1;
     problem.v_shape = false;
+    problem.bidirectional = false;
     problem.memory_choices = false;
     const SearchResult reference = search_schedules(problem, probe);
     const ScheduleCandidateReport* one = builtin(reference, "1f1b");
@@ -159,6 +160,7 @@ int main(int argc, char** argv) {
     SearchProblem problem = problem_for(c, hardware);
     problem.max_chunks = 1;
     problem.v_shape = false;
+    problem.bidirectional = false;
     problem.memory_choices = false;
     SearchOptions options;
     options.time_budget = budget;

@@ -84,9 +84,12 @@ class ListScheduler {
                 const std::vector<char>& recompute, const std::vector<char>& offload)
       : schedule_(schedule), costs_(costs), policy_(policy), S_(schedule.num_stages()), M_(schedule.num_microbatches),
         P_(schedule.num_devices) {
-    if (schedule.num_pipelines != 1) throw Error("the list scheduler writes one-pipeline schedules");
     if (static_cast<int>(costs.stages.size()) < schedule.stages_per_pipeline)
-      throw Error(fmt::format("the cost table has {} stages, the schedule {}", costs.stages.size(), S_));
+      throw Error(fmt::format("the cost table has {} stages, the schedule {} per pipeline", costs.stages.size(),
+                              schedule.stages_per_pipeline));
+    // Each pipeline's micro-batches, in order: a stage runs those of its own pipeline.
+    pipeline_microbatches_.resize(schedule.num_pipelines);
+    for (int mb = 0; mb < M_; ++mb) pipeline_microbatches_[schedule.pipeline_of_microbatch(mb)].push_back(mb);
     recompute_.assign(S_, 0);
     offload_.assign(S_, 0);
     for (int s = 0; s < S_ && s < static_cast<int>(recompute.size()); ++s) recompute_[s] = recompute[s];
@@ -102,15 +105,15 @@ class ListScheduler {
       DeviceState& dev = devices_[d];
       dev.capacity = costs.capacity(d);
       for (int s : dev.stages) {
-        const StageCosts& c = costs.stages[s];
+        const StageCosts& c = cost(s);
         dev.level += c.parameter_bytes + c.gradient_bytes + c.optimizer_bytes;
         if (recompute_[s] || offload_[s]) dev.reserve = std::max(dev.reserve, c.activation_bytes);
+        dev.remaining_fb += 2 * count(s);
+        remaining_ += count(s) * (policy.split_backward ? 3 : 2);
       }
       dev.limit = d < static_cast<int>(policy.inflight.size()) ? policy.inflight[d] : 0;
-      dev.remaining_fb = 2 * M_ * static_cast<int>(dev.stages.size());
       schedule.device_actions[d].clear();
     }
-    remaining_ = static_cast<int64_t>(S_) * M_ * (policy.split_backward ? 3 : 2);
   }
 
   bool run() {
@@ -129,28 +132,32 @@ class ListScheduler {
 
  private:
   size_t at(int s, int mb) const { return static_cast<size_t>(s) * M_ + mb; }
+  const StageCosts& cost(int s) const { return costs_.stages[schedule_.chunk_of_stage(s)]; }
+  const std::vector<int>& microbatches(int s) const { return pipeline_microbatches_[schedule_.pipeline_of_stage(s)]; }
+  int count(int s) const { return static_cast<int>(microbatches(s).size()); }
+  // The next micro-batch of (kind, s), or -1 when all have started.
+  int next(int kind, int s) const { return next_[kind][s] < count(s) ? microbatches(s)[next_[kind][s]] : -1; }
   double comm(int from, int to) const {
     const int a = schedule_.stage_device[from], b = schedule_.stage_device[to];
     if (a == b) return 0;
-    return costs_.link_between(a, b).transfer_time(costs_.stages[std::min(from, to)].output_bytes);
+    return costs_.link_between(a, b).transfer_time(cost(std::min(from, to)).output_bytes);
   }
   double duration(int kind, int s) const {
-    const StageCosts& c = costs_.stages[s];
+    const StageCosts& c = cost(s);
     if (kind == kForward) return c.forward;
     if (kind == kWeight) return c.backward_weight;
     return (recompute_[s] ? c.recompute : 0) + (policy_.split_backward ? c.backward_input : c.backward);
   }
   // When the data (stage, micro-batch) of `kind` needs has arrived; kNever while a producer has not started.
   double data_ready(int kind, int s, int mb) const {
-    if (kind == kForward) return s == 0 ? 0.0 : end_[kForward][at(s - 1, mb)] + comm(s - 1, s);
+    if (kind == kForward)
+      return schedule_.is_first_stage(s) ? 0.0 : end_[kForward][at(s - 1, mb)] + comm(s - 1, s);
     if (kind == kWeight) return end_[kBackward][at(s, mb)];
     double ready = end_[kForward][at(s, mb)];
-    if (s + 1 < S_) ready = std::max(ready, end_[kBackward][at(s + 1, mb)] + comm(s + 1, s));
+    if (!schedule_.is_last_stage(s)) ready = std::max(ready, end_[kBackward][at(s + 1, mb)] + comm(s + 1, s));
     return ready;
   }
-  double forward_bytes(int s) const {
-    return recompute_[s] ? costs_.stages[s].checkpoint_bytes : costs_.stages[s].activation_bytes;
-  }
+  double forward_bytes(int s) const { return recompute_[s] ? cost(s).checkpoint_bytes : cost(s).activation_bytes; }
   // The earliest time >= from at which a forward of `s` fits the device's memory and in-flight limit.
   double forward_room(const DeviceState& dev, int s, double from) const {
     double when = from;
@@ -185,7 +192,7 @@ class ListScheduler {
       }
     };
     for (int s : dev.stages) {
-      if (const int mb = next_[kForward][s]; mb < M_) {
+      if (const int mb = next(kForward, s); mb >= 0) {
         const double ready = std::max(dev.free_at, data_ready(kForward, s, mb));
         if (ready < kNever) {
           const double room = forward_room(dev, s, ready);
@@ -193,9 +200,9 @@ class ListScheduler {
           consider(kForward, s, mb, room);
         }
       }
-      if (const int mb = next_[kBackward][s]; mb < M_) {
+      if (const int mb = next(kBackward, s); mb >= 0) {
         // A recompute needs only its own forward: it may run while the gradient is on its way.
-        const double lead = recompute_[s] ? costs_.stages[s].recompute : 0;
+        const double lead = recompute_[s] ? cost(s).recompute : 0;
         const double own = end_[kForward][at(s, mb)];
         consider(kBackward, s, mb, std::max({dev.free_at, own, data_ready(kBackward, s, mb) - lead}));
       }
@@ -204,8 +211,8 @@ class ListScheduler {
     // (filling idle time), or, when late, once a forward is held back or nothing else is left.
     if (!policy_.split_backward) return;
     for (int s : dev.stages) {
-      const int mb = next_[kWeight][s];
-      if (mb >= M_) continue;
+      const int mb = next(kWeight, s);
+      if (mb < 0) continue;
       double est = std::max(dev.free_at, data_ready(kWeight, s, mb));
       if (policy_.weight == WeightTiming::Late && dev.remaining_fb > 0) est = std::max(est, blocked_from);
       if (est < kNever) consider(kWeight, s, mb, est);
@@ -214,9 +221,9 @@ class ListScheduler {
 
   void start(int d) {
     DeviceState& dev = devices_[d];
-    const int kind = dev.kind, s = dev.stage, mb = next_[kind][s];
+    const int kind = dev.kind, s = dev.stage, mb = next(kind, s);
     const double t = dev.decision;
-    const StageCosts& c = costs_.stages[s];
+    const StageCosts& c = cost(s);
     dev.level -= dev.frees.commit(t);
     dev.open -= static_cast<int>(dev.closes.commit(t));
     double end = t + duration(kind, s);
@@ -251,8 +258,8 @@ class ListScheduler {
     }
     dev.dirty = true;
     // Whose candidates this end time changes: the next stage's forward, the previous stage's backward.
-    if (kind == kForward && s + 1 < S_) devices_[schedule_.stage_device[s + 1]].dirty = true;
-    if (kind == kBackward && s > 0) devices_[schedule_.stage_device[s - 1]].dirty = true;
+    if (kind == kForward && !schedule_.is_last_stage(s)) devices_[schedule_.stage_device[s + 1]].dirty = true;
+    if (kind == kBackward && !schedule_.is_first_stage(s)) devices_[schedule_.stage_device[s - 1]].dirty = true;
   }
 
   Schedule& schedule_;
@@ -263,6 +270,7 @@ class ListScheduler {
   std::vector<double> end_[3];
   std::vector<int> next_[3];
   std::vector<double> moved_;
+  std::vector<std::vector<int>> pipeline_microbatches_;
   std::vector<DeviceState> devices_;
   int64_t remaining_ = 0;
 };

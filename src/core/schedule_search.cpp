@@ -32,7 +32,13 @@ using Clock = std::chrono::steady_clock;
 enum Row : uint8_t { kKeep = 0, kRecompute = 1, kOffload = 2, kPlan = 3, kRows = 4 };
 constexpr const char* kRowNames[kRows] = {"keep", "recompute", "offload", "plan"};
 
-enum class Placement : uint8_t { Loop, V };
+enum class Placement : uint8_t { Loop, V, Bidirectional };
+
+// Model chunks (stages of one pipeline) of a placement on p devices; stages each device holds.
+int chunk_count(Placement placement, int chunks, int p) {
+  return placement == Placement::V ? 2 * p : placement == Placement::Bidirectional ? p : chunks * p;
+}
+int stages_per_device(Placement placement, int chunks) { return placement == Placement::Loop ? chunks : 2; }
 
 // A placement, a partition and a batch split: everything but the memory choices and the order.
 struct Structure {
@@ -63,12 +69,14 @@ struct Evaluation {
 };
 
 std::string placement_name(Placement placement, int chunks) {
+  if (placement == Placement::Bidirectional) return "bidirectional";
   return placement == Placement::V ? "V-shape" : chunks == 1 ? "loop" : fmt::format("loop v={}", chunks);
 }
 
-// Reference schedules: the partitioner reads in-flight counts from a schedule of the same placement.
+// Reference schedules: the partitioner reads in-flight counts from a built-in of the same placement.
 Schedule reference_schedule(Placement placement, int devices, int microbatches, int chunks) {
   if (placement == Placement::V) return make_builtin("zb-v", {devices, microbatches, 0});
+  if (placement == Placement::Bidirectional) return make_builtin("dualpipe", {devices, microbatches, 0});
   if (chunks == 1) return make_builtin("1f1b", {devices, microbatches, 0});
   return make_builtin("interleaved-1f1b", {devices, microbatches, chunks});
 }
@@ -127,6 +135,14 @@ double schedule_lower_bound(const Schedule& skeleton, const CostTable& costs, bo
 }
 
 namespace {
+
+std::optional<Schedule> reference_or_none(Placement placement, int devices, int microbatches, int chunks) {
+  try {
+    return reference_schedule(placement, devices, microbatches, chunks);
+  } catch (const Error&) {
+    return std::nullopt;  // no built-in of this placement runs at this m
+  }
+}
 
 class Search {
  public:
@@ -231,6 +247,8 @@ class Search {
       for (int v = 1; v <= problem_.max_chunks; ++v)
         if (v * p <= ops) jobs.push_back({batch, Placement::Loop, v, dawn});
       if (problem_.v_shape && p > 1 && 2 * p <= ops) jobs.push_back({batch, Placement::V, 2, dawn});
+      if (problem_.bidirectional && p > 1 && batch.microbatches > 1 && p <= ops)
+        jobs.push_back({batch, Placement::Bidirectional, 1, dawn});
     }
     // Given partitions (plans from `flexpipe partition`) on every placement with their stage count,
     // at the micro-batch size they were made for.
@@ -238,14 +256,14 @@ class Search {
     for (int g = 0; g < static_cast<int>(problem_.partitions.size()) && !dawn; ++g)
       for (size_t j = 0; j < placements; ++j) {
         const Job& job = jobs[j];
-        const int stages = job.placement == Placement::V ? 2 * p : job.chunks * p;
+        const int stages = chunk_count(job.placement, job.chunks, p);
         const GivenPartition& given = problem_.partitions[g];
         if (given.partition.num_stages == stages && given.microbatch_size == job.batch.microbatch_size)
           jobs.push_back({job.batch, job.placement, job.chunks, false, g});
       }
     // Fewer stages first: the partitioner's exact memory solver is slowest on many small stages.
     std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
-      return (a.placement == Placement::V ? 2 : a.chunks) < (b.placement == Placement::V ? 2 : b.chunks);
+      return stages_per_device(a.placement, a.chunks) < stages_per_device(b.placement, b.chunks);
     });
     std::vector<std::optional<Structure>> made(jobs.size());
     parallel(jobs.size(), [&](size_t i) {
@@ -271,14 +289,21 @@ class Search {
   // plan for the placement's own in-flight counts.
   std::optional<Structure> make_structure(const BatchSplit& batch, Placement placement, int chunks, bool dawn,
                                           const GivenPartition* given) const {
-    const int p = problem_.devices, stages = placement == Placement::V ? 2 * p : chunks * p;
+    const int p = problem_.devices, stages = chunk_count(placement, chunks, p);
     Structure s;
     s.batch = batch;
     s.placement = placement;
     s.chunks = chunks;
     s.partition_name = given ? given->name : dawn ? "dawn" : "balanced";
-    s.skeleton = make_schedule("search", p, batch.microbatches,
-                               placement == Placement::V ? v_placement(p, stages) : loop_placement(p, stages));
+    if (placement == Placement::Bidirectional) {
+      // DualPipe's pair of pipelines: the first half of the micro-batches down, the rest up.
+      s.skeleton = make_schedule("search", p, batch.microbatches, bidirectional_placement(p), 2);
+      for (int mb = 0; mb < batch.microbatches; ++mb)
+        s.skeleton.microbatch_pipeline.push_back(mb < (batch.microbatches + 1) / 2 ? 0 : 1);
+    } else {
+      s.skeleton = make_schedule("search", p, batch.microbatches,
+                                 placement == Placement::V ? v_placement(p, stages) : loop_placement(p, stages));
+    }
     const Shape shape{batch.microbatch_size, seq_len_};
     const double host = problem_.aggregation.host_link.bandwidth;
     const double host_bandwidth = std::isfinite(host) ? host : 0;
@@ -303,8 +328,11 @@ class Search {
         s.partition = balanced_partition(stages, batch, shape, host_bandwidth);
         // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts.
         if (problem_.memory_choices && problem_.memory_limit < kInfinity) {
-          const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
-          const PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
+          // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts,
+          // when a built-in of the placement runs at this m.
+          const std::optional<Schedule> reference = reference_or_none(placement, p, batch.microbatches, chunks);
+          if (reference) {
+          const PartitionProblem pp = make_partition_problem(problem_.graph, shape, *reference, problem_.memory_limit, host_bandwidth);
           std::vector<int> starts(1, 0);
           for (int v = 1; v < static_cast<int>(s.partition.stage_of_node.size()); ++v)
             if (s.partition.stage_of_node[v] != s.partition.stage_of_node[v - 1]) starts.push_back(v);
@@ -313,6 +341,7 @@ class Search {
           if (r.fits)
             for (const StageResult& stage : r.stages)
               plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
+          }
         }
       }
     } catch (const Error&) {
@@ -416,12 +445,16 @@ class Search {
   // Per-device in-flight limits: none (memory decides), and the placement's 1F1B-like depth plus a
   // little, so that the split backward's W can fill the bubbles as in ZB-H1 / ZB-H2.
   std::vector<std::vector<int>> inflight_profiles(const Structure& s) const {
-    const int p = problem_.devices, m = s.batch.microbatches, v = s.placement == Placement::V ? 2 : s.chunks;
+    const int p = problem_.devices, m = s.batch.microbatches, v = stages_per_device(s.placement, s.chunks);
     std::vector<std::vector<int>> profiles = {{}};
     for (int extra : {0, 1, 2, p / 2, p}) {
       std::vector<int> limits(p);
       for (int d = 0; d < p; ++d) {
-        int base = s.placement == Placement::V ? 2 * (p - d) : v == 1 ? p - d : (v - 1) * p + 2 * (p - d - 1) + 1;
+        // 1F1B's depth on each leg: p - d down and d + 1 up on the bidirectional pair.
+        const int base = s.placement == Placement::Bidirectional ? p + 1
+                         : s.placement == Placement::V           ? 2 * (p - d)
+                         : v == 1                                 ? p - d
+                                                                  : (v - 1) * p + 2 * (p - d - 1) + 1;
         limits[d] = std::clamp(base + extra, 1, v * m);
       }
       if (std::find(profiles.begin(), profiles.end(), limits) == profiles.end()) profiles.push_back(limits);
@@ -438,7 +471,7 @@ class Search {
 
   std::vector<ListPolicy> policies(const Structure& s, bool split) const {
     std::vector<ListPolicy> out;
-    const bool several = s.placement == Placement::V || s.chunks > 1;
+    const bool several = stages_per_device(s.placement, s.chunks) > 1;
     for (const std::vector<int>& inflight : inflight_profiles(s))
       for (bool backward_first : {true, false})
         for (WeightTiming weight : {WeightTiming::FillIdle, WeightTiming::Late}) {
@@ -494,10 +527,14 @@ class Search {
     return table;
   }
 
+  // Per global stage (every pipeline's copy of a chunk decides alike).
   std::vector<char> flags(const Candidate& c, bool recompute) const {
     const Structure& s = structures_[c.structure];
-    std::vector<char> out(c.rows.size());
-    for (size_t k = 0; k < c.rows.size(); ++k) out[k] = recompute ? s.recomputes[k][c.rows[k]] : s.offloads[k][c.rows[k]];
+    std::vector<char> out(s.skeleton.num_stages());
+    for (size_t g = 0; g < out.size(); ++g) {
+      const int k = s.skeleton.chunk_of_stage(static_cast<int>(g));
+      out[g] = recompute ? s.recomputes[k][c.rows[k]] : s.offloads[k][c.rows[k]];
+    }
     return out;
   }
 
@@ -628,7 +665,7 @@ class Search {
       n.policy.weight = n.policy.weight == WeightTiming::FillIdle ? WeightTiming::Late : WeightTiming::FillIdle;
       out.push_back(n);
     }
-    if (s.placement == Placement::V || s.chunks > 1) {
+    if (stages_per_device(s.placement, s.chunks) > 1) {
       n = c;
       n.policy.forward = n.policy.forward == ForwardOrder::Oldest ? ForwardOrder::Shallow : ForwardOrder::Oldest;
       out.push_back(n);
@@ -646,7 +683,8 @@ class Search {
         Candidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, 0, 0};
         c.policy.split_backward = split;
         c.lower_bound = lower_bound_of(c);
-        (s.batch.microbatches > 8 || s.rows.size() > 8 ? too_large : jobs).push_back(std::move(c));
+        const bool small = s.batch.microbatches <= 8 && s.rows.size() <= 8 && s.skeleton.num_pipelines == 1;
+        (small ? jobs : too_large).push_back(std::move(c));
       }
     }
     if (jobs.empty()) return;

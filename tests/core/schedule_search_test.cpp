@@ -194,6 +194,7 @@ TEST(ScheduleSearch, SmallInstancesAreProvedOptimal) {
   SearchProblem p = problem("gpt3-1.3b", 3, 4, 80e9);
   p.max_chunks = 1;
   p.v_shape = false;
+  p.bidirectional = false;
   p.memory_choices = false;
   p.aggregation.device_link.latency = 0.5;  // transfers matter
   SearchOptions options = quick();

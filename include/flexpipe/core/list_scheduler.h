@@ -40,9 +40,9 @@ struct ListPolicy {
 // One line for reports: "split, W fill-idle, backward first, oldest, in flight [4,3,2,1]".
 std::string describe(const ListPolicy& policy);
 
-// Fills `schedule.device_actions` (one pipeline; placement and micro-batches set; any actions there
-// are replaced) with compute-only lists: F and B, or F, I and W, micro-batches in increasing order
-// within each (stage, kind). `recompute_stage` / `offload_stage` (per stage, or empty) say which
+// Fills `schedule.device_actions` (placement, pipelines, micro-batch routing and count set; any
+// actions there are replaced) with compute-only lists: F and B, or F, I and W, each stage running its
+// pipeline's micro-batches in increasing order within each kind. `recompute_stage` / `offload_stage` (per stage, or empty) say which
 // stages recompute or offload: their memory follows the simulator's rules once add_memory_actions
 // has placed R / OFFLOAD / RELOAD, and a recomputing stage's backward takes R longer. Transfers take
 // their link's time without contention. Returns false, leaving the lists partial, when the policy

@@ -1,7 +1,7 @@
 #pragma once
 // The automated scheduler: given a model's cost graph, devices, a memory limit and a batch, find the
-// fastest schedule that fits, across placements (loop with 1-4 chunks per device, V-shape, the
-// built-ins' bidirectional ones), stage partitions (compute-balanced, DawnPiper's), whole or split
+// fastest schedule that fits, across placements (loop with 1-4 chunks per device, V-shape,
+// bidirectional), stage partitions (compute-balanced, DawnPiper's), whole or split
 // backward, per-device in-flight limits, where W runs, per-stage recompute / offload and, when the
 // global batch allows, the micro-batch count. Every candidate is simulated with the model's costs;
 // candidates whose lower bound cannot beat the best so far are skipped. Anytime and multithreaded.
@@ -45,6 +45,7 @@ struct SearchProblem {
   AggregationOptions aggregation;
   int max_chunks = 4;               // loop placements with 1..max_chunks stages per device
   bool v_shape = true;              // also the V-shaped placement (2 stages per device)
+  bool bidirectional = true;        // also DualPipe's pair of pipelines in opposite directions
   bool memory_choices = true;       // also per-stage recompute / offload (else everything is kept)
   std::vector<GivenPartition> partitions;
 };
