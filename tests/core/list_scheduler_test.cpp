@@ -148,6 +148,23 @@ TEST(ListScheduler, TransfersDelayConsumers) {
   EXPECT_DOUBLE_EQ(run(s, costs).makespan, run(make_builtin("1f1b", {p, m, 0}), costs).makespan);
 }
 
+// Two pipelines in opposite directions (DualPipe's placement): each stage runs only its pipeline's
+// micro-batches, the lists validate, and the two directions fill each other's bubbles: shorter than
+// 1F1B's (m + p - 1)(F + B) on the same devices.
+TEST(ListScheduler, SchedulesBidirectionalPipelines) {
+  const int p = 4, m = 8;
+  Schedule s = make_schedule("bi", p, m, bidirectional_placement(p), 2);
+  for (int mb = 0; mb < m; ++mb) s.microbatch_pipeline.push_back(mb < m / 2 ? 0 : 1);
+  const CostTable costs = uniform_costs(p, 1, 1, 1);
+  ListPolicy policy;
+  policy.split_backward = true;
+  ASSERT_TRUE(list_schedule(s, costs, policy));
+  EXPECT_TRUE(validate(s).empty());
+  for (const auto& list : s.device_actions)
+    for (const Action& a : list) EXPECT_EQ(s.pipeline_of_stage(a.stage), s.pipeline_of_microbatch(a.microbatch));
+  EXPECT_LT(run(s, costs).makespan, 3.0 * (m + p - 1));
+}
+
 TEST(ListScheduler, DescribesItsPolicy) {
   ListPolicy policy;
   policy.split_backward = true;
