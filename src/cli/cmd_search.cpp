@@ -34,6 +34,7 @@ struct SearchCommand {
   double host_bandwidth = -1;  // bytes per second; -1: the hardware's PCIe
   bool no_local_search = false;
   bool no_exact = false;
+  bool no_partitioner = false;
   bool quiet = false;
   std::vector<std::string> plans;
   std::string output;
@@ -146,6 +147,7 @@ void run(const SearchCommand& o, int& exit_code) {
   options.threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   options.local_search = !o.no_local_search;
   options.exact = !o.no_exact;
+  options.partitioner = !o.no_partitioner;
   const std::string unit = problem.graph.time_unit;
   if (!o.quiet)
     options.progress = [&unit](const SearchProgress& p) {
@@ -236,6 +238,8 @@ void add_search_command(CLI::App& app, int& exit_code) {
                       "A partition plan (flexpipe partition -o) to search with as well, on every placement with its stage "
                       "count (repeatable)");
   command->add_flag("--no-local-search", o->no_local_search, "Only the enumerated candidates, no hill climbing");
+  command->add_flag("--no-partitioner", o->no_partitioner,
+                    "No DawnPiper partitions (flexpipe partition on each placement; slow on large models under tight memory)");
   command->add_flag("--no-exact", o->no_exact, "No branch and bound on small instances (p <= 4, m <= 8, <= 8 stages)");
   command->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr");
   command->add_option("-o,--output", o->output, "Write the best schedule as a program (.fps)");
