@@ -169,6 +169,7 @@ class Search {
     std::vector<std::pair<double, int>> finished;
     run_seeds(0, seeds, finished);
     climb_from(seeds, finished, 0);
+    polish(elapsed() + 0.05 * (options_.time_budget - elapsed()));  // early, a twentieth of what is left
     if (options_.partitioner && problem_.memory_choices && problem_.memory_limit < kInfinity && !out_of_time()) {
       const size_t first_structure = structures_.size(), first_seed = seeds.size();
       prepare_structures(true);
@@ -177,7 +178,7 @@ class Search {
       climb_from(seeds, finished, first_seed);
     }
     exact_phase();
-    polish();
+    polish(options_.time_budget);
     result_.exhausted = !out_of_time();
     finish();
     return std::move(result_);
@@ -727,18 +728,25 @@ class Search {
   // micro-batch order is kept, nor a micro-batch's own F and backward), keeping a swap when the
   // simulated makespan falls and the schedule still fits; passes until none helps. The simulator
   // rejects orders that deadlock.
-  void polish() {
+  // Until `until` seconds into the search (the budget bounds it too).
+  void polish(double until) {
     std::vector<std::pair<double, Candidate>> starts;
     {
       std::lock_guard lock(mutex_);
-      starts = top_;
+      for (const auto& entry : top_) {
+        const Candidate& c = entry.second;
+        const bool done = std::any_of(polished_starts_.begin(), polished_starts_.end(), [&](const Candidate& d) {
+          return d.structure == c.structure && d.rows == c.rows && d.policy == c.policy;
+        });
+        if (!done) starts.push_back(entry), polished_starts_.push_back(c);
+      }
     }
     if (!options_.local_search || starts.empty() || out_of_time()) return;
     phase("order polishing");
-    parallel(starts.size(), [&](size_t i) { polish(starts[i].second); });
+    parallel(starts.size(), [&](size_t i) { polish(starts[i].second, until); });
   }
 
-  void polish(const Candidate& start) {
+  void polish(const Candidate& start, double until) {
     const CostTable table = table_of(start);
     Schedule order = structures_[start.structure].skeleton;
     const std::vector<char> recompute = flags(start, true), offload = flags(start, false);
@@ -756,10 +764,11 @@ class Search {
       }
     };
     double value = makespan_of(order);
-    for (bool improved = true; improved && !out_of_time();) {
+    auto stop = [&] { return out_of_time() || elapsed() >= until; };
+    for (bool improved = true; improved && !stop();) {
       improved = false;
       for (auto& list : order.device_actions)
-        for (size_t i = 0; i + 1 < list.size() && !out_of_time(); ++i) {
+        for (size_t i = 0; i + 1 < list.size() && !stop(); ++i) {
           const Action a = list[i], b = list[i + 1];
           if (a.stage == b.stage && (a.kind == b.kind || a.microbatch == b.microbatch)) continue;
           std::swap(list[i], list[i + 1]);
@@ -991,6 +1000,7 @@ class Search {
   std::string order_origin_;
   static constexpr size_t kPolished = 3;
   std::vector<std::pair<double, Candidate>> top_;  // the best of different structures, fastest first
+  std::vector<Candidate> polished_starts_;
   std::string best_family_, phase_;
   std::atomic<int64_t> evaluated_{0}, pruned_{0}, stalled_{0};
   std::atomic<double> last_report_{0};
