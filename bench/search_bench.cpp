@@ -134,6 +134,8 @@ int main(int argc, char** argv) {
     auto cell = [](const ScheduleCandidateReport* b) {
       return !b ? std::string("-") : b->fits ? fmt::format("{:.1f}", b->makespan) : fmt::format("({:.1f})", b->makespan);
     };
+    if (std::getenv("SEARCH_BENCH_HISTORY"))  // how the best so far fell, for one configuration
+      for (const auto& [seconds, makespan] : r.history) fmt::print(stderr, "{:8.3f} s  {:.2f}\n", seconds, makespan);
     const double speedup = megatron / r.best.makespan;
     if (std::isfinite(speedup)) log_speedup += std::log(speedup), ++counted;
     fmt::print("| {} | {} | {} | {} | {} {:.1f} GB | {:.0f}% | {} | {} | {} {:.1f} | {:.1f} | {:.3f}x | {:.3f}x | "

@@ -170,12 +170,16 @@ class Search {
     run_seeds(0, seeds, finished);
     climb_from(seeds, finished, 0);
     polish(elapsed() + 0.05 * (options_.time_budget - elapsed()));  // early, a twentieth of what is left
-    if (options_.partitioner && problem_.memory_choices && problem_.memory_limit < kInfinity && !out_of_time()) {
+    // DawnPiper's plans twice: with the partitioner's greedy memory solver (fast), then with its exact
+    // one on small stages (better plans, seconds on large models under tight limits).
+    for (MemorySolver solver : {MemorySolver::Greedy, MemorySolver::Auto}) {
+      if (!options_.partitioner || !problem_.memory_choices || problem_.memory_limit == kInfinity || out_of_time()) break;
       const size_t first_structure = structures_.size(), first_seed = seeds.size();
-      prepare_structures(true);
+      prepare_structures(true, solver);
       phase("partitioner's plans");
       run_seeds(first_structure, seeds, finished);
       climb_from(seeds, finished, first_seed);
+      if (solver == MemorySolver::Greedy) polish(elapsed() + 0.3 * (options_.time_budget - elapsed()));
     }
     exact_phase();
     polish(options_.time_budget);
@@ -232,7 +236,7 @@ class Search {
   }
 
   // ---- structures: placements x partitions x batch splits, with their cost rows -------------------
-  void prepare_structures(bool dawn) {
+  void prepare_structures(bool dawn, MemorySolver solver = MemorySolver::Auto) {
     phase(dawn ? "partitioner's plans" : "partitions and costs");
     const int p = problem_.devices;
     const int ops = static_cast<int>(problem_.graph.nodes.size());
@@ -270,7 +274,7 @@ class Search {
     parallel(jobs.size(), [&](size_t i) {
       const Job& job = jobs[i];
       made[i] = make_structure(job.batch, job.placement, job.chunks, job.dawn,
-                               job.given >= 0 ? &problem_.partitions[job.given] : nullptr);
+                               job.given >= 0 ? &problem_.partitions[job.given] : nullptr, solver);
     });
     for (auto& s : made)
       if (s) structures_.push_back(std::move(*s));
@@ -289,13 +293,16 @@ class Search {
   // The compute-balanced cut (PipeDream's planner over the cuts where little crosses), or DawnPiper's
   // plan for the placement's own in-flight counts.
   std::optional<Structure> make_structure(const BatchSplit& batch, Placement placement, int chunks, bool dawn,
-                                          const GivenPartition* given) const {
+                                          const GivenPartition* given, MemorySolver solver) const {
     const int p = problem_.devices, stages = chunk_count(placement, chunks, p);
     Structure s;
     s.batch = batch;
     s.placement = placement;
     s.chunks = chunks;
-    s.partition_name = given ? given->name : dawn ? "dawn" : "balanced";
+    s.partition_name = given                                    ? given->name
+                       : !dawn                                  ? "balanced"
+                       : solver == MemorySolver::Greedy ? "dawn (greedy)"
+                                                                : "dawn";
     if (placement == Placement::Bidirectional) {
       // DualPipe's pair of pipelines: the first half of the micro-batches down, the rest up.
       s.skeleton = make_schedule("search", p, batch.microbatches, bidirectional_placement(p), 2);
@@ -316,7 +323,8 @@ class Search {
         plan = given->decisions;
       } else if (dawn) {
         const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
-        const PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
+        PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
+        pp.solver = solver;
         const PartitionResult r = partition_model(pp, PartitionMethod::Dawn);
         if (!r.fits) return std::nullopt;
         const std::vector<int> starts = r.starts();
@@ -764,6 +772,17 @@ class Search {
       }
     };
     double value = makespan_of(order);
+    // Every order better than the best so far becomes the answer at once (anytime).
+    auto publish = [&] {
+      std::lock_guard lock(mutex_);
+      if (value >= best_.makespan) return;
+      best_.makespan = value;
+      best_.candidate = start;
+      best_builtin_ = -1;
+      polished_ = order;
+      order_origin_ = ", then reordered by local search";
+      record_improvement_locked(describe_candidate(start) + order_origin_);
+    };
     auto stop = [&] { return out_of_time() || elapsed() >= until; };
     for (bool improved = true; improved && !stop();) {
       improved = false;
@@ -776,19 +795,11 @@ class Search {
           if (next < value) {
             value = next;
             improved = true;
+            publish();
           } else {
             std::swap(list[i], list[i + 1]);
           }
         }
-    }
-    std::lock_guard lock(mutex_);
-    if (value < best_.makespan) {
-      best_.makespan = value;
-      best_.candidate = start;
-      best_builtin_ = -1;
-      polished_ = order;
-      order_origin_ = ", then reordered by local search";
-      record_improvement_locked(describe_candidate(start) + order_origin_);
     }
   }
 
