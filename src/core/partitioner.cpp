@@ -267,6 +267,7 @@ class BinaryPartitioner {
       hi *= 2;
     }
     for (int iteration = 0; iteration < 60 && hi - lo > 1e-12 * hi; ++iteration) {
+      if (p_.should_stop && p_.should_stop()) break;  // anytime: `best` is feasible at `hi`
       const double mid = 0.5 * (lo + hi);
       if (feasible(mid, starts)) hi = mid, best = starts;
       else lo = mid;

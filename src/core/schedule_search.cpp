@@ -179,7 +179,7 @@ class Search {
       phase("partitioner's plans");
       run_seeds(first_structure, seeds, finished);
       climb_from(seeds, finished, first_seed);
-      if (solver == MemorySolver::Greedy) polish(elapsed() + 0.3 * (options_.time_budget - elapsed()));
+      if (solver == MemorySolver::Greedy) polish(elapsed() + 0.1 * (options_.time_budget - elapsed()));
     }
     exact_phase();
     polish(options_.time_budget);
@@ -325,6 +325,7 @@ class Search {
         const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
         PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
         pp.solver = solver;
+        pp.should_stop = [this] { return out_of_time(); };
         const PartitionResult r = partition_model(pp, PartitionMethod::Dawn);
         if (!r.fits) return std::nullopt;
         const std::vector<int> starts = r.starts();

@@ -80,7 +80,9 @@ TEST(Partitioner, BinarySearchEqualsExhaustiveSearch) {
     if (!keep.fits || keep.bottleneck > dawn.bottleneck * (1 + 1e-9)) ++memory_bound;
     for (const StageResult& stage : dawn.stages) {
       EXPECT_TRUE(stage.memory.fits);
-      if (!problem.cut_allowed.empty()) EXPECT_TRUE(problem.cut_allowed[stage.begin]) << "trial " << trial;
+      if (!problem.cut_allowed.empty()) {
+        EXPECT_TRUE(problem.cut_allowed[stage.begin]) << "trial " << trial;
+      }
     }
   }
   EXPECT_GT(memory_bound, 10);  // the memory decisions mattered in many trials

@@ -4,6 +4,7 @@
 // stage decides per operator whether to keep, recompute or offload what it saves for the backward.
 // Algorithm, theorem and assumptions: docs/partitioner.md.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct PartitionProblem {
   double host_bandwidth = 0;      // bytes per time unit; 0: no offloading
   double bytes_per_parameter = 16;
   MemorySolver solver = MemorySolver::Auto;
+  // Checked between the bisection's steps (Dawn): when it returns true, the search stops and answers
+  // with the best partition found so far (the first feasible one at least). Empty: never.
+  std::function<bool()> should_stop;
   int num_stages() const { return static_cast<int>(in_flight.size()); }
 };
 
