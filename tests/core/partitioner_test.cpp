@@ -88,6 +88,25 @@ TEST(Partitioner, BinarySearchEqualsExhaustiveSearch) {
   EXPECT_GT(memory_bound, 10);  // the memory decisions mattered in many trials
 }
 
+// Stopped at once, the bisection answers with its first feasible partition: it fits, and its
+// bottleneck is no better than the full search's.
+TEST(Partitioner, StopsEarlyWithAFeasiblePartition) {
+  std::mt19937 rng(3);
+  OperatorTable ops = random_ops(rng, 24);
+  double total = 0;
+  for (double saved : ops.saved) total += saved;
+  PartitionProblem problem = problem_of(std::move(ops), one_f_one_b(3), total * 0.6 + 8);
+  const PartitionResult full = partition_model(problem, PartitionMethod::Dawn);
+  ASSERT_TRUE(full.fits);
+  int asked = 0;
+  problem.should_stop = [&] { return ++asked > 0; };
+  const PartitionResult early = partition_model(problem, PartitionMethod::Dawn);
+  EXPECT_GT(asked, 0);
+  ASSERT_TRUE(early.fits);
+  EXPECT_GE(early.bottleneck, full.bottleneck * (1 - 1e-12));
+  for (const StageResult& stage : early.stages) EXPECT_TRUE(stage.memory.fits);
+}
+
 TEST(Partitioner, StagesAreContiguousAndCoverTheGraph) {
   std::mt19937 rng(3);
   const PartitionProblem problem = problem_of(random_ops(rng, 40), one_f_one_b(4), 1e9);
