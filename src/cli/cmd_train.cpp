@@ -120,6 +120,7 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   options.threads = 1;
   options.time_budget = 120;  // a backstop: the count below ends the search
   options.max_evaluations = 20000;
+  options.exact = false;  // its time limits would make the answer depend on the machine's speed
   const SearchResult result = search_schedules(problem, options);
   if (!result.found)
     throw Error(fmt::format("--schedule auto: {}", result.infeasible));

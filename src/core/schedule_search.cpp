@@ -169,7 +169,7 @@ class Search {
     std::vector<std::pair<double, int>> finished;
     run_seeds(0, seeds, finished);
     climb_from(seeds, finished, 0);
-    polish(elapsed() + 0.05 * (options_.time_budget - elapsed()));  // early, a twentieth of what is left
+    polish(share(0.05));  // early, a twentieth of what is left
     // DawnPiper's plans twice: with the partitioner's greedy memory solver (fast), then with its exact
     // one on small stages (better plans, seconds on large models under tight limits).
     for (MemorySolver solver : {MemorySolver::Greedy, MemorySolver::Auto}) {
@@ -179,7 +179,7 @@ class Search {
       phase("partitioner's plans");
       run_seeds(first_structure, seeds, finished);
       climb_from(seeds, finished, first_seed);
-      if (solver == MemorySolver::Greedy) polish(elapsed() + 0.1 * (options_.time_budget - elapsed()));
+      if (solver == MemorySolver::Greedy) polish(share(0.1));
     }
     exact_phase();
     polish(options_.time_budget);
@@ -949,6 +949,12 @@ class Search {
   }
 
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+  // The time a phase may run until: `fraction` of what is left; under a simulation count, where
+  // answers must not depend on the machine's speed, the whole budget (the count stops it).
+  double share(double fraction) const {
+    if (options_.max_evaluations > 0) return options_.time_budget;
+    return elapsed() + fraction * (options_.time_budget - elapsed());
+  }
   bool out_of_time() const {
     return elapsed() >= options_.time_budget || (options_.max_evaluations > 0 && evaluated_ >= options_.max_evaluations);
   }

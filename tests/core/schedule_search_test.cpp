@@ -239,6 +239,22 @@ TEST(ScheduleSearch, HonoursItsTimeBudget) {
   expect_sound(result, 80e9);
 }
 
+// Under a simulation count (one thread, no branch and bound) every run gives the same schedule:
+// `train --schedule auto` runs one search per rank and needs them to agree.
+TEST(ScheduleSearch, ACountedSearchIsReproducible) {
+  const SearchProblem p = problem("gpt3-1.3b", 4, 8, 18.1e9);
+  SearchOptions options;
+  options.threads = 1;
+  options.exact = false;
+  options.time_budget = 120;
+  options.max_evaluations = 1500;
+  const SearchResult first = search_schedules(p, options), second = search_schedules(p, options);
+  EXPECT_EQ(first.evaluated, second.evaluated);
+  EXPECT_EQ(first.best.schedule, second.best.schedule);
+  EXPECT_EQ(first.best.family, second.best.family);
+  expect_sound(first, 18.1e9);
+}
+
 TEST(ScheduleSearch, RejectsBadProblems) {
   SearchProblem p = problem("gpt3-1.3b", 4, 8, 80e9);
   p.batches.clear();

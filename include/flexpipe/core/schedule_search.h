@@ -70,9 +70,10 @@ struct SearchOptions {
   // Small instances (p <= 4, m <= 8, at most 8 stages): branch and bound (exact_schedule.h) over
   // every per-device order of each placement with everything kept, from the best so far.
   bool exact = true;
-  // Stop after this many simulations as well (0: no cap). With one thread, a search that stops on
-  // this cap rather than on time gives the same answer on every run (train --schedule auto needs that:
-  // each rank searches for itself).
+  // Stop after this many simulations as well (0: no cap; with a cap, phases no longer share the
+  // budget by time). With one thread, no branch and bound (its limits are times) and a cap reached
+  // before the budget, every run gives the same answer (train --schedule auto needs that: each rank
+  // searches for itself).
   int64_t max_evaluations = 0;
 };
 
