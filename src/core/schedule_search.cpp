@@ -275,7 +275,7 @@ class Search {
       const Job& job = jobs[i];
       made[i] = make_structure(job.batch, job.placement, job.chunks, job.dawn,
                                job.given >= 0 ? &problem_.partitions[job.given] : nullptr, solver);
-    });
+    }, /*timed=*/dawn);
     for (auto& s : made)
       if (s) structures_.push_back(std::move(*s));
     if (structures_.empty() && !dawn)
@@ -923,14 +923,16 @@ class Search {
   }
 
   // ---- threads, time, progress ------------------------------------------------------------------
+  // `timed`: stop taking items once the budget is spent (the cheap structures are not: every search
+  // needs them, however short its budget).
   template <class Work>
-  void parallel(size_t count, Work work) {
+  void parallel(size_t count, Work work, bool timed = true) {
     std::atomic<size_t> next{0};
     std::exception_ptr failure;  // the first error of any thread, rethrown once all have stopped
     std::mutex failure_mutex;
     auto loop = [&] {
       try {
-        for (size_t i; (i = next++) < count && !out_of_time();) {
+        for (size_t i; (i = next++) < count && !(timed && out_of_time());) {
           work(i);
           maybe_report();
         }
