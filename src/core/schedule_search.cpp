@@ -45,7 +45,7 @@ struct Structure {
   BatchSplit batch;
   Placement placement = Placement::Loop;
   int chunks = 1;
-  std::string partition_name;  // "balanced" or "dawn"
+  std::string partition_name;  // "balanced", "dawn", "dawn (greedy)" or a given plan's name
   Schedule skeleton;           // placement and micro-batches, no actions
   Partition partition;
   CostTable base;              // links and capacity; stages filled from `rows` per candidate
@@ -552,16 +552,26 @@ class Search {
     return schedule_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, flags(c, true));
   }
 
-  // The candidate's schedule: the list scheduler's order with R / OFFLOAD / RELOAD placed.
-  std::optional<Schedule> build(const Candidate& c, const CostTable& table) const {
-    const Structure& s = structures_[c.structure];
-    Schedule schedule = s.skeleton;
+  // The list scheduler's compute-only order for the candidate; nothing when its policy stalls.
+  std::optional<Schedule> order_of(const Candidate& c, const CostTable& table) const {
+    Schedule order = structures_[c.structure].skeleton;
+    if (!list_schedule(order, table, c.policy, flags(c, true), flags(c, false))) return std::nullopt;
+    return order;
+  }
+
+  // A compute-only order of the candidate's structure with its R / OFFLOAD / RELOAD placed.
+  Schedule with_memory_actions(const Schedule& order, const Candidate& c) const {
     const std::vector<char> recompute = flags(c, true), offload = flags(c, false);
-    if (!list_schedule(schedule, table, c.policy, recompute, offload)) return std::nullopt;
     const bool any = std::any_of(recompute.begin(), recompute.end(), [](char f) { return f; }) ||
                      std::any_of(offload.begin(), offload.end(), [](char f) { return f; });
-    if (any) schedule = add_memory_actions(schedule, recompute, offload);
-    return schedule;
+    return any ? add_memory_actions(order, recompute, offload) : order;
+  }
+
+  // The candidate's schedule: the list scheduler's order with R / OFFLOAD / RELOAD placed.
+  std::optional<Schedule> build(const Candidate& c, const CostTable& table) const {
+    std::optional<Schedule> order = order_of(c, table);
+    if (order) order = with_memory_actions(*order, c);
+    return order;
   }
 
   Evaluation evaluate(const Candidate& c) {
@@ -757,14 +767,12 @@ class Search {
 
   void polish(const Candidate& start, double until) {
     const CostTable table = table_of(start);
-    Schedule order = structures_[start.structure].skeleton;
-    const std::vector<char> recompute = flags(start, true), offload = flags(start, false);
-    if (!list_schedule(order, table, start.policy, recompute, offload)) return;
-    const bool decisions = std::any_of(recompute.begin(), recompute.end(), [](char f) { return f; }) ||
-                           std::any_of(offload.begin(), offload.end(), [](char f) { return f; });
+    std::optional<Schedule> listed = order_of(start, table);
+    if (!listed) return;
+    Schedule& order = *listed;
     auto makespan_of = [&](const Schedule& s) {
       try {
-        const SimResult sim = simulate(lower(decisions ? add_memory_actions(s, recompute, offload) : s), table,
+        const SimResult sim = simulate(lower(with_memory_actions(s, start)), table,
                                        {.record_timeline = false, .record_memory = false});
         ++evaluated_;
         return sim.fits ? sim.makespan : kInfinity;
@@ -824,8 +832,7 @@ class Search {
     r.family = describe_candidate(c) + (order ? order_origin_ : "");
     r.costs = table_of(c);
     if (order) {
-      const std::vector<char> recompute = flags(c, true), offload = flags(c, false);
-      r.schedule = add_memory_actions(*order, recompute, offload);
+      r.schedule = with_memory_actions(*order, c);
     } else {
       CostTable limits = r.costs;
       if (unlimited) limits.memory_capacity.clear();
@@ -872,7 +879,10 @@ class Search {
   ScheduleCandidateReport smallest_footprint() const {
     int structure = 0;
     for (int i = 0; i < static_cast<int>(structures_.size()); ++i)
-      if (structures_[i].placement == Placement::Loop && structures_[i].chunks == 1) structure = i;
+      if (structures_[i].placement == Placement::Loop && structures_[i].chunks == 1) {
+        structure = i;  // the first: the compute-balanced cut
+        break;
+      }
     const Structure& s = structures_[structure];
     Candidate c{structure, std::vector<uint8_t>(s.rows.size(), kRecompute), {}, 0, 0};
     c.policy.inflight.assign(problem_.devices, 1);
