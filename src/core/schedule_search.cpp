@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -82,57 +83,6 @@ Schedule reference_schedule(Placement placement, int devices, int microbatches, 
 }
 
 }  // namespace
-
-double schedule_lower_bound(const Schedule& skeleton, const CostTable& costs, bool split,
-                            const std::vector<char>& recompute) {
-  const int S = skeleton.stages_per_pipeline, P = skeleton.num_devices;
-  std::vector<int> per_pipeline(skeleton.num_pipelines, 0);
-  for (int mb = 0; mb < skeleton.num_microbatches; ++mb) ++per_pipeline[skeleton.pipeline_of_microbatch(mb)];
-  std::vector<double> work(P, 0), head(P, kInfinity), first_gradient(P, kInfinity), backward_work(P, 0);
-  std::vector<double> forward(S), backward(S), weight(S), transfer(S);
-  double bound = 0;
-  for (int q = 0; q < skeleton.num_pipelines; ++q) {
-    const int m = per_pipeline[q];
-    if (m == 0) continue;
-    auto device_of = [&](int c) { return skeleton.stage_device[q * S + c]; };
-    for (int c = 0; c < S; ++c) {
-      const StageCosts& row = costs.stages[c];
-      const double rebuilt = !recompute.empty() && recompute[q * S + c] ? row.recompute : 0;
-      forward[c] = row.forward;
-      // A recompute needs only its own forward and may run while the gradient travels: it counts in
-      // the device's work, not on the paths.
-      backward[c] = split ? row.backward_input : row.backward;
-      weight[c] = split ? row.backward_weight : 0;
-      work[device_of(c)] += m * (row.forward + rebuilt + row.backward);
-      transfer[c] = c + 1 < S && device_of(c) != device_of(c + 1)
-                        ? costs.link_between(device_of(c), device_of(c + 1)).transfer_time(row.output_bytes)
-                        : 0;
-    }
-    double up = 0, down = 0;  // one micro-batch's forwards (with transfers), and its backwards
-    for (int c = 0; c < S; ++c) up += forward[c] + transfer[c], down += backward[c] + transfer[c];
-    bound = std::max(bound, up + down + weight[0]);
-    double arrival = 0, above = 0;  // a forward's arrival at chunk c; the backwards above chunk c
-    for (int c = 0; c < S; ++c) {
-      head[device_of(c)] = std::min(head[device_of(c)], arrival);
-      bound = std::max(bound, arrival + (m - 1) * forward[c] + (up - arrival) + down + weight[0]);
-      arrival += forward[c] + transfer[c];
-    }
-    for (int c = S - 1; c >= 0; --c) {
-      const double reach = above + transfer[c];  // from the top down to chunk c
-      const double below = down - reach - backward[c];
-      bound = std::max(bound, up + reach + m * backward[c] + below + weight[0]);
-      above += backward[c] + transfer[c];
-      first_gradient[device_of(c)] = std::min(first_gradient[device_of(c)], up + reach);
-      backward_work[device_of(c)] += m * (backward[c] + weight[c]);
-    }
-  }
-  for (int d = 0; d < P; ++d) {
-    if (work[d] > 0) bound = std::max(bound, head[d] + work[d]);
-    // No backward work of a device can start before the first gradient reaches one of its stages.
-    if (backward_work[d] > 0) bound = std::max(bound, first_gradient[d] + backward_work[d]);
-  }
-  return bound;
-}
 
 namespace {
 
@@ -548,8 +498,24 @@ class Search {
     return out;
   }
 
+  // What ranks and prunes candidates: the closed-form bound, cheap enough for every candidate.
   double lower_bound_of(const Candidate& c) const {
-    return schedule_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, flags(c, true));
+    return schedule_path_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, flags(c, true));
+  }
+
+  // What proofs and the reported space bound use: the full bound (a preemptive schedule per device),
+  // computed once per structure, memory rows and backward kind.
+  double tight_bound_of(const Candidate& c) const {
+    auto key = std::make_tuple(c.structure, c.rows, c.policy.split_backward);
+    {
+      std::lock_guard lock(bounds_mutex_);
+      if (auto found = bounds_.find(key); found != bounds_.end()) return found->second;
+    }
+    const double bound =
+        schedule_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, flags(c, true));
+    std::lock_guard lock(bounds_mutex_);
+    bounds_.emplace(std::move(key), bound);
+    return bound;
   }
 
   // The list scheduler's compute-only order for the candidate; nothing when its policy stalls.
@@ -702,7 +668,7 @@ class Search {
       for (bool split : {true, false}) {
         Candidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, 0, 0};
         c.policy.split_backward = split;
-        c.lower_bound = lower_bound_of(c);
+        c.lower_bound = tight_bound_of(c);
         const bool small = s.batch.microbatches <= 8 && s.rows.size() <= 8 && s.skeleton.num_pipelines == 1;
         (small ? jobs : too_large).push_back(std::move(c));
       }
@@ -854,8 +820,10 @@ class Search {
     result_.lower_bound = kInfinity;
     for (int i = 0; i < static_cast<int>(structures_.size()); ++i) {
       Candidate c{i, std::vector<uint8_t>(structures_[i].rows.size(), kKeep), {}, 0, 0};
-      c.policy.split_backward = true;
-      result_.lower_bound = std::min(result_.lower_bound, lower_bound_of(c));
+      for (bool split : {true, false}) {  // a whole B may cost less than I + W
+        c.policy.split_backward = split;
+        result_.lower_bound = std::min(result_.lower_bound, tight_bound_of(c));
+      }
     }
     result_.lower_bound = std::min(result_.lower_bound, builtin_bound_);  // their placements may lie outside the space
     result_.evaluated += evaluated_;
@@ -1027,6 +995,8 @@ class Search {
   int best_builtin_ = -1;
   double builtin_bound_ = kInfinity;  // the least structural bound of the built-ins' placements
   std::optional<Schedule> polished_;  // the best candidate's order after polishing or branch and bound
+  mutable std::mutex bounds_mutex_;
+  mutable std::map<std::tuple<int, std::vector<uint8_t>, bool>, double> bounds_;  // tight_bound_of's memo
   std::string order_origin_;
   static constexpr size_t kPolished = 3;
   std::vector<std::pair<double, Candidate>> top_;  // the best of different structures, fastest first

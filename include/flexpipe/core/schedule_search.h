@@ -13,6 +13,7 @@
 
 #include "flexpipe/core/cost_graph.h"
 #include "flexpipe/core/list_scheduler.h"
+#include "flexpipe/core/schedule_bound.h"
 #include "flexpipe/core/simulator.h"
 #include "flexpipe/core/stage_aggregation.h"
 
@@ -116,16 +117,5 @@ struct SearchResult {
 };
 
 SearchResult search_schedules(const SearchProblem& problem, const SearchOptions& options = {});
-
-// What no order of `skeleton`'s placement (any number of pipelines, its micro-batches) beats under
-// `costs` (docs/search.md, "Lower bounds"), per pipeline: on any device, the time its first input
-// needs to arrive plus all of its work; on any device, the first gradient's arrival at one of its
-// stages plus all of its backward work; at any stage, the last forward (it follows m - 1 others
-// there) plus the rest of that micro-batch's way up and back down; at any stage, the first
-// backward's arrival plus m backwards there plus the way down; W of the first stage ends the last
-// of those. `split`: paths take I (valid for B, which is longer). `recompute` (per global stage, or
-// empty): R counts in the device's work, not on paths (it may run while the gradient travels).
-double schedule_lower_bound(const Schedule& skeleton, const CostTable& costs, bool split,
-                            const std::vector<char>& recompute = {});
 
 }  // namespace flexpipe
