@@ -70,6 +70,7 @@ std::string render(const ShowOptions& o) {
   if (o.format == "csv") return write_pytorch_csv(schedule);
   if (o.format == "json") return write_schedule_json(schedule);
   if (o.format == "program") return write_program(schedule);
+  if (o.format == "explicit-program") return write_program(schedule, ProgramStyle::Explicit);
   return simulated_view(o, schedule, o.format);
 }
 }  // namespace
@@ -79,8 +80,10 @@ void add_show_command(CLI::App& app, int&) {
   auto o = std::make_shared<ShowOptions>();
   add_schedule_options(command, o->schedule);
   add_cost_options(command, o->costs);
-  command->add_option("-f,--format", o->format, "grid (timed), order, csv (PyTorch), json, program (.fps), svg, trace")
-      ->check(CLI::IsMember({"grid", "order", "csv", "json", "program", "svg", "trace"}));
+  command->add_option("-f,--format", o->format,
+                      "grid (timed), order, csv (PyTorch), json, program (.fps: runs as repeat, K(s) for a stage's next "
+                      "micro-batch), explicit-program (.fps: every action with its micro-batch), svg, trace")
+      ->check(CLI::IsMember({"grid", "order", "csv", "json", "program", "explicit-program", "svg", "trace"}));
   command->add_option("-o,--output", o->output, "Write to this file instead of standard output");
   command->add_flag("--lowered", o->lowered, "Show the lowered form (explicit SEND/RECV)");
   command->add_flag("--explain", o->explain, "For a program: each action with the line that emitted it, then the grid");

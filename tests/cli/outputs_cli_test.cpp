@@ -43,6 +43,18 @@ TEST_F(Outputs, JsonAndProgramForms) {
             "  ]\n"
             "}\n");
   EXPECT_EQ(out("show 1f1b -p 2 -m 2 --format program"),
+            "# Schedule \"1f1b\": every device's actions in order; K(s) is stage s's next micro-batch.\n"
+            "name \"1f1b\"\n"
+            "devices 2\n"
+            "microbatches 2\n"
+            "stages 2\n"
+            "on 0 {\n"
+            "  F(0)  F(0)  B(0)  B(0)\n"
+            "}\n"
+            "on 1 {\n"
+            "  repeat 2 { F(1)  B(1) }\n"
+            "}\n");
+  EXPECT_EQ(out("show 1f1b -p 2 -m 2 --format explicit-program"),
             "# Schedule \"1f1b\": every device's actions in order.\n"
             "name \"1f1b\"\n"
             "devices 2\n"
