@@ -198,6 +198,29 @@ TEST(ScheduleSearch, MemoryDecisionsMakeATooSmallLimitFit) {
   }
 }
 
+// Offloading wins when the host link hides it: under a limit that needs memory decisions, a host
+// link fast enough to make every transfer free gives an answer that offloads and is faster than the
+// best answer over a link at 100 MB/s, where little can be offloaded and recompute does the rest.
+TEST(ScheduleSearch, OffloadsWhenTheHostLinkHidesIt) {
+  auto search = [](double host_bytes_per_ms) {
+    SearchProblem p = problem("gpt3-1.3b", 4, 8, 15e9);
+    p.aggregation.host_link = {0, host_bytes_per_ms};
+    SearchOptions options = quick();
+    options.partitioner = false;
+    options.exact = false;
+    options.max_evaluations = 1500;  // counted, so the outcome does not depend on the machine's speed
+    return search_schedules(p, options);
+  };
+  const SearchResult fast = search(1e13), slow = search(1e5);
+  expect_sound(fast, 15e9);
+  expect_sound(slow, 15e9);
+  auto offloads = [](const SearchResult& r) {
+    return std::count(r.best.decisions.begin(), r.best.decisions.end(), MemoryDecision::Offload);
+  };
+  EXPECT_GT(offloads(fast), 0);
+  EXPECT_LT(fast.best.makespan, slow.best.makespan);
+}
+
 // A given partition (a plan from the partitioner) is searched with its per-operator decisions: with
 // the search's own memory choices turned off, only the plan fits under this limit, and the answer uses
 // its cuts and decisions.
