@@ -176,7 +176,9 @@ TEST(StageMemory, ExactSolverEqualsBruteForce) {
     EXPECT_NEAR(exact.added_time(), expected, 1e-9 * (1 + expected)) << "trial " << trial;
     EXPECT_LE(exact.memory, c.budget);
     const StageMemoryPlan greedy = optimize_stage_memory(ops, begin, n, c, MemorySolver::Greedy);
-    if (greedy.fits) EXPECT_GE(greedy.added_time(), expected - 1e-9) << "trial " << trial;
+    if (greedy.fits) {
+      EXPECT_GE(greedy.added_time(), expected - 1e-9) << "trial " << trial;
+    }
   }
   EXPECT_GT(feasible, 100);
 }
