@@ -9,8 +9,9 @@ bash scripts/setup.sh
 BUILD_DIR=build bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j2
 FUZZ_DIR=build-fuzz bash fuzz/run.sh 30 2>&1 | tail -n 12
-BUILD_DIR=build-asan bash scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DFLEXPIPE_SANITIZE=ON -DFLEXPIPE_BENCH=OFF \
-  -DFLEXPIPE_RUNTIME=OFF
+# -g1: line tables and function names, all a sanitizer report needs, and about 10% less compile time.
+BUILD_DIR=build-asan bash scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DFLEXPIPE_SANITIZE=ON \
+  -DFLEXPIPE_BENCH=OFF -DFLEXPIPE_RUNTIME=OFF
 # Under the sanitizers each process start costs about 0.3 s, so rather than ctest's one process per
 # test each executable runs whole, split into two gtest shards side by side.
 failed=0
