@@ -240,7 +240,7 @@ void add_search_command(CLI::App& app, int& exit_code) {
   command->add_flag("--no-local-search", o->no_local_search, "Only the enumerated candidates, no hill climbing");
   command->add_flag("--no-partitioner", o->no_partitioner,
                     "No DawnPiper partitions (flexpipe partition on each placement; slow on large models under tight memory)");
-  command->add_flag("--no-exact", o->no_exact, "No branch and bound on small instances (p <= 4, m <= 8, <= 8 stages)");
+  command->add_flag("--no-exact", o->no_exact, "No branch and bound on small instances (p <= 4, m <= 8, <= 8 stages or <= 16 when m <= p)");
   command->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr");
   command->add_option("-o,--output", o->output, "Write the best schedule as a program (.fps)");
   command->add_option("--costs-output", o->costs_output, "Write the best schedule's cost table (JSON) for `simulate`");

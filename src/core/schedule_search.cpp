@@ -669,7 +669,10 @@ class Search {
         Candidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, 0, 0};
         c.policy.split_backward = split;
         c.lower_bound = tight_bound_of(c);
-        const bool small = s.batch.microbatches <= 8 && s.rows.size() <= 8 && s.skeleton.num_pipelines == 1;
+        // Up to 8 stages; up to 16 when there are no more micro-batches than devices, where filling
+        // and draining are most of the step, list scheduling is weakest and the tree stays small.
+        const size_t most_stages = s.batch.microbatches <= problem_.devices ? 16 : 8;
+        const bool small = s.batch.microbatches <= 8 && s.rows.size() <= most_stages && s.skeleton.num_pipelines == 1;
         (small ? jobs : too_large).push_back(std::move(c));
       }
     }

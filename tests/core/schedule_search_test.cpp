@@ -276,6 +276,27 @@ TEST(ScheduleSearch, SmallInstancesAreProvedOptimal) {
   EXPECT_NEAR(result.best.makespan, optimum, 1e-9 * optimum);
 }
 
+// With no more micro-batches than devices the branch and bound also takes placements of up to 16
+// stages (here 3 or 4 chunks on 3 devices): it proves the optimum over the space, which lies below
+// every heuristic order of the same search.
+TEST(ScheduleSearch, BranchAndBoundImprovesFillAndDrainHeavyInstances) {
+  SearchProblem p = problem("bert-large", 3, 3, 80e9);
+  p.memory_choices = false;
+  p.v_shape = false;
+  p.bidirectional = false;
+  SearchOptions options = quick();
+  options.partitioner = false;
+  options.exact = false;
+  const SearchResult heuristic = search_schedules(p, options);
+  options.exact = true;
+  const SearchResult exact = search_schedules(p, options);
+  expect_sound(exact, 80e9);
+  EXPECT_TRUE(exact.proven_optimal);
+  EXPECT_LT(exact.best.makespan, heuristic.best.makespan * (1 - 1e-3));
+  EXPECT_NE(exact.best.family.find("branch and bound"), std::string::npos) << exact.best.family;
+  EXPECT_GT(exact.best.schedule.num_stages(), 8) << exact.best.family;
+}
+
 TEST(ScheduleSearch, ImpossibleRequestsSayWhatWouldBeNeeded) {
   // Parameters, gradients and Adam state of 7B parameters at 16 bytes each: 108 GB over 2 devices.
   SearchResult result = search_schedules(problem("llama2-7b", 2, 4, 40e9), quick());

@@ -68,8 +68,9 @@ struct SearchOptions {
   bool local_search = true;  // phase 2: hill climbing from the best candidates of phase 1
   bool partitioner = true;   // DawnPiper's plans as partitions (needs the memory limit to matter)
   bool builtin_candidates = true;  // a built-in may be the answer (else they are only reported)
-  // Small instances (p <= 4, m <= 8, at most 8 stages): branch and bound (exact_schedule.h) over
-  // every per-device order of each placement with everything kept, from the best so far.
+  // Small instances (p <= 4, m <= 8, at most 8 stages, 16 when m <= p): branch and bound
+  // (exact_schedule.h) over every per-device order of each placement with everything kept, from the
+  // best so far.
   bool exact = true;
   // Stop after this many simulations as well (0: no cap; with a cap, phases no longer share the
   // budget by time). With one thread, no branch and bound (its limits are times) and a cap reached
