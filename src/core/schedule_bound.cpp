@@ -142,10 +142,6 @@ double path_bound(const Schedule& skeleton, const std::vector<Path>& paths, cons
   return bound;
 }
 
-}  // namespace
-
-namespace {
-
 std::vector<Path> paths_of(const Schedule& skeleton, const CostTable& costs, bool split, const std::vector<char>& recompute) {
   const int S = skeleton.stages_per_pipeline;
   std::vector<Path> paths(skeleton.num_pipelines);
