@@ -82,10 +82,6 @@ Schedule reference_schedule(Placement placement, int devices, int microbatches, 
   return make_builtin("interleaved-1f1b", {devices, microbatches, chunks});
 }
 
-}  // namespace
-
-namespace {
-
 std::optional<Schedule> reference_or_none(Placement placement, int devices, int microbatches, int chunks) {
   try {
     return reference_schedule(placement, devices, microbatches, chunks);
@@ -286,13 +282,15 @@ class Search {
           plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
       } else {
         s.partition = balanced_partition(stages, batch, shape, host_bandwidth);
-        // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts.
-        if (problem_.memory_choices && problem_.memory_limit < kInfinity) {
-          // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts,
-          // when a built-in of the placement runs at this m.
-          const std::optional<Schedule> reference = reference_or_none(placement, p, batch.microbatches, chunks);
-          if (reference) {
-          const PartitionProblem pp = make_partition_problem(problem_.graph, shape, *reference, problem_.memory_limit, host_bandwidth);
+        // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts,
+        // when a built-in of the placement runs at this m.
+        const std::optional<Schedule> reference =
+            problem_.memory_choices && problem_.memory_limit < kInfinity
+                ? reference_or_none(placement, p, batch.microbatches, chunks)
+                : std::nullopt;
+        if (reference) {
+          const PartitionProblem pp =
+              make_partition_problem(problem_.graph, shape, *reference, problem_.memory_limit, host_bandwidth);
           std::vector<int> starts(1, 0);
           for (int v = 1; v < static_cast<int>(s.partition.stage_of_node.size()); ++v)
             if (s.partition.stage_of_node[v] != s.partition.stage_of_node[v - 1]) starts.push_back(v);
@@ -301,7 +299,6 @@ class Search {
           if (r.fits)
             for (const StageResult& stage : r.stages)
               plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
-          }
         }
       }
     } catch (const Error&) {

@@ -42,10 +42,10 @@ std::string describe(const ListPolicy& policy);
 
 // Fills `schedule.device_actions` (placement, pipelines, micro-batch routing and count set; any
 // actions there are replaced) with compute-only lists: F and B, or F, I and W, each stage running its
-// pipeline's micro-batches in increasing order within each kind. `recompute_stage` / `offload_stage` (per stage, or empty) say which
-// stages recompute or offload: their memory follows the simulator's rules once add_memory_actions
-// has placed R / OFFLOAD / RELOAD, and a recomputing stage's backward takes R longer. Transfers take
-// their link's time without contention. Returns false, leaving the lists partial, when the policy
+// pipeline's micro-batches in increasing order within each kind. `recompute_stage` /
+// `offload_stage` (per stage, or empty) say which stages recompute or offload: their memory follows
+// the simulator's rules once add_memory_actions has placed R / OFFLOAD / RELOAD, and a recomputing
+// stage's backward takes R longer. Transfers take their link's time without contention. Returns false, leaving the lists partial, when the policy
 // stalls: no device can start anything while actions remain (an in-flight limit or a memory
 // capacity too small for the placement).
 bool list_schedule(Schedule& schedule, const CostTable& costs, const ListPolicy& policy,
