@@ -226,7 +226,6 @@ TEST(ScheduleSearch, ImpossibleRequestsSayWhatWouldBeNeeded) {
   EXPECT_NE(result.infeasible.find("more devices"), std::string::npos) << result.infeasible;
 }
 
-// The budget is honoured: a search that cannot finish stops and still answers with its best so far.
 // The budget is honoured: a budget spent before the first candidate stops the search (counted in
 // simulations, not wall time, so the test cannot flake), and the answer is still a sound schedule.
 TEST(ScheduleSearch, HonoursItsTimeBudget) {
