@@ -667,7 +667,8 @@ class Search {
         c.policy.split_backward = split;
         c.lower_bound = tight_bound_of(c);
         // Up to 8 stages; up to 16 when there are no more micro-batches than devices, where filling
-        // and draining are most of the step, list scheduling is weakest and the tree stays small.
+        // and draining are most of the step and list scheduling is weakest (the run may end on its
+        // time share without a proof, keeping the best order it found).
         const size_t most_stages = s.batch.microbatches <= problem_.devices ? 16 : 8;
         const bool small = s.batch.microbatches <= 8 && s.rows.size() <= most_stages && s.skeleton.num_pipelines == 1;
         (small ? jobs : too_large).push_back(std::move(c));
