@@ -107,7 +107,8 @@ class ListScheduler {
       for (int s : dev.stages) {
         const StageCosts& c = cost(s);
         dev.level += c.parameter_bytes + c.gradient_bytes + c.optimizer_bytes;
-        if (recompute_[s] || offload_[s]) dev.reserve = std::max(dev.reserve, c.activation_bytes);
+        if (recompute_[s]) dev.reserve = std::max(dev.reserve, c.rebuilt_bytes(policy.split_backward));
+        if (offload_[s]) dev.reserve = std::max(dev.reserve, c.activation_bytes);
         dev.remaining_fb += 2 * count(s);
         remaining_ += count(s) * (policy.split_backward ? 3 : 2);
       }
@@ -244,10 +245,11 @@ class ListScheduler {
       schedule_.device_actions[d].push_back(Action::make(ActionKind::F, s, mb));
     } else if (kind == kBackward) {
       --dev.remaining_fb;
-      if (recompute_[s]) dev.level += c.activation_bytes;
+      const double rebuilt = recompute_[s] ? c.rebuilt_bytes(policy_.split_backward) : c.activation_bytes;
+      if (recompute_[s]) dev.level += rebuilt;
       if (offload_[s]) dev.level += moved_[at(s, mb)];
       const double checkpoint = recompute_[s] ? c.checkpoint_bytes : 0;
-      dev.frees.add(end, (policy_.split_backward ? c.freed_by_input : c.activation_bytes) + checkpoint);
+      dev.frees.add(end, (policy_.split_backward ? c.freed_by_input : rebuilt) + checkpoint);
       if (!policy_.split_backward) dev.closes.add(end, 1);
       schedule_.device_actions[d].push_back(
           Action::make(policy_.split_backward ? ActionKind::I : ActionKind::B, s, mb));

@@ -56,6 +56,8 @@ PartitionProblem make_partition_problem(const CostGraph& graph, const Shape& sha
   for (int c = 0; c < stages; ++c) problem.budget.push_back(memory_limit / sharing[c]);
   problem.host_bandwidth = host_bandwidth;
   problem.bytes_per_parameter = bytes_per_parameter;
+  for (const std::vector<Action>& actions : schedule.device_actions)
+    problem.split_backward |= std::any_of(actions.begin(), actions.end(), [](const Action& a) { return a.kind == ActionKind::W; });
   // Bytes crossing each cut: per producer, the smaller of its output and its edges to later operators.
   const int n = static_cast<int>(graph.nodes.size());
   std::vector<double> crossing(n + 1, 0);
@@ -131,6 +133,7 @@ class StageCost {
     c.host_bandwidth = p_.host_bandwidth;
     c.period = period;
     c.bytes_per_parameter = p_.bytes_per_parameter;
+    c.split_backward = p_.split_backward;
     return c;
   }
 

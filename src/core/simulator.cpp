@@ -42,6 +42,7 @@ struct StageInfo {
   int32_t backward_link = -1;  // link of this stage's SEND_B
   double forward = 0, backward = 0, backward_input = 0, backward_weight = 0, recompute = 0, optimizer = 0;
   double activation = 0, freed_by_input = 0, checkpoint = 0;
+  double rebuilt = 0;  // what R holds until the backward ends: the largest segment, or everything when split
   double offload = kInfinity;  // the most one OFFLOAD moves
   double forward_send_time = 0, forward_send_bytes = 0;
   double backward_send_time = 0, backward_send_bytes = 0;
@@ -144,8 +145,9 @@ class Simulation {
   // What the end of a backward of `kind` (B or I) releases.
   double backward_release(ActionKind kind, int stage, int microbatch) const {
     const StageInfo& info = work_.stages[stage];
-    const double checkpoint = (work_.facts[fact_index(stage, microbatch)] & kRecomputed) ? info.checkpoint : 0.0;
-    return (kind == ActionKind::I ? info.freed_by_input : info.activation) + checkpoint;
+    const bool recomputed = work_.facts[fact_index(stage, microbatch)] & kRecomputed;
+    if (kind == ActionKind::I) return info.freed_by_input + (recomputed ? info.checkpoint : 0.0);
+    return recomputed ? info.rebuilt + info.checkpoint : info.activation;
   }
 
   void record(int device, int position, double start, double end) {
@@ -271,6 +273,17 @@ void Simulation::prepare_stages() {
                                 work_.link_pairs.begin());
   };
 
+  // Stages whose backward is split rebuild everything at R; the scan is skipped when no stage could
+  // rebuild less.
+  std::vector<char> split_backward(stages, 0);
+  if (std::any_of(costs_.stages.begin(), costs_.stages.end(),
+                  [](const StageCosts& c) { return c.rebuilt_peak_bytes < c.activation_bytes; }))
+    for (const std::vector<Action>& actions : schedule_.device_actions)
+      for (const Action& a : actions) {
+        if (a.kind == ActionKind::I) split_backward[a.stage] = 1;
+        if (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::I) split_backward[a.stage2] = 1;
+      }
+
   work_.stages.assign(stages, StageInfo{});
   for (int s = 0; s < stages; ++s) {
     const StageCosts& cost = costs_.stages[schedule_.chunk_of_stage(s)];
@@ -289,6 +302,7 @@ void Simulation::prepare_stages() {
     info.activation = cost.activation_bytes;
     info.freed_by_input = cost.freed_by_input;
     info.checkpoint = cost.checkpoint_bytes;
+    info.rebuilt = cost.rebuilt_bytes(split_backward[s]);
     info.offload = cost.offload_bytes;
     if (!info.last && !info.next_local) {
       info.forward_link = link_id(info.device, placement[s + 1]);
@@ -425,7 +439,7 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       if (!wait(device, key(s, m, detail::kForwardDone), ready)) return false;
       if ((work_.facts[fact_index(s, m)] & kOffloaded) && !wait(device, key(s, m, detail::kReloadDone), ready))
         return false;
-      change_activation(device, ready, s, m, work_.stages[s].activation);
+      change_activation(device, ready, s, m, work_.stages[s].rebuilt);
       produce(key(s, m, detail::kRecomputeDone), run_compute(work_.stages[s].recompute));
       return true;
     }

@@ -146,6 +146,11 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
   for (StageCosts& stage : costs) stage = StageCosts{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   std::vector<double> held(stages, 0), held_freed(stages, 0), rebuilt(stages, 0), rebuilt_freed(stages, 0);
   std::vector<bool> recomputes(stages, false), offloads(stages, false);
+  // Recompute segments: runs of recomputed operators of one stage and one layer, consecutive in graph
+  // order; each is named by its first operator. A whole backward rebuilds one at a time.
+  std::vector<int> segment_of(n, -1);
+  std::vector<double> largest_segment(stages, 0);
+  double segment_bytes = 0;
 
   for (int i = 0; i < n; ++i) {
     const OperatorNode& node = graph.nodes[i];
@@ -172,12 +177,17 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
         held[k] += saved;
         held_freed[k] += freed;
         break;
-      case MemoryDecision::Recompute:
+      case MemoryDecision::Recompute: {
         recomputes[k] = true;
         stage.recompute += forward;
         rebuilt[k] += saved;
         rebuilt_freed[k] += freed;
+        const bool continues = i > 0 && segment_of[i - 1] >= 0 && stage_of[i - 1] == k && graph.nodes[i - 1].layer == node.layer;
+        segment_of[i] = continues ? segment_of[i - 1] : i;
+        segment_bytes = (continues ? segment_bytes : 0) + saved;
+        largest_segment[k] = std::max(largest_segment[k], segment_bytes);
         break;
+      }
     }
   }
 
@@ -206,13 +216,13 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       }
       costs[cut].output_bytes += std::min(output, crossing);
     }
-    // A recomputed consumer re-reads its inputs that are not recomputed with it: each is checkpointed
-    // once per stage that recomputes from it.
+    // A recomputed consumer re-reads its inputs that its segment does not rebuild: each is
+    // checkpointed once per stage that recomputes from it.
     reads.clear();
     for (int j = first_edge[p]; j < first_edge[p + 1]; ++j) {
       const TensorEdge& edge = graph.edges[by_producer[j]];
       const int k = stage_of[edge.to];
-      const bool rebuilt_with_consumer = from_stage == k && decision(p) == MemoryDecision::Recompute;
+      const bool rebuilt_with_consumer = segment_of[p] >= 0 && segment_of[p] == segment_of[edge.to];
       if (decision(edge.to) != MemoryDecision::Recompute || rebuilt_with_consumer) continue;
       auto it = std::find_if(reads.begin(), reads.end(), [&](const auto& r) { return r.first == k; });
       if (it == reads.end()) reads.emplace_back(k, edge.bytes.at(b, s));
@@ -231,6 +241,7 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       stage.checkpoint_bytes = checkpoint[k] + held[k];
       stage.activation_bytes = rebuilt[k];
       stage.freed_by_input = rebuilt_freed[k];
+      stage.rebuilt_peak_bytes = largest_segment[k];
     } else {
       stage.activation_bytes = held[k];
       stage.freed_by_input = held_freed[k];

@@ -64,6 +64,7 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
   ops.parameters.resize(n);
   ops.inputs.resize(n);
   ops.tied_to.resize(n);
+  ops.layer.resize(n);
   for (int i = 0; i < n; ++i) {
     const OperatorNode& node = graph.nodes[i];
     ops.forward[i] = operator_time(graph, node, Pass::Forward, shape);
@@ -73,6 +74,7 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
     ops.workspace[i] = node.workspace_bytes.at(shape.microbatch_size, shape.seq_len);
     ops.parameters[i] = node.parameters;
     ops.tied_to[i] = node.tied_to;
+    ops.layer[i] = node.layer;
   }
   for (const TensorEdge& edge : graph.edges)
     ops.inputs[edge.to].push_back({edge.from, edge.bytes.at(shape.microbatch_size, shape.seq_len)});
@@ -90,13 +92,20 @@ const char* memory_solver_name(MemorySolver solver) {
 
 namespace {
 
+// Whether a recomputed v continues its predecessor's recompute segment. A segment is a run of
+// recomputed operators within one layer: the granularity at which Megatron's full recompute
+// checkpoints, so a segment never holds more than one layer's activations.
+bool continues_segment(const OperatorTable& ops, int begin, int v, bool previous_recomputed) {
+  return previous_recomputed && v > begin && ops.same_layer(v - 1, v);
+}
+
 // What a recomputed operator keeps as checkpoints: every input produced inside the stage, except the
-// one from its immediate predecessor when that is recomputed too (the chain rebuilds it). Inputs from
+// one from its immediate predecessor when the segment continues (the segment rebuilds it). Inputs from
 // earlier stages are the stage's received inputs, held until the backward anyway.
-double checkpoint_bytes(const OperatorTable& ops, int begin, int v, bool previous_recomputed) {
+double checkpoint_bytes(const OperatorTable& ops, int begin, int v, bool continues) {
   double bytes = 0;
   for (const OperatorTable::InEdge& in : ops.inputs[v])
-    if (in.from >= begin && !(in.from == v - 1 && previous_recomputed)) bytes += in.bytes;
+    if (in.from >= begin && !(in.from == v - 1 && continues)) bytes += in.bytes;
   return bytes;
 }
 
@@ -191,23 +200,45 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
       best_a = a, best_b = b, best_is_offload = offload;
     };
     const double penalty_now = offload_penalty(offloaded, context);
+    // The recompute segments now: bytes from each one's start through v (into_segment) and from v
+    // through its end (from_segment), to price what a move adds to the largest one.
+    std::vector<double> into_segment(n, 0), from_segment(n, 0);
+    double largest_segment = 0;
+    for (int v = begin; v < end; ++v) {
+      if (!is(v, MemoryDecision::Recompute)) continue;
+      const bool continues = continues_segment(ops, begin, v, is(v - 1, MemoryDecision::Recompute));
+      into_segment[v - begin] = (continues ? into_segment[v - 1 - begin] : 0) + ops.saved[v];
+      largest_segment = std::max(largest_segment, into_segment[v - begin]);
+    }
+    for (int v = end - 1; v >= begin; --v)
+      if (is(v, MemoryDecision::Recompute))
+        from_segment[v - begin] = ops.saved[v] + (continues_segment(ops, begin, v + 1, true) && is(v + 1, MemoryDecision::Recompute)
+                                                      ? from_segment[v + 1 - begin]
+                                                      : 0);
     for (int a = begin; a < end; ++a) {
       if (!is(a, MemoryDecision::Keep)) continue;
       if (can_offload(ops, a, context))
         consider(k * ops.saved[a] - (offloaded_held(offloaded + ops.saved[a], context) - offloaded_held(offloaded, context)),
                  offload_penalty(offloaded + ops.saved[a], context) - penalty_now, a, a, true);
       if (!context.allow_recompute) continue;
-      double kept = 0, rebuilt = 0, checkpoints = 0, cost = 0;
-      for (int b = a; b < end && b < a + kLongestChain && is(b, MemoryDecision::Keep); ++b) {
+      // A chain stays within a's layer: a longer one is two segments, i.e. two moves.
+      const bool joins_left = continues_segment(ops, begin, a, is(a - 1, MemoryDecision::Recompute));
+      const double left = joins_left ? into_segment[a - 1 - begin] : 0;
+      double kept = 0, chain = 0, checkpoints = 0, cost = 0;
+      for (int b = a; b < end && b < a + kLongestChain && is(b, MemoryDecision::Keep) && (b == a || ops.same_layer(b - 1, b));
+           ++b) {
         kept += k * ops.saved[b];
-        rebuilt += ops.saved[b];
-        checkpoints += k * checkpoint_bytes(ops, begin, b, b > a || is(a - 1, MemoryDecision::Recompute));
+        chain += ops.saved[b];
+        checkpoints += k * checkpoint_bytes(ops, begin, b, b > a || joins_left);
         cost += ops.forward[b];
-        // A recomputed successor no longer keeps b's output once b is rebuilt too.
+        // A recomputed successor in the same layer no longer keeps b's output once b is rebuilt too.
+        const bool joins_right = is(b + 1, MemoryDecision::Recompute) && continues_segment(ops, begin, b + 1, true);
         double freed_successor = 0;
-        if (is(b + 1, MemoryDecision::Recompute))
+        if (joins_right)
           for (const OperatorTable::InEdge& in : ops.inputs[b + 1])
             if (in.from == b) freed_successor += k * in.bytes;
+        const double merged = left + chain + (joins_right ? from_segment[b + 1 - begin] : 0);
+        const double rebuilt = context.split_backward ? chain : std::max(0.0, merged - largest_segment);
         consider(kept + freed_successor - rebuilt - checkpoints, cost, a, b, false);
       }
     }
@@ -223,62 +254,82 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
 
 // ---- exact ----
 
+// A partial assignment of the operators so far. Its memory at the end is memory + largest plus the
+// offloaded copies; largest may still grow while the open segment does.
 struct Point {
-  double memory;  // accumulated, fixed part included, offloaded bytes excluded (they depend on the total)
+  double memory;     // fixed part, k * (kept + checkpoints), and every rebuilt byte when the backward is split
+  double largest;    // the largest recompute segment so far, the open one included (whole backward only)
+  double open;       // the open segment's bytes when the last operator is recomputed (whole backward only)
   double recompute;
-  double offload;
-  int parent;  // index into the arena, -1 at the start
+  double offload;    // bytes; their copies depend on the total, so they are charged at the end
+  int parent;        // index into the arena, -1 at the start
   MemoryDecision decision;
 };
 
 double objective(const Point& p, const StageContext& context) { return p.recompute + offload_penalty(p.offload, context); }
 
-// Removes points another point of the same set dominates (no more memory, recompute time and
-// offload bytes); sorts by memory.
+// Whatever the remaining operators decide, both points pay the same for it, and then p is never worse
+// than q. Final memory is memory + max(largest, S) for the largest segment S still to come (S grows
+// with open), which is no more for p at every S when p holds no more now (memory + largest) and no
+// more besides its segments (memory).
+bool dominates(const Point& p, const Point& q) {
+  return p.memory <= q.memory && p.memory + p.largest <= q.memory + q.largest && p.open <= q.open &&
+         p.recompute <= q.recompute && p.offload <= q.offload;
+}
+
+// Removes points another point of the same set dominates; sorts by the memory they hold so far.
 void keep_pareto(std::vector<int>& set, const std::vector<Point>& arena) {
-  std::sort(set.begin(), set.end(), [&](int a, int b) {
-    const Point &p = arena[a], &q = arena[b];
-    if (p.memory != q.memory) return p.memory < q.memory;
-    if (p.recompute != q.recompute) return p.recompute < q.recompute;
-    return p.offload < q.offload;
-  });
-  // Staircase of the points kept so far (all with no more memory): recompute time -> least offload
-  // bytes, offload strictly falling as recompute rises. A point is dominated when the step at or left
-  // of its recompute time offloads no more than it does.
-  std::map<double, double> stairs;
-  std::vector<int> kept;
-  for (int i : set) {
+  auto key = [&](int i) {
     const Point& p = arena[i];
-    auto after = stairs.upper_bound(p.recompute);
-    if (after != stairs.begin() && std::prev(after)->second <= p.offload) continue;
-    kept.push_back(i);
-    while (after != stairs.end() && after->second >= p.offload) after = stairs.erase(after);
-    stairs[p.recompute] = p.offload;
-  }
+    return std::array<double, 6>{p.memory + p.largest, p.memory, p.largest, p.open, p.recompute, p.offload};
+  };
+  // Lexicographic order puts every dominating point before the points it dominates.
+  std::sort(set.begin(), set.end(), [&](int a, int b) { return key(a) < key(b); });
+  std::vector<int> kept;
+  for (int i : set)
+    if (std::none_of(kept.begin(), kept.end(), [&](int j) { return dominates(arena[j], arena[i]); })) kept.push_back(i);
   set.swap(kept);
 }
 
 constexpr size_t kMaxParetoPoints = 4096;
+
+// The two ways a recomputed operator v adds to a point: its checkpoints k times, and its saved bytes
+// either to every rebuilt byte (split backward) or to the open segment.
+Point recompute_step(const OperatorTable& ops, int begin, int v, const StageContext& context, const Point& base,
+                     bool previous_recomputed) {
+  const bool continues = continues_segment(ops, begin, v, previous_recomputed);
+  Point p = base;
+  p.memory += context.in_flight * checkpoint_bytes(ops, begin, v, continues);
+  if (context.split_backward) {
+    p.memory += ops.saved[v];
+  } else {
+    p.open = (continues ? base.open : 0) + ops.saved[v];
+    p.largest = std::max(base.largest, p.open);
+  }
+  p.recompute += ops.forward[v];
+  p.decision = MemoryDecision::Recompute;
+  return p;
+}
 
 StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const StageContext& context) {
   const int n = end - begin;
   const double k = context.in_flight;
   const Fixed fixed = fixed_memory(ops, begin, end, context);
   // A feasible answer bounds the objective; the least memory each remaining operator can add bounds
-  // the memory (charges of recomputed operators are at least zero).
+  // the memory (a recomputed operator adds at least nothing to k * kept, and one copy when split).
   const StageMemoryPlan greedy = solve_greedy(ops, begin, end, context);
   const double bound = greedy.fits ? greedy.added_time() : kInfinity;
   std::vector<double> least_rest(n + 1, 0);
   for (int v = end - 1; v >= begin; --v) {
     double least = k * ops.saved[v];
-    if (context.allow_recompute) least = std::min(least, ops.saved[v]);
+    if (context.allow_recompute) least = std::min(least, context.split_backward ? ops.saved[v] : 0.0);
     if (can_offload(ops, v, context)) least = std::min(least, ops.saved[v]);  // at least one copy
     least_rest[v - begin] = least_rest[v - begin + 1] + least;
   }
 
   bool exact = true;
   std::vector<Point> arena;
-  arena.push_back({fixed.static_memory + fixed.workspace, 0, 0, -1, MemoryDecision::Keep});
+  arena.push_back({fixed.static_memory + fixed.workspace, 0, 0, 0, 0, -1, MemoryDecision::Keep});
   std::vector<int> sets[2] = {{0}, {}};  // by whether the last operator is recomputed
   for (int v = begin; v < end; ++v) {
     std::vector<int> next[2];
@@ -286,19 +337,26 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
     for (int previous = 0; previous < 2; ++previous)
       for (int from : sets[previous]) {
         const Point base = arena[from];
-        auto push = [&](double memory, double recompute, double offload, MemoryDecision decision, int recomputed) {
-          const Point p{memory, recompute, offload, from, decision};
-          if (memory + offload + rest > context.budget * (1 + 1e-12)) return;
+        auto push = [&](Point p, int recomputed) {
+          p.parent = from;
+          if (p.memory + p.largest + p.offload + rest > context.budget * (1 + 1e-12)) return;
           if (objective(p, context) > bound * (1 + 1e-12) + 1e-300) return;
           arena.push_back(p);
           next[recomputed].push_back(static_cast<int>(arena.size()) - 1);
         };
-        push(base.memory + k * ops.saved[v], base.recompute, base.offload, MemoryDecision::Keep, 0);
-        if (context.allow_recompute)
-          push(base.memory + ops.saved[v] + k * checkpoint_bytes(ops, begin, v, previous == 1),
-               base.recompute + ops.forward[v], base.offload, MemoryDecision::Recompute, 1);
-        if (can_offload(ops, v, context))
-          push(base.memory, base.recompute, base.offload + ops.saved[v], MemoryDecision::Offload, 0);
+        Point keep = base;
+        keep.memory += k * ops.saved[v];
+        keep.open = 0;
+        keep.decision = MemoryDecision::Keep;
+        push(keep, 0);
+        if (context.allow_recompute) push(recompute_step(ops, begin, v, context, base, previous == 1), 1);
+        if (can_offload(ops, v, context)) {
+          Point offload = base;
+          offload.offload += ops.saved[v];
+          offload.open = 0;
+          offload.decision = MemoryDecision::Offload;
+          push(offload, 0);
+        }
       }
     for (int r = 0; r < 2; ++r) {
       keep_pareto(next[r], arena);
@@ -315,7 +373,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
   for (int r = 0; r < 2; ++r)
     for (int i : sets[r]) {
       const Point& p = arena[i];
-      if (p.memory + offloaded_held(p.offload, context) > context.budget) continue;
+      if (p.memory + p.largest + offloaded_held(p.offload, context) > context.budget) continue;
       if (best < 0 || objective(p, context) < objective(arena[best], context)) best = i;
     }
   if (best < 0) return greedy;  // nothing fits (the greedy's plan says by how much) or it was optimal
@@ -327,37 +385,141 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
   return plan;
 }
 
+// One layer's share of a least-memory assignment: what it adds besides the largest segment, its
+// largest segment, and its decisions.
+struct LayerOption {
+  double memory;
+  double largest;
+  std::vector<MemoryDecision> decisions;
+};
+
+// The Pareto options of the operators [begin, end) of one layer (or of any range whose first
+// operator cannot continue a segment): fewer bytes against a smaller largest segment, ordered by
+// largest segment with memory strictly falling. The exact solver's points with time ignored;
+// offloaded copies are charged at once, as if transfers were fast.
+std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin, int begin, int end,
+                                       const StageContext& context) {
+  const double k = context.in_flight, o = std::min(context.in_flight, 3);
+  thread_local std::vector<Point> arena;  // reused: the partitioner calls this for many ranges
+  arena.clear();
+  arena.push_back({0, 0, 0, 0, 0, -1, MemoryDecision::Keep});
+  std::vector<int> sets[2] = {{0}, {}};  // by whether the last operator is recomputed
+  for (int v = begin; v < end; ++v) {
+    std::vector<int> next[2];
+    for (int previous = 0; previous < 2; ++previous)
+      for (int from : sets[previous]) {
+        const Point base = arena[from];
+        auto push = [&](Point p, int recomputed) {
+          p.parent = from;
+          p.recompute = p.offload = 0;
+          arena.push_back(p);
+          next[recomputed].push_back(static_cast<int>(arena.size()) - 1);
+        };
+        Point keep = base;
+        keep.memory += k * ops.saved[v];
+        keep.open = 0;
+        keep.decision = MemoryDecision::Keep;
+        push(keep, 0);
+        if (context.allow_recompute) push(recompute_step(ops, stage_begin, v, context, base, previous == 1), 1);
+        if (can_offload(ops, v, context)) {
+          Point offload = base;
+          offload.memory += o * ops.saved[v];
+          offload.open = 0;
+          offload.decision = MemoryDecision::Offload;
+          push(offload, 0);
+        }
+      }
+    for (int r = 0; r < 2; ++r) {
+      keep_pareto(next[r], arena);
+      if (next[r].size() > kMaxParetoPoints) next[r].resize(kMaxParetoPoints);  // the least memory so far
+      sets[r].swap(next[r]);
+    }
+  }
+  std::vector<int> ends = sets[0];
+  ends.insert(ends.end(), sets[1].begin(), sets[1].end());
+  std::sort(ends.begin(), ends.end(), [&](int a, int b) {
+    return std::pair(arena[a].largest, arena[a].memory) < std::pair(arena[b].largest, arena[b].memory);
+  });
+  std::vector<LayerOption> options;
+  for (int i : ends) {
+    if (!options.empty() && options.back().memory <= arena[i].memory) continue;
+    LayerOption option{arena[i].memory, arena[i].largest, std::vector<MemoryDecision>(end - begin)};
+    for (int j = i, v = end - 1; j > 0; j = arena[j].parent, --v) option.decisions[v - begin] = arena[j].decision;
+    options.push_back(std::move(option));
+  }
+  return options;
+}
+
+// Whether the layers starting at a and b (n operators each) make the same least-memory choices: the
+// same saved bytes and the same inputs, relative to each operator, inside or outside the stage.
+bool same_shape(const OperatorTable& ops, int stage_begin, int a, int b, int n, const StageContext& context) {
+  for (int i = 0; i < n; ++i) {
+    const int u = a + i, v = b + i;
+    if (ops.saved[u] != ops.saved[v] || can_offload(ops, u, context) != can_offload(ops, v, context) ||
+        ops.inputs[u].size() != ops.inputs[v].size())
+      return false;
+    for (size_t j = 0; j < ops.inputs[u].size(); ++j) {
+      const OperatorTable::InEdge &x = ops.inputs[u][j], &y = ops.inputs[v][j];
+      if (x.bytes != y.bytes || x.from - u != y.from - v || (x.from >= stage_begin) != (y.from >= stage_begin))
+        return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
+// Segments never span layers, so the layers of the range choose independently and meet only in the
+// largest segment: for each candidate largest segment C, every layer takes its least memory with
+// segments of at most C, and the best C wins.
 StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context) {
-  const int n = end - begin;
-  const double k = context.in_flight, o = std::min(context.in_flight, 3);  // o: copies when transfers are fast
-  // best[r]: least activation bytes so far with the last operator recomputed (r = 1) or not.
-  double best[2] = {0, kInfinity};
-  std::vector<std::array<std::pair<MemoryDecision, int>, 2>> choice(n);
-  for (int v = begin; v < end; ++v) {
-    double next[2] = {kInfinity, kInfinity};
-    for (int previous = 0; previous < 2; ++previous) {
-      if (best[previous] == kInfinity) continue;
-      auto offer = [&](double bytes, MemoryDecision decision, int r) {
-        if (best[previous] + bytes < next[r]) {
-          next[r] = best[previous] + bytes;
-          choice[v - begin][r] = {decision, previous};
-        }
-      };
-      offer(k * ops.saved[v], MemoryDecision::Keep, 0);
-      if (context.allow_recompute)
-        offer(ops.saved[v] + k * checkpoint_bytes(ops, begin, v, previous == 1), MemoryDecision::Recompute, 1);
-      if (can_offload(ops, v, context)) offer(o * ops.saved[v], MemoryDecision::Offload, 0);
+  std::vector<std::vector<LayerOption>> layers;
+  std::vector<std::pair<int, int>> ranges;  // per layer of the range: its first operator and its size
+  for (int first = begin; first < end;) {
+    int last = first + 1;
+    while (last < end && ops.same_layer(last - 1, last)) ++last;
+    // A model's transformer layers repeat: solve each shape once.
+    const auto twin = std::find_if(ranges.begin(), ranges.end(), [&](const std::pair<int, int>& r) {
+      return r.second == last - first && same_shape(ops, begin, r.first, first, last - first, context);
+    });
+    layers.push_back(twin != ranges.end() ? layers[twin - ranges.begin()] : layer_options(ops, begin, first, last, context));
+    ranges.emplace_back(first, last - first);
+    first = last;
+  }
+  // Every layer's first option has its smallest largest segment (dominance may have dropped keeping
+  // everything), so no C below the largest of those (floor) is feasible. Sweep C upwards over every
+  // option's largest segment.
+  struct Step {
+    double largest;
+    int layer, option;
+  };
+  std::vector<Step> steps;
+  std::vector<int> chosen(layers.size(), 0);
+  double memory = 0, floor = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    memory += layers[l][0].memory;
+    floor = std::max(floor, layers[l][0].largest);
+    for (size_t i = 1; i < layers[l].size(); ++i)
+      steps.push_back({layers[l][i].largest, static_cast<int>(l), static_cast<int>(i)});
+  }
+  std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.largest < b.largest; });
+  std::vector<int> current = chosen;
+  double best = memory + floor;
+  for (size_t i = 0; i < steps.size();) {
+    const double cap = steps[i].largest;
+    for (; i < steps.size() && steps[i].largest == cap; ++i) {
+      const Step& s = steps[i];
+      memory += layers[s.layer][s.option].memory - layers[s.layer][current[s.layer]].memory;
+      current[s.layer] = s.option;
     }
-    best[0] = next[0], best[1] = next[1];
+    // No layer's segments exceed max(cap, floor).
+    const double largest = std::max(cap, floor);
+    if (memory + largest < best) best = memory + largest, chosen = current;
   }
-  std::vector<MemoryDecision> decisions(n, MemoryDecision::Keep);
-  int r = best[1] < best[0] ? 1 : 0;
-  for (int v = end - 1; v >= begin; --v) {
-    decisions[v - begin] = choice[v - begin][r].first;
-    r = choice[v - begin][r].second;
-  }
+  std::vector<MemoryDecision> decisions;
+  decisions.reserve(end - begin);
+  for (size_t l = 0; l < layers.size(); ++l)
+    decisions.insert(decisions.end(), layers[l][chosen[l]].decisions.begin(), layers[l][chosen[l]].decisions.end());
   return evaluate_stage_memory(ops, begin, end, context, decisions);
 }
 
@@ -372,20 +534,24 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
   StageMemoryPlan plan;
   plan.decisions = decisions;
   plan.static_memory = fixed.static_memory;
-  double kept = 0, rebuilt = 0, offloaded = 0, checkpoints = 0;
+  double kept = 0, offloaded = 0, checkpoints = 0, rebuilt_all = 0, segment = 0, largest_segment = 0;
   for (int v = begin; v < end; ++v) {
     switch (decisions[v - begin]) {
       case MemoryDecision::Keep: kept += ops.saved[v]; break;
       case MemoryDecision::Offload: offloaded += ops.saved[v]; break;
       case MemoryDecision::Recompute: {
-        const bool chained = v > begin && decisions[v - 1 - begin] == MemoryDecision::Recompute;
-        rebuilt += ops.saved[v];
-        checkpoints += checkpoint_bytes(ops, begin, v, chained);
+        const bool continues =
+            continues_segment(ops, begin, v, v > begin && decisions[v - 1 - begin] == MemoryDecision::Recompute);
+        segment = (continues ? segment : 0) + ops.saved[v];
+        largest_segment = std::max(largest_segment, segment);
+        rebuilt_all += ops.saved[v];
+        checkpoints += checkpoint_bytes(ops, begin, v, continues);
         plan.recompute_time += ops.forward[v];
         break;
       }
     }
   }
+  const double rebuilt = context.split_backward ? rebuilt_all : largest_segment;
   plan.activation_memory = k * (kept + checkpoints) + rebuilt + offloaded_held(offloaded, context);
   plan.memory = fixed.static_memory + fixed.workspace + plan.activation_memory;
   plan.offload_bytes = offloaded;

@@ -168,7 +168,7 @@ TEST(CostTableJson, NamesTheBadFieldExactly) {
   EXPECT_EQ(parse_error(document("\"stages\": [{\"forwrad\": 1}]")),
             "costs.json: stages[0].forwrad: unknown key (known keys: forward, backward_input, backward_weight, "
             "backward, recompute, optimizer, activation_bytes, freed_by_input, checkpoint_bytes, parameter_bytes, "
-            "gradient_bytes, optimizer_bytes, output_bytes, offload_bytes)");
+            "gradient_bytes, optimizer_bytes, output_bytes, offload_bytes, rebuilt_peak_bytes)");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"latency\": 1")),
             "costs.json: latency: unknown key (known keys: format, version, time_unit, memory_unit, stages, "
             "all_stages, num_stages, link, links, host_link, memory_capacity, overlap_ratio)");

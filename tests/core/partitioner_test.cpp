@@ -132,6 +132,7 @@ OperatorTable layered() {
     ops.workspace.push_back(0);
     ops.parameters.push_back(v >= 6 ? 0.15 : 0.05);
     ops.tied_to.push_back(kNotTied);
+    ops.layer.push_back(v / 2);
     ops.inputs.emplace_back();
     if (v > 0) ops.inputs[v].push_back({v - 1, 5});
   }
@@ -169,12 +170,20 @@ TEST(Partitioner, VPipeRecomputesWholeLayersWherePipeDreamDoesNotFit) {
 }
 
 TEST(Partitioner, CannotFitSaysByHowMuch) {
-  // With k = 1 recomputing saves nothing: the best split holds operators 0-3 (40 saved + 0.2 x 16)
-  // and 4-7 (40 + 0.4 x 16 = 46.4), so a 40-byte budget is 6.4 bytes short.
-  const PartitionProblem problem = problem_of(layered(), {1, 1}, 40, 0, 2);
+  // With a split backward and k = 1, recomputing saves nothing (everything is rebuilt at once): the
+  // best split holds operators 0-3 (40 saved + 0.2 x 16) and 4-7 (40 + 0.4 x 16 = 46.4), so a 40-byte
+  // budget is 6.4 bytes short.
+  PartitionProblem problem = problem_of(layered(), {1, 1}, 40, 0, 2);
+  problem.split_backward = true;
   const PartitionResult r = partition_model(problem, PartitionMethod::Dawn);
   EXPECT_FALSE(r.fits);
   EXPECT_NEAR(r.shortfall, 6.4, 1e-4);
+  // A whole backward rebuilds one layer at a time: operators 4-7 recomputed hold one layer (20), the
+  // second layer's checkpointed input (5) and 6.4 of parameters, so the same budget fits.
+  problem.split_backward = false;
+  const PartitionResult whole = partition_model(problem, PartitionMethod::Dawn);
+  ASSERT_TRUE(whole.fits);
+  for (const StageResult& stage : whole.stages) EXPECT_LE(stage.memory.memory, 40);
 }
 
 TEST(Partitioner, ZooProblemsCutWhereLittleCrosses) {

@@ -71,6 +71,24 @@ TEST(StageMemory, RecomputedChainKeepsOnlyItsOutsideInputs) {
   EXPECT_DOUBLE_EQ(tail.static_memory, 2 * 16);
 }
 
+TEST(StageMemory, WholeBackwardRebuildsOneSegmentAtATime) {
+  OperatorTable ops = chain();
+  ops.layer = {0, 0, 1, 1};
+  // b, c and d recomputed: segments {b} (40) and {c, d} (30 + 20). b keeps a's output (8); c starts a
+  // segment in a new layer, so it keeps b's (6); d continues c's but keeps a's (8, not adjacent).
+  // k * (kept 10 + checkpoints 22) + the largest segment (50).
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, context(3), {K, R, R, R}).activation_memory, 3 * 32 + 50);
+  // A split backward rebuilds all 90 bytes at once, before I.
+  StageContext split = context(3);
+  split.split_backward = true;
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, split, {K, R, R, R}).activation_memory, 3 * 32 + 90);
+  // In one layer b, c, d are one segment: c keeps nothing, and all 90 bytes are alive at once.
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(chain(), 0, 4, context(3), {K, R, R, R}).activation_memory, 3 * 26 + 90);
+  // A kept operator ends a segment inside a layer too: {b} and {d}, d keeping c's output (9) and a's.
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(chain(), 0, 4, context(3), {K, R, K, R}).activation_memory,
+                   3 * (40 + 8 + 17) + 40);
+}
+
 TEST(StageMemory, OffloadKeepsCopiesInFlightAndCostsWhatTheReloadCannotHide) {
   // k = 6, bandwidth 10 bytes/unit, period 30: a forward slot is 10; b and c (70 bytes) take 7 to move.
   // On the device: the one just made, the one reloaded, and one slot's worth on its way out: 3 copies.
@@ -138,6 +156,18 @@ OperatorTable random_ops(std::mt19937& rng, int n) {
   return ops;
 }
 
+// The least memory over all 2^n keep / recompute assignments.
+double least_memory_brute_force(const OperatorTable& ops, int begin, int end, const StageContext& c) {
+  const int n = end - begin;
+  double best = kInfinity;
+  for (int mask = 0; mask < (1 << n); ++mask) {
+    std::vector<D> d(n);
+    for (int i = 0; i < n; ++i) d[i] = (mask >> i & 1) ? R : K;
+    best = std::min(best, evaluate_stage_memory(ops, begin, end, c, d).memory);
+  }
+  return best;
+}
+
 // The least added time over all 3^n assignments that fit, or infinity.
 double brute_force(const OperatorTable& ops, int begin, int end, const StageContext& c) {
   const int n = end - begin;
@@ -163,9 +193,12 @@ TEST(StageMemory, ExactSolverEqualsBruteForce) {
   int feasible = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const int n = 3 + trial % 7;
-    const OperatorTable ops = random_ops(rng, n);
+    OperatorTable ops = random_ops(rng, n);
+    if (trial % 5 != 0)
+      for (int v = 0; v < n; ++v) ops.layer.push_back(v / (1 + trial % 4));
     const int begin = trial % 2;
     StageContext c = context(1 + trial % 6, 0, trial % 3 == 0 ? 0 : 20, 1 + trial % 4);
+    c.split_backward = trial % 4 == 1;
     const StageMemoryPlan keep = evaluate_stage_memory(ops, begin, n, c, std::vector<D>(n - begin, K));
     c.budget = keep.memory * (0.35 + 0.1 * (trial % 6));
     const double expected = brute_force(ops, begin, n, c);
@@ -174,6 +207,11 @@ TEST(StageMemory, ExactSolverEqualsBruteForce) {
     if (!exact.fits) continue;
     ++feasible;
     EXPECT_NEAR(exact.added_time(), expected, 1e-9 * (1 + expected)) << "trial " << trial;
+    if (c.host_bandwidth == 0) {
+      EXPECT_NEAR(least_stage_memory(ops, begin, n, c).memory, least_memory_brute_force(ops, begin, n, c),
+                  1e-9 * c.budget)
+          << "trial " << trial;
+    }
     EXPECT_LE(exact.memory, c.budget);
     const StageMemoryPlan greedy = optimize_stage_memory(ops, begin, n, c, MemorySolver::Greedy);
     if (greedy.fits) {

@@ -2,6 +2,7 @@
 // The stage cost table the simulator reads: time and memory of each stage's actions, the bytes that
 // cross each stage boundary, the links between devices and the memory each device has.
 // File format: docs/cost-table.md (JSON, "format": "flexpipe-costs", "version": 1).
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
@@ -28,6 +29,13 @@ struct StageCosts {
   // What OFFLOAD moves to the host per micro-batch, capped by what the (stage, micro-batch) holds when
   // it is posted; infinity: everything it holds.
   double offload_bytes = kInfinity;
+  // What R's rebuild holds at once when the backward is whole (B): the rebuild goes segment by
+  // segment inside it, so the largest recompute segment. Infinity: activation_bytes, as when split.
+  double rebuilt_peak_bytes = kInfinity;
+  // What a recomputed micro-batch holds from R until its backward ends (checkpoints aside).
+  double rebuilt_bytes(bool split_backward) const {
+    return split_backward ? activation_bytes : std::min(activation_bytes, rebuilt_peak_bytes);
+  }
   friend bool operator==(const StageCosts&, const StageCosts&) = default;
 };
 

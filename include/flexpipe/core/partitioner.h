@@ -37,6 +37,7 @@ struct PartitionProblem {
   std::vector<double> budget;     // per stage: the device's memory over the chunks it holds
   double host_bandwidth = 0;      // bytes per time unit; 0: no offloading
   double bytes_per_parameter = 16;
+  bool split_backward = false;    // the schedule splits backwards into I and W (StageContext)
   MemorySolver solver = MemorySolver::Auto;
   // Checked between the bisection's steps (Dawn): when it returns true, the search stops and answers
   // with the best partition found so far (the first feasible one at least). Empty: never.

@@ -27,7 +27,9 @@ struct OperatorTable {
   std::vector<double> forward, backward, saved, workspace, parameters;
   std::vector<std::vector<InEdge>> inputs;  // per node, its producers (an edge each)
   std::vector<int> tied_to;                 // kNotTied or the owner node
+  std::vector<int> layer;                   // per node; empty: every node in one layer
   int size() const { return static_cast<int>(forward.size()); }
+  bool same_layer(int u, int v) const { return layer.empty() || layer[u] == layer[v]; }
 };
 OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape);
 
@@ -40,6 +42,10 @@ struct StageContext {
   double bytes_per_parameter = 16;  // weights + gradients + optimizer state
   bool allow_recompute = true;
   bool allow_offload = true;
+  // How the recomputed operators are rebuilt. Whole backward (B): segment by segment inside it, so
+  // one segment (a run of recomputed operators within one layer) is alive at a time. Split backward
+  // (I + W): all at once before I, because W still needs what the weighted operators saved.
+  bool split_backward = false;
 };
 
 enum class MemorySolver : uint8_t {
@@ -65,8 +71,9 @@ struct StageMemoryPlan {
 };
 
 // The memory of [begin, end) with the given decisions (one per operator of the range), by the model:
-//   static + max workspace + k*(kept + checkpoints) + recomputed (one micro-batch rebuilt at a time)
-//   + min(k, 2)*offloaded.
+//   static + max workspace + k*(kept + checkpoints) + rebuilt + copies(offloaded) * offloaded,
+// where rebuilt is the largest recompute segment of one micro-batch (whole backward) or all its
+// recomputed operators (split backward).
 StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
                                       const std::vector<MemoryDecision>& decisions);
 // The decisions with the least added time that fit the budget; `fits` is false when none does (then
