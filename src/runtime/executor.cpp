@@ -82,9 +82,10 @@ struct Executor::State {
     std::vector<at::Tensor> outputs;
     std::vector<at::Tensor> input_grads;
     std::vector<std::pair<int, at::Tensor>> pending_weight;  // (node, gradient of its output)
-    // Recompute: outputs of in-stage operators that are not recomputed but feed recomputed ones, kept
-    // from F until R (per operator of the chunk; undefined elsewhere).
+    // Recompute: outputs of in-chunk operators that feed a recomputed operator of another segment, kept
+    // from F until the backward ends (per operator of the chunk; undefined elsewhere).
     std::vector<at::Tensor> checkpoints;
+    std::vector<char> rebuilt;  // per operator of the chunk: its segment has been rebuilt since F
     double loss = 0;
     int64_t saved_bytes = 0;      // on the device: saved tensors not offloaded, and checkpoints
     int64_t offloaded_bytes = 0;  // on the host
@@ -107,6 +108,10 @@ struct Executor::State {
     // Per operator of the chunk (node - module.begin), from the memory decisions: what R reruns and
     // what OFFLOAD moves.
     std::vector<char> recomputed_op, offloaded_op;
+    // Per operator of the chunk: the first operator of its recompute segment (a run of recomputed
+    // operators within one layer, as the memory model has it), -1 when it is not recomputed.
+    std::vector<int> segment_of;
+    bool split_backward = false;  // the rank runs I and W for this stage: R rebuilds every segment at once
     std::vector<Micro> micro;
     std::vector<Pending> recv_forward, recv_backward;  // per micro-batch
   };
@@ -186,6 +191,9 @@ struct Executor::State {
       for (int v = local.module.begin; v < local.module.end; ++v) {
         local.recomputed_op.push_back(decisions.empty() || decisions[v] == MemoryDecision::Recompute);
         local.offloaded_op.push_back(decisions.empty() || decisions[v] == MemoryDecision::Offload);
+        const int i = v - local.module.begin;
+        const bool continues = i > 0 && local.recomputed_op[i - 1] && plan.graph.nodes[v - 1].layer == plan.graph.nodes[v].layer;
+        local.segment_of.push_back(!local.recomputed_op[i] ? -1 : continues ? local.segment_of[i - 1] : i);
       }
       local.micro.resize(microbatches);
       local.recv_forward.resize(microbatches);
@@ -194,6 +202,8 @@ struct Executor::State {
     }
     for (const Action& a : schedule.device_actions[rank]) {
       if (a.kind == ActionKind::R) locals[local_of_stage[a.stage]].recompute[a.microbatch] = 1;
+      if (a.kind == ActionKind::I) locals[local_of_stage[a.stage]].split_backward = true;
+      if (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::I) locals[local_of_stage[a.stage2]].split_backward = true;
       if (a.kind == ActionKind::Opt) locals[local_of_stage[a.stage]].has_opt_action = true;
     }
   }
@@ -277,8 +287,8 @@ struct Executor::State {
   }
 
   // F: every operator of the chunk. When the schedule recomputes (stage, mb), the operators decided
-  // Recompute save nothing, and the outputs of the in-chunk operators they read but that are not
-  // recomputed are kept as checkpoints for R.
+  // Recompute save nothing, and the outputs of the in-chunk operators they read from outside their
+  // own segment are kept as checkpoints for the rebuild.
   void run_forward(Local& l, int mb) {
     const ChunkModule& mod = l.module;
     const int k = l.chunk;
@@ -295,13 +305,15 @@ struct Executor::State {
       std::vector<at::Tensor> in;
       for (int p : plan.inputs[v]) {
         in.push_back(input_value(l, m, values, p));
-        if (drop && p >= mod.begin && !l.recomputed_op[p - mod.begin]) m.checkpoints[p - mod.begin] = values[p - mod.begin];
+        if (drop && p >= mod.begin && l.segment_of[p - mod.begin] != l.segment_of[i])
+          m.checkpoints[p - mod.begin] = values[p - mod.begin];
       }
       ComputeTimer timer{compute_ns};
       values[i] = mod.operators[i]->forward(in, data, drop ? discarded : m.saved[i]);
       discarded.tensors.clear();
     }
     m.has_saved = !recomputed;
+    m.rebuilt.assign(values.size(), 0);
     account(l, m);
     if (k + 1 < plan.num_chunks()) {
       m.outputs.clear();
@@ -311,27 +323,39 @@ struct Executor::State {
     }
   }
 
-  // R: the recomputed operators only, in graph order, each reading what this R recomputed, a
-  // checkpoint or a stage input; refills their saved tensors and lets the checkpoints go.
-  void run_recompute(Local& l, int mb) {
+  // Rebuilds the recompute segment that starts at operator `first` of the chunk: its operators in
+  // graph order, each reading what the segment rebuilt, a checkpoint or a stage input, refilling their
+  // saved tensors.
+  void rebuild_segment(Local& l, int mb, int first) {
     const ChunkModule& mod = l.module;
     Micro& m = l.micro[mb];
     const MicroBatchData& data = (*batch)[mb];
     std::vector<at::Tensor> values(mod.end - mod.begin);
-    for (int v = mod.begin; v < mod.end; ++v) {
-      const int i = v - mod.begin;
-      if (!l.recomputed_op[i]) continue;
+    for (int i = first; i < mod.end - mod.begin && l.segment_of[i] == first; ++i) {
+      const int v = mod.begin + i;
       std::vector<at::Tensor> in;
       for (int p : plan.inputs[v]) {
-        if (p < mod.begin || l.recomputed_op[p - mod.begin]) in.push_back(input_value(l, m, values, p));
+        if (p < mod.begin || l.segment_of[p - mod.begin] == first) in.push_back(input_value(l, m, values, p));
         else in.push_back(m.checkpoints[p - mod.begin]);
       }
       ComputeTimer timer{compute_ns};
       values[i] = mod.operators[i]->forward(in, data, m.saved[i]);
+      m.rebuilt[i] = 1;
     }
-    m.checkpoints.clear();
-    m.has_saved = true;
     account(l, m);
+  }
+
+  // R. Before a whole backward it rebuilds the last segment only and B rebuilds the others as it
+  // reaches them, so one segment is alive at a time; before a split one (I, then W on what the
+  // weighted operators saved) it rebuilds them all.
+  void run_recompute(Local& l, int mb) {
+    const int n = l.module.end - l.module.begin;
+    for (int i = n - 1; i >= 0; --i) {
+      if (l.segment_of[i] != i) continue;
+      rebuild_segment(l, mb, i);
+      if (!l.split_backward) break;
+    }
+    l.micro[mb].has_saved = true;
   }
 
   void forward(const Action& a, int stage, int mb) {
@@ -399,17 +423,27 @@ struct Executor::State {
       for (size_t i = 0; i < out.size(); ++i) add_to(target(plan.crossing[k + 1][i]), out[i]);
     }
     for (int v = mod.end - 1; v >= mod.begin; --v) {
-      const at::Tensor& g = grads[v - mod.begin];
-      if (!g.defined()) continue;
-      Operator& op = mod.op(v);
-      const Saved& saved = m.saved[v - mod.begin];
-      ComputeTimer timer{compute_ns};
-      const std::vector<at::Tensor> in = op.backward_input(g, saved);
-      for (size_t i = 0; i < in.size(); ++i)
-        if (in[i].defined()) add_to(target(plan.inputs[v][i]), in[i]);
-      if (!op.has_parameters()) continue;
-      if (split) m.pending_weight.emplace_back(v, g);
-      else op.backward_weight(g, saved);
+      const int i = v - mod.begin;
+      const at::Tensor& g = grads[i];
+      // A whole backward rebuilds each recompute segment when it reaches it and drops it after.
+      const bool segment_by_segment = l.recompute[mb] && !l.split_backward && l.segment_of[i] >= 0;
+      if (segment_by_segment && g.defined() && !m.rebuilt[i]) rebuild_segment(l, mb, l.segment_of[i]);
+      if (g.defined()) {
+        Operator& op = mod.op(v);
+        const Saved& saved = m.saved[i];
+        ComputeTimer timer{compute_ns};
+        const std::vector<at::Tensor> in = op.backward_input(g, saved);
+        for (size_t j = 0; j < in.size(); ++j)
+          if (in[j].defined()) add_to(target(plan.inputs[v][j]), in[j]);
+        if (op.has_parameters()) {
+          if (split) m.pending_weight.emplace_back(v, g);
+          else op.backward_weight(g, saved);
+        }
+      }
+      if (segment_by_segment && l.segment_of[i] == i) {
+        for (int j = i; j < mod.end - mod.begin && l.segment_of[j] == i; ++j) m.saved[j].tensors.clear();
+        account(l, m);
+      }
     }
     m.input_grads = std::move(input_grads);
     if (k == 0) m.input_grads.clear();

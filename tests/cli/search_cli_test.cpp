@@ -68,9 +68,9 @@ TEST_F(Search, SaysWhatWouldBeNeededWhenNothingFits) {
   Outcome run = flexpipe("search --model llama2-7b -p 2 -m 4 --memory-limit 40e9 -q");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.err.find("at least 4 devices are needed (have 2)"), std::string::npos) << run.err;
-  run = flexpipe("search --model gpt3-1.3b -p 4 -m 8 --microbatch-size 16 --memory-limit 20e9 -q --json");
+  run = flexpipe("search --model gpt3-1.3b -p 4 -m 8 --microbatch-size 16 --memory-limit 12e9 -q --json");
   EXPECT_EQ(run.exit_code, 1);
-  EXPECT_NE(run.err.find("try a micro-batch of 4 samples (now 16)"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("try a micro-batch of 10 samples (now 16)"), std::string::npos) << run.err;
   const nlohmann::json j = nlohmann::json::parse(run.out);
   EXPECT_FALSE(j["found"].get<bool>());
   EXPECT_EQ(j["best"]["name"], "smallest footprint");
