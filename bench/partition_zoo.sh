@@ -9,7 +9,7 @@ echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for model in $("$build/flexpipe" model list | awk 'NR > 1 {print $1}'); do
   p=4
   case $model in *70b|*175b|mixtral*|*13b|deepseek*) p=8 ;; esac
-  json=$("$build/flexpipe" partition --model "$model" -p $p -m $((2 * p)) --memory-limit $limit --compare --max-batch --json || true)
+  json=$("$build/flexpipe" partition --model "$model" -p $p -m $((2 * p)) --memory-limit $limit --compare --max-batch --max-batch-limit 16384 --json || true)
   row=$(python3 - "$json" <<'PY'
 import json, sys
 methods = {m["method"]: m for m in json.loads(sys.argv[1])["methods"]}

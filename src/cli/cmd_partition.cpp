@@ -75,8 +75,8 @@ class Partitioner {
 
   // The partitioner's memory model is checked by simulating the plan (with its R / OFFLOAD / RELOAD
   // actions); a device the simulation finds over the limit gets its stages' budgets lowered by the
-  // excess and the plan is made again, a few rounds at most. With --max-batch, a micro-batch size the
-  // rounds cannot make fit steps down by one.
+  // excess and the plan is made again, a few rounds at most. With --max-batch, when the model's largest
+  // micro-batch size fails that check, the largest size that passes it is found by bisection below.
   Outcome run(PartitionMethod method) const {
     const auto start = std::chrono::steady_clock::now();
     int b = static_cast<int>(o_.model.microbatch_size);
@@ -86,26 +86,48 @@ class Partitioner {
       b = std::max(1, largest);
     }
     Outcome out = attempt(method, b);
-    for (int step_down = 0; o_.max_batch && largest > 0 && !out.passes() && b > 1 && step_down < 16; ++step_down)
-      out = attempt(method, --b);
+    if (o_.max_batch && largest > 1 && !out.passes()) {
+      // The model's largest fails the simulation check: bisect below it on the check itself.
+      int passes = 0, fails = b;
+      Outcome best = out;
+      while (fails - passes > 1) {
+        const int mid = passes + (fails - passes) / 2;
+        Outcome trial = attempt(method, mid);
+        if (trial.passes()) passes = mid, best = std::move(trial);
+        else fails = mid;
+      }
+      b = std::max(1, passes);
+      out = std::move(best);
+    }
     if (o_.max_batch) out.max_microbatch_size = out.passes() ? b : 0;
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     summarize(out);
     return out;
   }
 
-  // Dawn's plan is the faster in simulation of two candidates that both pass the simulation check:
-  // the binary search's cuts, and the compute-balanced cuts with per-operator decisions (the search
-  // optimizes the partitioner's model, the simulation has the last word on time).
+  // Dawn's plan is the fastest in simulation of three candidates that pass the simulation check: the
+  // binary search's cuts; the compute-balanced cuts with per-operator decisions; and those cuts with
+  // whole-layer decisions (vPipe's). The search optimizes the partitioner's model, which leaves out
+  // the received inputs that recomputed operators read; the simulation charges them and has the last
+  // word on fit and time.
   Outcome attempt(PartitionMethod method, int microbatch_size) const {
     Outcome out = attempt(method, microbatch_size, [&](const PartitionProblem& p) { return partition_model(p, method); });
     if (method != PartitionMethod::Dawn) return out;
+    auto better = [](const Outcome& a, const Outcome& b) {
+      return a.passes() && (!b.passes() || a.simulated.makespan < b.simulated.makespan);
+    };
     Outcome balanced = attempt(method, microbatch_size, [](const PartitionProblem& p) {
       PartitionResult r = evaluate_partition(p, partition_model(p, PartitionMethod::PipeDream).starts(), true);
       r.method = PartitionMethod::Dawn;
       return r;
     });
-    if (balanced.passes() && (!out.passes() || balanced.simulated.makespan < out.simulated.makespan)) return balanced;
+    if (better(balanced, out)) out = std::move(balanced);
+    Outcome layered = attempt(method, microbatch_size, [](const PartitionProblem& p) {
+      PartitionResult r = partition_model(p, PartitionMethod::VPipe);
+      r.method = PartitionMethod::Dawn;
+      return r;
+    });
+    if (better(layered, out)) out = std::move(layered);
     return out;
   }
 

@@ -473,8 +473,8 @@ std::vector<int> uniform_starts(const PartitionProblem& problem) {
   return to_operator_starts(units, split, problem.ops.size());
 }
 
-// vPipe-like: within each stage over its budget, whole layers are swapped or recomputed, the most
-// bytes saved per time added first, until it fits.
+// vPipe-like: within each stage over its budget, whole layers are swapped or recomputed (a swapped
+// one may later be recomputed), the most bytes saved per time added first, until it fits.
 PartitionResult vpipe(const PartitionProblem& problem, StageCost& cost, const std::vector<int>& starts) {
   const int stages = problem.num_stages(), n = problem.ops.size();
   double period = 0;
@@ -489,27 +489,35 @@ PartitionResult vpipe(const PartitionProblem& problem, StageCost& cost, const st
     std::vector<MemoryDecision> decisions(end - begin, MemoryDecision::Keep);
     StageMemoryPlan plan = evaluate_stage_memory(problem.ops, begin, end, context, decisions);
     while (!plan.fits) {
-      StageMemoryPlan best_plan;
-      double best_ratio = -1;
-      std::vector<MemoryDecision> best_decisions;
+      StageMemoryPlan best_plan, climb_plan;
+      double best_ratio = -1, climb_saved = -kInfinity;
+      std::vector<MemoryDecision> best_decisions, climb_decisions;
       for (size_t u = 0; u < units.size(); ++u) {
         const int ub = std::max(units[u], begin), ue = std::min(u + 1 < units.size() ? units[u + 1] : n, end);
-        if (ub >= ue || decisions[ub - begin] != MemoryDecision::Keep) continue;
+        if (ub >= ue || decisions[ub - begin] == MemoryDecision::Recompute) continue;
+        // A swapped layer may still be recomputed instead: swapping saves at most the copies the
+        // transfers do not keep on the device.
         for (MemoryDecision choice : {MemoryDecision::Recompute, MemoryDecision::Offload}) {
+          if (choice == decisions[ub - begin]) continue;
           if (choice == MemoryDecision::Offload && (problem.host_bandwidth <= 0 || context.in_flight <= 3)) continue;
           std::vector<MemoryDecision> trial = decisions;
           for (int v = ub; v < ue; ++v) trial[v - begin] = choice;
           const StageMemoryPlan candidate = evaluate_stage_memory(problem.ops, begin, end, context, trial);
           const double saved = plan.memory - candidate.memory;
           const double added = candidate.added_time() - plan.added_time();
-          if (saved <= 0 || added == kInfinity) continue;
+          if (added == kInfinity) continue;
+          // The first recomputed layer can save nothing: its rebuild costs what keeping it did at
+          // k = 1. Later ones save their bytes, so when no move saves anything the one that loses
+          // least is the way on.
+          if (saved > climb_saved) climb_saved = saved, climb_plan = candidate, climb_decisions = trial;
+          if (saved <= 0) continue;
           const double ratio = added > 0 ? saved / added : kInfinity;
           if (ratio > best_ratio) best_ratio = ratio, best_plan = candidate, best_decisions = std::move(trial);
         }
       }
-      if (best_ratio < 0) break;
-      decisions = std::move(best_decisions);
-      plan = best_plan;
+      if (best_ratio < 0 && climb_decisions.empty()) break;
+      decisions = std::move(best_ratio < 0 ? climb_decisions : best_decisions);
+      plan = best_ratio < 0 ? climb_plan : best_plan;
     }
     StageResult r;
     r.begin = begin;

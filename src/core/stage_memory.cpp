@@ -65,6 +65,7 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
   ops.inputs.resize(n);
   ops.tied_to.resize(n);
   ops.layer.resize(n);
+  ops.output.resize(n);
   for (int i = 0; i < n; ++i) {
     const OperatorNode& node = graph.nodes[i];
     ops.forward[i] = operator_time(graph, node, Pass::Forward, shape);
@@ -75,6 +76,7 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
     ops.parameters[i] = node.parameters;
     ops.tied_to[i] = node.tied_to;
     ops.layer[i] = node.layer;
+    ops.output[i] = node.output_bytes.at(shape.microbatch_size, shape.seq_len);
   }
   for (const TensorEdge& edge : graph.edges)
     ops.inputs[edge.to].push_back({edge.from, edge.bytes.at(shape.microbatch_size, shape.seq_len)});
@@ -99,13 +101,22 @@ bool continues_segment(const OperatorTable& ops, int begin, int v, bool previous
   return previous_recomputed && v > begin && ops.same_layer(v - 1, v);
 }
 
-// What a recomputed operator keeps as checkpoints: every input produced inside the stage, except the
-// one from its immediate predecessor when the segment continues (the segment rebuilds it). Inputs from
-// earlier stages are the stage's received inputs, held until the backward anyway.
-double checkpoint_bytes(const OperatorTable& ops, int begin, int v, bool continues) {
+// What a recomputed v adds to the checkpoints of its segment, which starts at segment_start: the
+// tensors it reads that the stage produced before the segment, each kept once per segment and at most
+// its producer's whole output (the segment's operators may read slices of it). The segment rebuilds
+// what it reads from itself; inputs from earlier stages are received inputs, held until the
+// backward anyway.
+double checkpoint_bytes(const OperatorTable& ops, int begin, int v, int segment_start) {
   double bytes = 0;
-  for (const OperatorTable::InEdge& in : ops.inputs[v])
-    if (in.from >= begin && !(in.from == v - 1 && continues)) bytes += in.bytes;
+  for (const OperatorTable::InEdge& in : ops.inputs[v]) {
+    if (in.from < begin || in.from >= segment_start) continue;
+    double read = 0;  // by the segment's earlier operators
+    for (int u = segment_start; u < v; ++u)
+      for (const OperatorTable::InEdge& earlier : ops.inputs[u])
+        if (earlier.from == in.from) read += earlier.bytes;
+    const double output = ops.output.empty() ? kInfinity : ops.output[in.from];
+    bytes += std::min(output, read + in.bytes) - std::min(output, read);
+  }
   return bytes;
 }
 
@@ -190,8 +201,18 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
     bool best_closes = false;
     int best_a = -1, best_b = -1;
     bool best_is_offload = false;
-    auto consider = [&](double gain, double cost, int a, int b, bool offload) {
-      if (gain <= 0) return;
+    // When no move saves anything (the first recomputed segment at k = 1 rebuilds what it stops
+    // keeping), the climb: the recompute chain that would save most per time once the largest
+    // segment is paid for, which later chains then save against.
+    double climb_ratio = 0, climb_gain = 0;
+    int climb_a = -1, climb_b = -1;
+    auto consider = [&](double gain, double cost, int a, int b, bool offload, double rebuilt = 0) {
+      if (gain <= 0) {
+        const double ratio = (gain + rebuilt) / cost;
+        if (!offload && gain + rebuilt > 0 && cost > 0 && ratio > climb_ratio)
+          climb_ratio = ratio, climb_gain = gain, climb_a = a, climb_b = b;
+        return;
+      }
       const bool closes = gain >= deficit;
       const double ratio = cost > 0 ? gain / cost : kInfinity;
       const bool better = closes ? (!best_closes || cost < best_cost) : (!best_closes && ratio > best_ratio);
@@ -203,10 +224,12 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
     // The recompute segments now: bytes from each one's start through v (into_segment) and from v
     // through its end (from_segment), to price what a move adds to the largest one.
     std::vector<double> into_segment(n, 0), from_segment(n, 0);
+    std::vector<int> segment_start(n, 0);
     double largest_segment = 0;
     for (int v = begin; v < end; ++v) {
       if (!is(v, MemoryDecision::Recompute)) continue;
       const bool continues = continues_segment(ops, begin, v, is(v - 1, MemoryDecision::Recompute));
+      segment_start[v - begin] = continues ? segment_start[v - 1 - begin] : v;
       into_segment[v - begin] = (continues ? into_segment[v - 1 - begin] : 0) + ops.saved[v];
       largest_segment = std::max(largest_segment, into_segment[v - begin]);
     }
@@ -224,12 +247,13 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
       // A chain stays within a's layer: a longer one is two segments, i.e. two moves.
       const bool joins_left = continues_segment(ops, begin, a, is(a - 1, MemoryDecision::Recompute));
       const double left = joins_left ? into_segment[a - 1 - begin] : 0;
+      const int start = joins_left ? segment_start[a - 1 - begin] : a;
       double kept = 0, chain = 0, checkpoints = 0, cost = 0;
       for (int b = a; b < end && b < a + kLongestChain && is(b, MemoryDecision::Keep) && (b == a || ops.same_layer(b - 1, b));
            ++b) {
         kept += k * ops.saved[b];
         chain += ops.saved[b];
-        checkpoints += k * checkpoint_bytes(ops, begin, b, b > a || joins_left);
+        checkpoints += k * checkpoint_bytes(ops, begin, b, start);
         cost += ops.forward[b];
         // A recomputed successor in the same layer no longer keeps b's output once b is rebuilt too.
         const bool joins_right = is(b + 1, MemoryDecision::Recompute) && continues_segment(ops, begin, b + 1, true);
@@ -239,9 +263,10 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
             if (in.from == b) freed_successor += k * in.bytes;
         const double merged = left + chain + (joins_right ? from_segment[b + 1 - begin] : 0);
         const double rebuilt = context.split_backward ? chain : std::max(0.0, merged - largest_segment);
-        consider(kept + freed_successor - rebuilt - checkpoints, cost, a, b, false);
+        consider(kept + freed_successor - rebuilt - checkpoints, cost, a, b, false, rebuilt);
       }
     }
+    if (best_a < 0 && climb_a >= 0) best_a = climb_a, best_b = climb_b, best_gain = climb_gain, best_is_offload = false;
     if (best_a < 0) break;
     for (int v = best_a; v <= best_b; ++v) d[v - begin] = best_is_offload ? MemoryDecision::Offload : MemoryDecision::Recompute;
     if (best_is_offload) offloaded += ops.saved[best_a];
@@ -260,6 +285,7 @@ struct Point {
   double memory;     // fixed part, k * (kept + checkpoints), and every rebuilt byte when the backward is split
   double largest;    // the largest recompute segment so far, the open one included (whole backward only)
   double open;       // the open segment's bytes when the last operator is recomputed (whole backward only)
+  int start;         // the open segment's first operator, -1 when none: later checkpoints depend on it
   double recompute;
   double offload;    // bytes; their copies depend on the total, so they are charged at the end
   int parent;        // index into the arena, -1 at the start
@@ -273,7 +299,7 @@ double objective(const Point& p, const StageContext& context) { return p.recompu
 // with open), which is no more for p at every S when p holds no more now (memory + largest) and no
 // more besides its segments (memory).
 bool dominates(const Point& p, const Point& q) {
-  return p.memory <= q.memory && p.memory + p.largest <= q.memory + q.largest && p.open <= q.open &&
+  return p.start == q.start && p.memory <= q.memory && p.memory + p.largest <= q.memory + q.largest && p.open <= q.open &&
          p.recompute <= q.recompute && p.offload <= q.offload;
 }
 
@@ -299,7 +325,8 @@ Point recompute_step(const OperatorTable& ops, int begin, int v, const StageCont
                      bool previous_recomputed) {
   const bool continues = continues_segment(ops, begin, v, previous_recomputed);
   Point p = base;
-  p.memory += context.in_flight * checkpoint_bytes(ops, begin, v, continues);
+  p.start = continues ? base.start : v;
+  p.memory += context.in_flight * checkpoint_bytes(ops, begin, v, p.start);
   if (context.split_backward) {
     p.memory += ops.saved[v];
   } else {
@@ -329,7 +356,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
 
   bool exact = true;
   std::vector<Point> arena;
-  arena.push_back({fixed.static_memory + fixed.workspace, 0, 0, 0, 0, -1, MemoryDecision::Keep});
+  arena.push_back({fixed.static_memory + fixed.workspace, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep});
   std::vector<int> sets[2] = {{0}, {}};  // by whether the last operator is recomputed
   for (int v = begin; v < end; ++v) {
     std::vector<int> next[2];
@@ -347,6 +374,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
         Point keep = base;
         keep.memory += k * ops.saved[v];
         keep.open = 0;
+        keep.start = -1;
         keep.decision = MemoryDecision::Keep;
         push(keep, 0);
         if (context.allow_recompute) push(recompute_step(ops, begin, v, context, base, previous == 1), 1);
@@ -354,6 +382,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
           Point offload = base;
           offload.offload += ops.saved[v];
           offload.open = 0;
+          offload.start = -1;
           offload.decision = MemoryDecision::Offload;
           push(offload, 0);
         }
@@ -402,7 +431,7 @@ std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin
   const double k = context.in_flight, o = std::min(context.in_flight, 3);
   thread_local std::vector<Point> arena;  // reused: the partitioner calls this for many ranges
   arena.clear();
-  arena.push_back({0, 0, 0, 0, 0, -1, MemoryDecision::Keep});
+  arena.push_back({0, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep});
   std::vector<int> sets[2] = {{0}, {}};  // by whether the last operator is recomputed
   for (int v = begin; v < end; ++v) {
     std::vector<int> next[2];
@@ -418,6 +447,7 @@ std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin
         Point keep = base;
         keep.memory += k * ops.saved[v];
         keep.open = 0;
+        keep.start = -1;
         keep.decision = MemoryDecision::Keep;
         push(keep, 0);
         if (context.allow_recompute) push(recompute_step(ops, stage_begin, v, context, base, previous == 1), 1);
@@ -425,6 +455,7 @@ std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin
           Point offload = base;
           offload.memory += o * ops.saved[v];
           offload.open = 0;
+          offload.start = -1;
           offload.decision = MemoryDecision::Offload;
           push(offload, 0);
         }
@@ -460,7 +491,8 @@ bool same_shape(const OperatorTable& ops, int stage_begin, int a, int b, int n, 
       return false;
     for (size_t j = 0; j < ops.inputs[u].size(); ++j) {
       const OperatorTable::InEdge &x = ops.inputs[u][j], &y = ops.inputs[v][j];
-      if (x.bytes != y.bytes || x.from - u != y.from - v || (x.from >= stage_begin) != (y.from >= stage_begin))
+      if (x.bytes != y.bytes || x.from - u != y.from - v || (x.from >= stage_begin) != (y.from >= stage_begin) ||
+          (!ops.output.empty() && ops.output[x.from] != ops.output[y.from]))
         return false;
     }
   }
@@ -535,6 +567,7 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
   plan.decisions = decisions;
   plan.static_memory = fixed.static_memory;
   double kept = 0, offloaded = 0, checkpoints = 0, rebuilt_all = 0, segment = 0, largest_segment = 0;
+  int segment_start = begin;
   for (int v = begin; v < end; ++v) {
     switch (decisions[v - begin]) {
       case MemoryDecision::Keep: kept += ops.saved[v]; break;
@@ -543,9 +576,10 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
         const bool continues =
             continues_segment(ops, begin, v, v > begin && decisions[v - 1 - begin] == MemoryDecision::Recompute);
         segment = (continues ? segment : 0) + ops.saved[v];
+        if (!continues) segment_start = v;
         largest_segment = std::max(largest_segment, segment);
         rebuilt_all += ops.saved[v];
-        checkpoints += checkpoint_bytes(ops, begin, v, continues);
+        checkpoints += checkpoint_bytes(ops, begin, v, segment_start);
         plan.recompute_time += ops.forward[v];
         break;
       }

@@ -169,6 +169,18 @@ TEST(Partitioner, VPipeRecomputesWholeLayersWherePipeDreamDoesNotFit) {
   EXPECT_LE(dawn.bottleneck, vpipe.bottleneck);
 }
 
+TEST(Partitioner, VPipeRecomputesPastALayerThatAloneSavesNothing) {
+  // k = 1, budget 60: PipeDream's stage 1 (layers 1-3) keeps 60 bytes + 8 of parameters. Recomputing
+  // one layer saves nothing (it rebuilds the 20 bytes it stops keeping); a second one saves 20 less
+  // the checkpoint of its input (5): layers 1 and 2 recomputed hold 20 kept + 5 + 20 rebuilt + 8.
+  const PartitionProblem problem = problem_of(layered(), {1, 1}, 60, 0, 2);
+  const PartitionResult vpipe = partition_model(problem, PartitionMethod::VPipe);
+  ASSERT_TRUE(vpipe.fits);
+  constexpr MemoryDecision K = MemoryDecision::Keep, R = MemoryDecision::Recompute;
+  EXPECT_EQ(vpipe.stages[1].memory.decisions, (std::vector<MemoryDecision>{R, R, R, R, K, K}));
+  EXPECT_DOUBLE_EQ(vpipe.stages[1].memory.memory, 20 + 5 + 20 + 8);
+}
+
 TEST(Partitioner, CannotFitSaysByHowMuch) {
   // With a split backward and k = 1, recomputing saves nothing (everything is rebuilt at once): the
   // best split holds operators 0-3 (40 saved + 0.2 x 16) and 4-7 (40 + 0.4 x 16 = 46.4), so a 40-byte

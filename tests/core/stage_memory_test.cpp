@@ -87,6 +87,14 @@ TEST(StageMemory, WholeBackwardRebuildsOneSegmentAtATime) {
   // A kept operator ends a segment inside a layer too: {b} and {d}, d keeping c's output (9) and a's.
   EXPECT_DOUBLE_EQ(evaluate_stage_memory(chain(), 0, 4, context(3), {K, R, K, R}).activation_memory,
                    3 * (40 + 8 + 17) + 40);
+  // A segment keeps each tensor it reads once: with a's output 8 bytes, b and d of one segment share
+  // one checkpoint of it.
+  OperatorTable bounded = chain();
+  bounded.output = {8, 6, 9, 1};
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(bounded, 0, 4, context(3), {K, R, R, R}).activation_memory, 3 * 18 + 90);
+  // In two segments ({b} and {d}) each keeps its own.
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(bounded, 0, 4, context(3), {K, R, K, R}).activation_memory,
+                   3 * (40 + 8 + 17) + 40);
 }
 
 TEST(StageMemory, OffloadKeepsCopiesInFlightAndCostsWhatTheReloadCannotHide) {
@@ -152,6 +160,7 @@ OperatorTable random_ops(std::mt19937& rng, int n) {
     ops.inputs.emplace_back();
     if (v > 0) ops.inputs[v].push_back({v - 1, edge(rng)});
     if (v > 2 && rng() % 3 == 0) ops.inputs[v].push_back({static_cast<int>(rng() % (v - 1)), edge(rng)});
+    ops.output.push_back(edge(rng));
   }
   return ops;
 }

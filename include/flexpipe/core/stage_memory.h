@@ -25,6 +25,7 @@ struct OperatorTable {
     double bytes = 0;
   };
   std::vector<double> forward, backward, saved, workspace, parameters;
+  std::vector<double> output;               // per node, its output's bytes; empty: unbounded
   std::vector<std::vector<InEdge>> inputs;  // per node, its producers (an edge each)
   std::vector<int> tied_to;                 // kNotTied or the owner node
   std::vector<int> layer;                   // per node; empty: every node in one layer
@@ -73,7 +74,8 @@ struct StageMemoryPlan {
 // The memory of [begin, end) with the given decisions (one per operator of the range), by the model:
 //   static + max workspace + k*(kept + checkpoints) + rebuilt + copies(offloaded) * offloaded,
 // where rebuilt is the largest recompute segment of one micro-batch (whole backward) or all its
-// recomputed operators (split backward).
+// recomputed operators (split backward), and checkpoints are, per segment, the stage's tensors it
+// reads from before it (each once, at most its producer's output).
 StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
                                       const std::vector<MemoryDecision>& decisions);
 // The decisions with the least added time that fit the budget; `fits` is false when none does (then
