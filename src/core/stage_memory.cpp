@@ -196,6 +196,10 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
 
   constexpr int kLongestChain = 24;
   while (deficit > 0) {
+    // A move's gain is priced locally (merging segments also frees checkpoints further on), so the
+    // deficit is measured afresh before each move.
+    deficit = evaluate_stage_memory(ops, begin, end, context, d).memory - context.budget;
+    if (deficit <= 0) break;
     // The best move: the cheapest that closes the deficit, else the most bytes per time unit.
     double best_gain = 0, best_cost = kInfinity, best_ratio = 0;
     bool best_closes = false;
@@ -307,17 +311,22 @@ bool dominates(const Point& p, const Point& q) {
 void keep_pareto(std::vector<int>& set, const std::vector<Point>& arena) {
   auto key = [&](int i) {
     const Point& p = arena[i];
-    return std::array<double, 6>{p.memory + p.largest, p.memory, p.largest, p.open, p.recompute, p.offload};
+    return std::array<double, 7>{double(p.start), p.memory + p.largest, p.memory, p.largest, p.open, p.recompute, p.offload};
   };
-  // Lexicographic order puts every dominating point before the points it dominates.
+  // Only points of one open segment compare; within one, lexicographic order puts every dominating
+  // point before the points it dominates.
   std::sort(set.begin(), set.end(), [&](int a, int b) { return key(a) < key(b); });
   std::vector<int> kept;
-  for (int i : set)
-    if (std::none_of(kept.begin(), kept.end(), [&](int j) { return dominates(arena[j], arena[i]); })) kept.push_back(i);
+  size_t group = 0;  // where the kept points of the current segment start begin
+  for (int i : set) {
+    if (!kept.empty() && arena[kept.back()].start != arena[i].start) group = kept.size();
+    if (std::none_of(kept.begin() + group, kept.end(), [&](int j) { return dominates(arena[j], arena[i]); }))
+      kept.push_back(i);
+  }
   set.swap(kept);
 }
 
-constexpr size_t kMaxParetoPoints = 4096;
+constexpr size_t kMaxParetoPoints = 64;
 
 // The two ways a recomputed operator v adds to a point: its checkpoints k times, and its saved bytes
 // either to every rebuilt byte (split backward) or to the open segment.
