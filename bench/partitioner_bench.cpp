@@ -52,6 +52,7 @@ void BM_StageSolver(benchmark::State& state) {
 }
 BENCHMARK(BM_StageSolver)
     ->Args({static_cast<int>(MemorySolver::Exact), 16})
+    ->Args({static_cast<int>(MemorySolver::Auto), 16})
     ->Args({static_cast<int>(MemorySolver::Exact), 48})
     ->Args({static_cast<int>(MemorySolver::Greedy), 48})
     ->Args({static_cast<int>(MemorySolver::Greedy), 125})

@@ -277,6 +277,31 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
     deficit -= best_gain;
   }
   plan = evaluate_stage_memory(ops, begin, end, context, d);
+  if (plan.fits) {
+    // Moves chosen early can be made redundant by later, larger ones: give back the segments whose
+    // recompute the fit no longer needs, the most expensive first.
+    std::vector<std::pair<double, int>> segments;  // (recompute time, first operator)
+    for (int v = begin; v < end;) {
+      if (!is(v, MemoryDecision::Recompute)) {
+        ++v;
+        continue;
+      }
+      double time = 0;
+      int w = v;
+      do time += ops.forward[w++];
+      while (w < end && is(w, MemoryDecision::Recompute) && continues_segment(ops, begin, w, true));
+      segments.emplace_back(time, v);
+      v = w;
+    }
+    std::sort(segments.begin(), segments.end(), std::greater<>());
+    for (const auto& [time, first] : segments) {
+      std::vector<MemoryDecision> trial = d;
+      for (int w = first; w < end && trial[w - begin] == MemoryDecision::Recompute && (w == first || continues_segment(ops, begin, w, true)); ++w)
+        trial[w - begin] = MemoryDecision::Keep;
+      const StageMemoryPlan kept = evaluate_stage_memory(ops, begin, end, context, trial);
+      if (kept.fits) d = std::move(trial), plan = kept;
+    }
+  }
   plan.exact = false;
   return plan;
 }
@@ -326,7 +351,23 @@ void keep_pareto(std::vector<int>& set, const std::vector<Point>& arena) {
   set.swap(kept);
 }
 
-constexpr size_t kMaxParetoPoints = 64;
+// Points per Pareto set: the exact solver's proof keeps up to kMaxParetoPoints; `auto` caps its
+// sets at kAutoParetoPoints (the cheapest in time kept), trading the proof for time, since a tight
+// budget grows them fast and the search calls the solver thousands of times.
+constexpr size_t kMaxParetoPoints = 4096;
+constexpr size_t kAutoParetoPoints = 64;
+
+// A kept or offloaded operator closes any open segment and adds `memory` bytes held on the device
+// and `offload` bytes whose copies are charged at the end.
+Point closed_step(const Point& base, double memory, double offload, MemoryDecision decision) {
+  Point p = base;
+  p.memory += memory;
+  p.offload += offload;
+  p.open = 0;
+  p.start = -1;
+  p.decision = decision;
+  return p;
+}
 
 // The two ways a recomputed operator v adds to a point: its checkpoints k times, and its saved bytes
 // either to every rebuilt byte (split backward) or to the open segment.
@@ -347,7 +388,8 @@ Point recompute_step(const OperatorTable& ops, int begin, int v, const StageCont
   return p;
 }
 
-StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const StageContext& context) {
+StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const StageContext& context,
+                            size_t max_points) {
   const int n = end - begin;
   const double k = context.in_flight;
   const Fixed fixed = fixed_memory(ops, begin, end, context);
@@ -380,29 +422,17 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
           arena.push_back(p);
           next[recomputed].push_back(static_cast<int>(arena.size()) - 1);
         };
-        Point keep = base;
-        keep.memory += k * ops.saved[v];
-        keep.open = 0;
-        keep.start = -1;
-        keep.decision = MemoryDecision::Keep;
-        push(keep, 0);
+        push(closed_step(base, k * ops.saved[v], 0, MemoryDecision::Keep), 0);
         if (context.allow_recompute) push(recompute_step(ops, begin, v, context, base, previous == 1), 1);
-        if (can_offload(ops, v, context)) {
-          Point offload = base;
-          offload.offload += ops.saved[v];
-          offload.open = 0;
-          offload.start = -1;
-          offload.decision = MemoryDecision::Offload;
-          push(offload, 0);
-        }
+        if (can_offload(ops, v, context)) push(closed_step(base, 0, ops.saved[v], MemoryDecision::Offload), 0);
       }
     for (int r = 0; r < 2; ++r) {
       keep_pareto(next[r], arena);
-      if (next[r].size() > kMaxParetoPoints) {
+      if (next[r].size() > max_points) {
         exact = false;
         std::stable_sort(next[r].begin(), next[r].end(),
                          [&](int a, int b) { return objective(arena[a], context) < objective(arena[b], context); });
-        next[r].resize(kMaxParetoPoints);
+        next[r].resize(max_points);
       }
       sets[r].swap(next[r]);
     }
@@ -453,21 +483,9 @@ std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin
           arena.push_back(p);
           next[recomputed].push_back(static_cast<int>(arena.size()) - 1);
         };
-        Point keep = base;
-        keep.memory += k * ops.saved[v];
-        keep.open = 0;
-        keep.start = -1;
-        keep.decision = MemoryDecision::Keep;
-        push(keep, 0);
+        push(closed_step(base, k * ops.saved[v], 0, MemoryDecision::Keep), 0);
         if (context.allow_recompute) push(recompute_step(ops, stage_begin, v, context, base, previous == 1), 1);
-        if (can_offload(ops, v, context)) {
-          Point offload = base;
-          offload.memory += o * ops.saved[v];
-          offload.open = 0;
-          offload.start = -1;
-          offload.decision = MemoryDecision::Offload;
-          push(offload, 0);
-        }
+        if (can_offload(ops, v, context)) push(closed_step(base, o * ops.saved[v], 0, MemoryDecision::Offload), 0);
       }
     for (int r = 0; r < 2; ++r) {
       keep_pareto(next[r], arena);
@@ -605,10 +623,22 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
 
 StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
                                       MemorySolver solver) {
-  if (solver == MemorySolver::Auto)
-    solver = end - begin <= kExactSolverOperators ? MemorySolver::Exact : MemorySolver::Greedy;
-  StageMemoryPlan plan = solver == MemorySolver::Exact ? solve_exact(ops, begin, end, context)
-                                                        : solve_greedy(ops, begin, end, context);
+  StageMemoryPlan plan;
+  if (solver == MemorySolver::Exact) plan = solve_exact(ops, begin, end, context, kMaxParetoPoints);
+  else if (solver == MemorySolver::Auto && end - begin <= kExactSolverOperators)
+    plan = solve_exact(ops, begin, end, context, kAutoParetoPoints);
+  else plan = solve_greedy(ops, begin, end, context);
+  if (!plan.fits && context.allow_offload && context.allow_recompute) {
+    // The greedy never recomputes what it chose to offload, and offloading saves at most the copies
+    // the transfers do not hold: without offloading it may still fit.
+    StageContext recompute_only = context;
+    recompute_only.allow_offload = false;
+    StageMemoryPlan without = solve_greedy(ops, begin, end, recompute_only);
+    if (without.fits) {
+      plan = evaluate_stage_memory(ops, begin, end, context, without.decisions);
+      plan.exact = false;
+    }
+  }
   if (!plan.fits) {
     // The greedy can miss a fit the least-memory decisions reach: then those are the answer.
     StageMemoryPlan least = least_stage_memory(ops, begin, end, context);

@@ -192,9 +192,12 @@ TEST_F(Train, PartitionPlansTrainExactlyWithTheirRecomputeAndOffloadDecisions) {
   double mean = 0;
   const nlohmann::json unlimited = nlohmann::json::parse(free.out);
   for (const auto& stage : unlimited["stages"]) mean += stage["memory"].get<double>() / 2;
-  // Without a host link the plan must recompute; with one (PCIe) it offloads what the transfers hide.
+  // Without a host link the plan must recompute. With one (PCIe), Dawn still prefers recompute here
+  // (rebuilt one segment at a time it saves more than the copies offloading leaves on the device), so
+  // the offload case takes vPipe's plan, which swaps whole layers first when the transfers hide.
   // Measured workspaces vary between profiles: the first limit that needs decisions and fits.
-  for (const auto& [host, key] : {std::pair{" --host-bandwidth 0", "recompute"}, std::pair{"", "offload"}}) {
+  for (const auto& [host, key] :
+       {std::pair{" --host-bandwidth 0", "recompute"}, std::pair{" --method vpipe", "offload"}}) {
     size_t decided = 0;
     std::string last;
     for (double factor : {0.9, 0.95, 0.85, 0.8}) {

@@ -52,7 +52,8 @@ struct StageContext {
 enum class MemorySolver : uint8_t {
   Exact,   // dynamic programming over the operators (Pareto sets of memory, recompute time, offload bytes)
   Greedy,  // free offloads, then recompute chains and paid offloads by bytes saved per time added
-  Auto,    // exact on stages of up to kExactSolverOperators operators, greedy above
+  Auto,    // on stages of up to kExactSolverOperators operators the dynamic program with its Pareto
+           // sets capped (fast, not always optimal), greedy above
 };
 inline constexpr int kExactSolverOperators = 16;
 const char* memory_solver_name(MemorySolver solver);
