@@ -266,6 +266,20 @@ TEST(Simulator, RecomputeHoldsTheCheckpointThenTheActivations) {
   EXPECT_DOUBLE_EQ(result.devices[0].busy, 8);
 }
 
+TEST(Simulator, AWholeBackwardRebuildsOnlyTheLargestSegment) {
+  CostTable costs = uniform_costs(1, 1, 1, 1);
+  costs.stages[0].activation_bytes = 4;
+  costs.stages[0].checkpoint_bytes = 1;
+  costs.stages[0].rebuilt_peak_bytes = 2;
+  // Before B, R holds the largest segment (2): F0 [0,1] F1 [1,2] R0 [2,3] B0 [3,5] R1 [5,6] B1 [6,8].
+  const SimResult whole = simulate(build(2, {0}, {"0F0 0F1 0R0 0B0 0R1 0B1"}), costs, {});
+  EXPECT_EQ(curve(whole.devices[0]), "0:1 1:2 2:4 5:3 8:0");
+  EXPECT_DOUBLE_EQ(whole.devices[0].peak_memory, 4);
+  // Before a split backward, W still needs what the weighted operators saved: R rebuilds all 4.
+  const SimResult split = simulate(build(2, {0}, {"0F0 0F1 0R0 0I0 0W0 0R1 0I1 0W1"}), costs, {});
+  EXPECT_DOUBLE_EQ(split.devices[0].peak_memory, 6);
+}
+
 TEST(Simulator, InputGradientFreesItsShareAndWeightGradientTheRest) {
   CostTable costs = uniform_costs(1, 1, 1, 1);
   costs.stages[0].activation_bytes = 4;

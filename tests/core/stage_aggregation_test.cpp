@@ -115,6 +115,22 @@ TEST(StageAggregation, FullStageRecomputeCheckpointsExactlyTheStageInputs) {
   EXPECT_EQ(s1.activation_bytes, 100);
 }
 
+TEST(StageAggregation, RecomputeSegmentsStayWithinLayers) {
+  CostGraph g = hand_graph();
+  for (const char* name : {"embedding", "block", "head"}) g.layers.push_back({name, LayerRole::Other});
+  for (int v = 0; v < 5; ++v) g.nodes[v].layer = v == 0 ? 0 : v < 3 ? 1 : 2;
+  validate_cost_graph(g, "hand");
+  AggregationOptions options = options_at(2, 10);  // 20 tokens
+  options.decisions.assign(5, MemoryDecision::Recompute);
+  const StageCosts s = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{5}), options).table.stages[0];
+  // Segments {embed} 20, {ln, attn} 40 + 100, {add, head} 0 + 60: a whole backward holds 140 at once.
+  EXPECT_EQ(s.activation_bytes, 220);
+  EXPECT_EQ(s.rebuilt_peak_bytes, 140);
+  // Checkpoints: embed's output (80), read by ln and add in other segments, kept once; attn's (80),
+  // read by add; head reads add in its own segment.
+  EXPECT_EQ(s.checkpoint_bytes, 160);
+}
+
 TEST(StageAggregation, ExplicitSetsAndSharedProducers) {
   const CostGraph g = hand_graph();
   const Partition partition = partition_from_sets(g, {{"embed"}, {"ln", "attn", "add"}, {"head"}});
