@@ -98,7 +98,7 @@ namespace {
 // recomputed operators within one layer: the granularity at which Megatron's full recompute
 // checkpoints, so a segment never holds more than one layer's activations.
 bool continues_segment(const OperatorTable& ops, int begin, int v, bool previous_recomputed) {
-  return previous_recomputed && v > begin && ops.same_layer(v - 1, v);
+  return previous_recomputed && v > begin && v < ops.size() && ops.same_layer(v - 1, v);
 }
 
 // What a recomputed v adds to the checkpoints of its segment, which starts at segment_start: the
@@ -117,6 +117,16 @@ double checkpoint_bytes(const OperatorTable& ops, int begin, int v, int segment_
     const double output = ops.output.empty() ? kInfinity : ops.output[in.from];
     bytes += std::min(output, read + in.bytes) - std::min(output, read);
   }
+  return bytes;
+}
+
+// checkpoint_bytes without looking for tensors the segment already reads: an upper bound in O(inputs),
+// for the greedy's inner loop (it measures its deficit exactly before each move).
+double checkpoint_bound(const OperatorTable& ops, int begin, int v, int segment_start) {
+  double bytes = 0;
+  for (const OperatorTable::InEdge& in : ops.inputs[v])
+    if (in.from >= begin && in.from < segment_start)
+      bytes += ops.output.empty() ? in.bytes : std::min(ops.output[in.from], in.bytes);
   return bytes;
 }
 
@@ -239,9 +249,10 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
     }
     for (int v = end - 1; v >= begin; --v)
       if (is(v, MemoryDecision::Recompute))
-        from_segment[v - begin] = ops.saved[v] + (continues_segment(ops, begin, v + 1, true) && is(v + 1, MemoryDecision::Recompute)
-                                                      ? from_segment[v + 1 - begin]
-                                                      : 0);
+        from_segment[v - begin] =
+            ops.saved[v] + (is(v + 1, MemoryDecision::Recompute) && continues_segment(ops, begin, v + 1, true)
+                                ? from_segment[v + 1 - begin]
+                                : 0);
     for (int a = begin; a < end; ++a) {
       if (!is(a, MemoryDecision::Keep)) continue;
       if (can_offload(ops, a, context))
@@ -257,7 +268,7 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
            ++b) {
         kept += k * ops.saved[b];
         chain += ops.saved[b];
-        checkpoints += k * checkpoint_bytes(ops, begin, b, start);
+        checkpoints += k * checkpoint_bound(ops, begin, b, start);
         cost += ops.forward[b];
         // A recomputed successor in the same layer no longer keeps b's output once b is rebuilt too.
         const bool joins_right = is(b + 1, MemoryDecision::Recompute) && continues_segment(ops, begin, b + 1, true);

@@ -41,7 +41,9 @@ TEST_F(Partition, APlanSimulatesToWhatThePartitionerReported) {
 
 TEST_F(Partition, MaxBatchBeatsTheBaselinesThatDoNotOptimizeMemory) {
   auto largest = [&](const char* method) {
-    const Outcome run = flexpipe(std::string(kModel) + " --max-batch --max-batch-limit 64 --json --method " + method);
+    // Capped at 16, which Dawn and vPipe both reach (58 and 50 uncapped); PipeDream fits 2. A
+    // higher cap costs Dawn's search seconds under the sanitizer.
+    const Outcome run = flexpipe(std::string(kModel) + " --max-batch --max-batch-limit 16 --json --method " + method);
     EXPECT_EQ(run.exit_code, 0) << run.err;
     return nlohmann::json::parse(run.out)["max_microbatch_size"].get<int>();
   };
