@@ -355,6 +355,10 @@ struct Executor::State {
       rebuild_segment(l, mb, i);
       if (!l.split_backward) break;
     }
+    if (l.split_backward) {  // every segment is rebuilt: the checkpoints have served
+      l.micro[mb].checkpoints.clear();
+      account(l, l.micro[mb]);
+    }
     l.micro[mb].has_saved = true;
   }
 
