@@ -83,11 +83,21 @@ double time_to_one_percent(const SearchResult& r) {
 int main(int argc, char** argv) {
   double budget = 10;
   int threads = 1, only = -1;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  const char* usage = "usage: search_bench [--budget SECONDS] [--threads T] [--only N]\n";
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      fmt::print("{}", usage);
+      return 0;
+    }
+    const bool known = flag == "--budget" || flag == "--threads" || flag == "--only";
+    if (!known || i + 1 == argc) {
+      fmt::print(stderr, "search_bench: {} '{}'\n{}", known ? "no value after" : "unknown option", flag, usage);
+      return 2;
+    }
     if (flag == "--budget") budget = std::atof(argv[i + 1]);
     else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (flag == "--only") only = std::atoi(argv[i + 1]);
+    else only = std::atoi(argv[i + 1]);
   }
   const HardwareProfile& hardware = find_hardware("H100-80GB");
   fmt::print("budget {} s, {} thread(s), {}\n\n", budget, threads, hardware.name);
