@@ -56,8 +56,8 @@ PartitionProblem make_partition_problem(const CostGraph& graph, const Shape& sha
   for (int c = 0; c < stages; ++c) problem.budget.push_back(memory_limit / sharing[c]);
   problem.host_bandwidth = host_bandwidth;
   problem.bytes_per_parameter = bytes_per_parameter;
-  for (const std::vector<Action>& actions : schedule.device_actions)
-    problem.split_backward |= std::any_of(actions.begin(), actions.end(), [](const Action& a) { return a.kind == ActionKind::W; });
+  const std::vector<char> split_stages = split_backward_stages(schedule);
+  problem.split_backward = std::find(split_stages.begin(), split_stages.end(), 1) != split_stages.end();
   // Bytes crossing each cut: per producer, the smaller of its output and its edges to later operators.
   const int n = static_cast<int>(graph.nodes.size());
   std::vector<double> crossing(n + 1, 0);

@@ -76,4 +76,14 @@ std::vector<int> stages_on_device(const Schedule& schedule, int device) {
   return stages;
 }
 
+std::vector<char> split_backward_stages(const Schedule& schedule) {
+  std::vector<char> split(schedule.num_stages(), 0);
+  for (const std::vector<Action>& actions : schedule.device_actions)
+    for (const Action& a : actions) {
+      if (a.kind == ActionKind::I) split[a.stage] = 1;
+      if (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::I) split[a.stage2] = 1;
+    }
+  return split;
+}
+
 }  // namespace flexpipe

@@ -368,10 +368,8 @@ class Search {
         r.costs = aggregate_stages(problem_.graph, r.partition, aggregation(batch)).table;
         simulate_report(r);
         ++result_.evaluated;
-        bool split = false;
-        for (const auto& list : r.schedule.device_actions)
-          for (const Action& a : list)
-            split |= a.kind == ActionKind::I || (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::I);
+        const std::vector<char> split_stages = split_backward_stages(r.schedule);
+        const bool split = std::find(split_stages.begin(), split_stages.end(), 1) != split_stages.end();
         builtin_bound_ = std::min(builtin_bound_, r.costs.overlap_ratio >= 1
                                                       ? schedule_lower_bound(r.schedule, r.costs, split, {})
                                                       : r.lower_bound);

@@ -275,14 +275,11 @@ void Simulation::prepare_stages() {
 
   // Stages whose backward is split rebuild everything at R; the scan is skipped when no stage could
   // rebuild less.
-  std::vector<char> split_backward(stages, 0);
-  if (std::any_of(costs_.stages.begin(), costs_.stages.end(),
-                  [](const StageCosts& c) { return c.rebuilt_peak_bytes < c.activation_bytes; }))
-    for (const std::vector<Action>& actions : schedule_.device_actions)
-      for (const Action& a : actions) {
-        if (a.kind == ActionKind::I) split_backward[a.stage] = 1;
-        if (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::I) split_backward[a.stage2] = 1;
-      }
+  const std::vector<char> split_backward =
+      std::any_of(costs_.stages.begin(), costs_.stages.end(),
+                  [](const StageCosts& c) { return c.rebuilt_peak_bytes < c.activation_bytes; })
+          ? split_backward_stages(schedule_)
+          : std::vector<char>(stages, 0);
 
   work_.stages.assign(stages, StageInfo{});
   for (int s = 0; s < stages; ++s) {

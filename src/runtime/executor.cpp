@@ -174,11 +174,13 @@ struct Executor::State {
       }
     }
     local_of_stage.assign(schedule.num_stages(), -1);
+    const std::vector<char> split_stages = split_backward_stages(schedule);
     for (int s = 0; s < schedule.num_stages(); ++s) {
       if (schedule.stage_device[s] != rank) continue;
       local_of_stage[s] = static_cast<int>(locals.size());
       Local local;
       local.stage = s;
+      local.split_backward = split_stages[s];
       local.chunk = schedule.chunk_of_stage(s);
       local.module = make_chunk_module(plan, local.chunk);
       for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline)
@@ -202,8 +204,6 @@ struct Executor::State {
     }
     for (const Action& a : schedule.device_actions[rank]) {
       if (a.kind == ActionKind::R) locals[local_of_stage[a.stage]].recompute[a.microbatch] = 1;
-      if (a.kind == ActionKind::I) locals[local_of_stage[a.stage]].split_backward = true;
-      if (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::I) locals[local_of_stage[a.stage2]].split_backward = true;
       if (a.kind == ActionKind::Opt) locals[local_of_stage[a.stage]].has_opt_action = true;
     }
   }

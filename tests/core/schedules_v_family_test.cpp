@@ -372,5 +372,20 @@ TEST(VFamily, DualPipePeakActivationIsStagesPlusOne) {
       }
 }
 
+
+// Which stages split their backward: an I alone marks its stage, an overlap's I half marks the
+// backward's stage (not the forward's), and a B marks nothing.
+TEST(SplitBackwardStages, MarksTheStagesOfIActionsAloneAndInsideOverlaps) {
+  Schedule s = make_schedule("hand", 2, 2, {0, 1, 1, 0}, 2);
+  s.device_actions[0] = {Action::make(ActionKind::F, 0, 0), Action::overlap(3, 1, 0, 0, ActionKind::I),
+                         Action::make(ActionKind::W, 0, 0)};
+  s.device_actions[1] = {Action::make(ActionKind::F, 1, 0), Action::make(ActionKind::B, 1, 0),
+                         Action::make(ActionKind::F, 2, 1)};
+  EXPECT_EQ(split_backward_stages(s), (std::vector<char>{1, 0, 0, 0}));
+  s.device_actions[1].push_back(Action::make(ActionKind::I, 2, 1));
+  EXPECT_EQ(split_backward_stages(s), (std::vector<char>{1, 0, 1, 0}));
+  EXPECT_EQ(split_backward_stages(build("1f1b", 4, 8)), std::vector<char>(4, 0));
+  EXPECT_EQ(split_backward_stages(build("zb-v", 4, 8)), std::vector<char>(8, 1));
+}
 }  // namespace
 }  // namespace flexpipe

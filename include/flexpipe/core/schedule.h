@@ -76,4 +76,9 @@ Schedule make_schedule(std::string name, int devices, int microbatches, std::vec
 // The stages a device holds, in increasing order.
 std::vector<int> stages_on_device(const Schedule& schedule, int device);
 
+// Per global stage, 1 when its backward is split into I and W: an I runs on it, alone or inside an
+// overlap. Memory depends on it: before a split backward a recomputing stage rebuilds everything at
+// once, because W still needs the weighted operators' saved tensors.
+std::vector<char> split_backward_stages(const Schedule& schedule);
+
 }  // namespace flexpipe
