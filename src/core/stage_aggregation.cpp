@@ -22,6 +22,23 @@ const char* memory_decision_name(MemoryDecision decision) {
   return "keep";
 }
 
+std::vector<int> recompute_segments(const CostGraph& graph, const Partition& partition,
+                                    std::span<const MemoryDecision> decisions) {
+  const int n = static_cast<int>(graph.nodes.size());
+  if (static_cast<int>(decisions.size()) != n || static_cast<int>(partition.stage_of_node.size()) != n)
+    throw Error(fmt::format("recompute segments of '{}': {} decisions and {} stage entries for {} operators",
+                            graph.name, decisions.size(), partition.stage_of_node.size(), n));
+  const std::vector<int>& stage_of = partition.stage_of_node;
+  std::vector<int> first(n, -1);
+  for (int i = 0; i < n; ++i) {
+    if (decisions[i] != MemoryDecision::Recompute) continue;
+    const bool continues =
+        i > 0 && first[i - 1] >= 0 && stage_of[i - 1] == stage_of[i] && graph.nodes[i - 1].layer == graph.nodes[i].layer;
+    first[i] = continues ? first[i - 1] : i;
+  }
+  return first;
+}
+
 namespace {
 
 // Every operator goes where its layer goes.
@@ -146,9 +163,9 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
   for (StageCosts& stage : costs) stage = StageCosts{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   std::vector<double> held(stages, 0), held_freed(stages, 0), rebuilt(stages, 0), rebuilt_freed(stages, 0);
   std::vector<bool> recomputes(stages, false), offloads(stages, false);
-  // Recompute segments: runs of recomputed operators of one stage and one layer, consecutive in graph
-  // order; each is named by its first operator. A whole backward rebuilds one at a time.
-  std::vector<int> segment_of(n, -1);
+  const std::vector<int> segment_of = options.decisions.empty()
+                                         ? std::vector<int>(n, -1)
+                                         : recompute_segments(graph, partition, options.decisions);
   std::vector<double> largest_segment(stages, 0);
   double segment_bytes = 0;
 
@@ -182,9 +199,7 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
         stage.recompute += forward;
         rebuilt[k] += saved;
         rebuilt_freed[k] += freed;
-        const bool continues = i > 0 && segment_of[i - 1] >= 0 && stage_of[i - 1] == k && graph.nodes[i - 1].layer == node.layer;
-        segment_of[i] = continues ? segment_of[i - 1] : i;
-        segment_bytes = (continues ? segment_bytes : 0) + saved;
+        segment_bytes = (segment_of[i] != i ? segment_bytes : 0) + saved;
         largest_segment[k] = std::max(largest_segment[k], segment_bytes);
         break;
       }

@@ -175,6 +175,10 @@ struct Executor::State {
     }
     local_of_stage.assign(schedule.num_stages(), -1);
     const std::vector<char> split_stages = split_backward_stages(schedule);
+    // Without decisions R reruns every operator, one layer at a time.
+    const std::vector<int> segments = recompute_segments(
+        plan.graph, plan.partition,
+        decisions.empty() ? std::vector<MemoryDecision>(nodes, MemoryDecision::Recompute) : decisions);
     for (int s = 0; s < schedule.num_stages(); ++s) {
       if (schedule.stage_device[s] != rank) continue;
       local_of_stage[s] = static_cast<int>(locals.size());
@@ -193,9 +197,7 @@ struct Executor::State {
       for (int v = local.module.begin; v < local.module.end; ++v) {
         local.recomputed_op.push_back(decisions.empty() || decisions[v] == MemoryDecision::Recompute);
         local.offloaded_op.push_back(decisions.empty() || decisions[v] == MemoryDecision::Offload);
-        const int i = v - local.module.begin;
-        const bool continues = i > 0 && local.recomputed_op[i - 1] && plan.graph.nodes[v - 1].layer == plan.graph.nodes[v].layer;
-        local.segment_of.push_back(!local.recomputed_op[i] ? -1 : continues ? local.segment_of[i - 1] : i);
+        local.segment_of.push_back(segments[v] < 0 ? -1 : segments[v] - local.module.begin);
       }
       local.micro.resize(microbatches);
       local.recv_forward.resize(microbatches);

@@ -131,6 +131,25 @@ TEST(StageAggregation, RecomputeSegmentsStayWithinLayers) {
   EXPECT_EQ(s.checkpoint_bytes, 160);
 }
 
+// The segment rule itself: a kept operator, a layer boundary and a stage boundary each end a segment.
+TEST(StageAggregation, RecomputeSegmentsEndAtKeptOperatorsLayersAndStages) {
+  CostGraph g = hand_graph();
+  for (const char* name : {"embedding", "block", "head"}) g.layers.push_back({name, LayerRole::Other});
+  for (int v = 0; v < 5; ++v) g.nodes[v].layer = v == 0 ? 0 : v < 4 ? 1 : 2;  // embed | ln attn add | head
+  using D = MemoryDecision;
+  const std::vector<D> all(5, D::Recompute);
+  const Partition one = partition_from_sizes(g, std::vector<int>{5});
+  EXPECT_EQ(recompute_segments(g, one, all), (std::vector<int>{0, 1, 1, 1, 4}));
+  EXPECT_EQ(recompute_segments(g, one, std::vector<D>{D::Keep, D::Recompute, D::Keep, D::Recompute, D::Recompute}),
+            (std::vector<int>{-1, 1, -1, 3, 4}));
+  EXPECT_EQ(recompute_segments(g, one, std::vector<D>{D::Recompute, D::Offload, D::Recompute, D::Recompute, D::Keep}),
+            (std::vector<int>{0, -1, 2, 2, -1}));
+  EXPECT_EQ(recompute_segments(g, partition_from_sizes(g, std::vector<int>{3, 2}), all),
+            (std::vector<int>{0, 1, 1, 3, 4}));
+  EXPECT_EQ(error_of([&] { recompute_segments(g, one, std::vector<D>(4, D::Keep)); }),
+            "recompute segments of 'hand': 4 decisions and 5 stage entries for 5 operators");
+}
+
 TEST(StageAggregation, ExplicitSetsAndSharedProducers) {
   const CostGraph g = hand_graph();
   const Partition partition = partition_from_sets(g, {{"embed"}, {"ln", "attn", "add"}, {"head"}});

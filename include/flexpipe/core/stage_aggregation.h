@@ -35,6 +35,14 @@ void check_partition(const CostGraph& graph, const Partition& partition);
 enum class MemoryDecision : uint8_t { Keep, Recompute, Offload };
 const char* memory_decision_name(MemoryDecision decision);
 
+// Recompute segments: runs of recomputed operators of one stage and one layer, consecutive in graph
+// order (the granularity of Megatron's full recompute; a whole backward rebuilds one at a time).
+// Per node, the first node of its segment, or -1 when the node is not recomputed. decisions has one
+// entry per node. The partitioner's memory model applies the same rule on its operator table
+// (stage_memory.cpp, continues_segment), where decisions change one operator at a time.
+std::vector<int> recompute_segments(const CostGraph& graph, const Partition& partition,
+                                    std::span<const MemoryDecision> decisions);
+
 struct AggregationOptions {
   Shape shape;                            // micro-batch size and sequence length
   std::vector<MemoryDecision> decisions;  // per node; empty: keep everything
