@@ -31,7 +31,7 @@ constexpr std::string_view kTopLevelKeys[] = {"format", "version",    "time_unit
 constexpr std::string_view kStageKeys[] = {"forward",          "backward_input",  "backward_weight",  "backward",
                                            "recompute",        "optimizer",       "activation_bytes", "freed_by_input",
                                            "checkpoint_bytes", "parameter_bytes", "gradient_bytes",   "optimizer_bytes",
-                                           "output_bytes",     "offload_bytes",   "rebuilt_peak_bytes"};
+                                           "output_bytes",     "offload_bytes",   "rebuilt_peak_bytes", "workspace_bytes"};
 constexpr std::string_view kLinkKeys[] = {"latency", "bandwidth"};
 constexpr std::string_view kLinkOverrideKeys[] = {"src", "dst", "latency", "bandwidth"};
 
@@ -83,6 +83,7 @@ class Reader : public detail::JsonPathReader {
     // Optional; null or absent: R's rebuild holds all of activation_bytes.
     if (object.contains("rebuilt_peak_bytes"))
       costs.rebuilt_peak_bytes = number_or_unlimited(object["rebuilt_peak_bytes"], json_child(path, "rebuilt_peak_bytes"));
+    read("workspace_bytes", costs.workspace_bytes);  // optional; absent: no transient memory
     if (costs.freed_by_input > costs.activation_bytes)
       fail(json_child(path, "freed_by_input"),
            fmt::format("{} exceeds activation_bytes {}", costs.freed_by_input, costs.activation_bytes));
@@ -214,6 +215,7 @@ nlohmann::ordered_json stage_json(const StageCosts& stage) {
   out["output_bytes"] = number_json(stage.output_bytes);
   if (std::isfinite(stage.offload_bytes)) out["offload_bytes"] = number_json(stage.offload_bytes);
   if (std::isfinite(stage.rebuilt_peak_bytes)) out["rebuilt_peak_bytes"] = number_json(stage.rebuilt_peak_bytes);
+  if (stage.workspace_bytes > 0) out["workspace_bytes"] = number_json(stage.workspace_bytes);
   return out;
 }
 

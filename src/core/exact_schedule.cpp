@@ -240,13 +240,18 @@ class Search {
     remaining_.assign(devices_, 0);
     remaining_actions_.assign(devices_, 0);
     for (int d = 0; d < devices_; ++d) capacity_[d] = costs.capacity(d);
+    // A computation's workspace is counted as always held (its largest on the device): conservative
+    // against the simulator, which holds it only while the computation runs.
+    std::vector<double> workspace(devices_, 0);
     for (int s = 0; s < stages_; ++s) {
       const StageCosts& cost = costs.stages[s];
       const int d = device_of_[s];
       static_memory_[d] += cost.parameter_bytes + cost.gradient_bytes + cost.optimizer_bytes;
+      workspace[d] = std::max(workspace[d], cost.workspace_bytes);
       for (int k = 0; k < kinds_; ++k) remaining_[d] += microbatches_ * duration_[slot(s, k)];
       remaining_actions_[d] += microbatches_ * kinds_;
     }
+    for (int d = 0; d < devices_; ++d) static_memory_[d] += workspace[d];
 
     total_actions_ = stages_ * microbatches_ * kinds_;
     count_.assign(slots, 0);

@@ -104,14 +104,17 @@ class ListScheduler {
     for (int d = 0; d < P_; ++d) {
       DeviceState& dev = devices_[d];
       dev.capacity = costs.capacity(d);
+      double workspace = 0;  // transient, on top of whatever R or a reload brings back
       for (int s : dev.stages) {
         const StageCosts& c = cost(s);
         dev.level += c.parameter_bytes + c.gradient_bytes + c.optimizer_bytes;
         if (recompute_[s]) dev.reserve = std::max(dev.reserve, c.rebuilt_bytes(policy.split_backward));
         if (offload_[s]) dev.reserve = std::max(dev.reserve, c.activation_bytes);
+        workspace = std::max(workspace, c.workspace_bytes);
         dev.remaining_fb += 2 * count(s);
         remaining_ += count(s) * (policy.split_backward ? 3 : 2);
       }
+      dev.reserve += workspace;
       dev.limit = d < static_cast<int>(policy.inflight.size()) ? policy.inflight[d] : 0;
       schedule.device_actions[d].clear();
     }

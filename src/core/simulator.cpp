@@ -44,6 +44,7 @@ struct StageInfo {
   double activation = 0, freed_by_input = 0, checkpoint = 0;
   double rebuilt = 0;  // what R holds until the backward ends: the largest segment, or everything when split
   double offload = kInfinity;  // the most one OFFLOAD moves
+  double workspace = 0;        // held while any of the stage's computations runs
   double forward_send_time = 0, forward_send_bytes = 0;
   double backward_send_time = 0, backward_send_bytes = 0;
 };
@@ -301,6 +302,7 @@ void Simulation::prepare_stages() {
     info.checkpoint = cost.checkpoint_bytes;
     info.rebuilt = cost.rebuilt_bytes(split_backward[s]);
     info.offload = cost.offload_bytes;
+    info.workspace = cost.workspace_bytes;
     if (!info.last && !info.next_local) {
       info.forward_link = link_id(info.device, placement[s + 1]);
       info.forward_send_bytes = cost.output_bytes;
@@ -399,8 +401,13 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
   const int s = a.stage;
   const int m = a.microbatch;
   const int column_stage_wide = layout_.stage_wide_column();
-  auto run_compute = [&](double duration) {
+  // Runs a computation from `ready`; `workspace` bytes are held while it runs.
+  auto run_compute = [&](double duration, double workspace = 0) {
     const double end = ready + duration;
+    if (workspace > 0) {
+      work_.compute_memory[device].push_back({ready, workspace});
+      work_.compute_memory[device].push_back({end, -workspace});
+    }
     record(device, position, ready, end);
     busy += duration;
     clock = end;
@@ -411,14 +418,14 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
     case ActionKind::F: {
       if (!wait_forward_input(device, s, m, ready)) return false;
       change_activation(device, ready, s, m, forward_allocation(s, m));
-      produce(key(s, m, detail::kForwardDone), run_compute(work_.stages[s].forward));
+      produce(key(s, m, detail::kForwardDone), run_compute(work_.stages[s].forward, work_.stages[s].workspace));
       return true;
     }
     case ActionKind::B:
     case ActionKind::I: {
       if (!wait_backward_input(device, s, m, ready)) return false;
       const StageInfo& info = work_.stages[s];
-      const double end = run_compute(a.kind == ActionKind::B ? info.backward : info.backward_input);
+      const double end = run_compute(a.kind == ActionKind::B ? info.backward : info.backward_input, info.workspace);
       change_activation(device, end, s, m, -backward_release(a.kind, s, m));
       produce(key(s, m, detail::kInputGradDone), end);
       if (a.kind == ActionKind::B) produce(key(s, m, detail::kWeightGradDone), end);
@@ -427,7 +434,7 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
     case ActionKind::W: {
       if (!wait(device, key(s, m, detail::kInputGradDone), ready)) return false;
       const StageInfo& info = work_.stages[s];
-      const double end = run_compute(info.backward_weight);
+      const double end = run_compute(info.backward_weight, info.workspace);
       change_activation(device, end, s, m, -(info.activation - info.freed_by_input));
       produce(key(s, m, detail::kWeightGradDone), end);
       return true;
@@ -437,7 +444,7 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       if ((work_.facts[fact_index(s, m)] & kOffloaded) && !wait(device, key(s, m, detail::kReloadDone), ready))
         return false;
       change_activation(device, ready, s, m, work_.stages[s].rebuilt);
-      produce(key(s, m, detail::kRecomputeDone), run_compute(work_.stages[s].recompute));
+      produce(key(s, m, detail::kRecomputeDone), run_compute(work_.stages[s].recompute, work_.stages[s].workspace));
       return true;
     }
     case ActionKind::Opt:
@@ -451,7 +458,8 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       const StageInfo& backward = work_.stages[s2];
       const double backward_time = a.sub_kind == ActionKind::I ? backward.backward_input : backward.backward;
       change_activation(device, ready, s, m, forward_allocation(s, m));
-      const double end = run_compute(costs_.overlap_ratio * (work_.stages[s].forward + backward_time));
+      const double end = run_compute(costs_.overlap_ratio * (work_.stages[s].forward + backward_time),
+                                     work_.stages[s].workspace + backward.workspace);
       change_activation(device, end, s2, m2, -backward_release(a.sub_kind, s2, m2));
       produce(key(s, m, detail::kForwardDone), end);
       produce(key(s2, m2, detail::kInputGradDone), end);

@@ -261,6 +261,7 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       stage.activation_bytes = held[k];
       stage.freed_by_input = held_freed[k];
     }
+    stage.workspace_bytes = details.workspace_bytes;
     stage.parameter_bytes = details.parameters * options.parameter_bytes;
     stage.gradient_bytes = details.parameters * options.gradient_bytes;
     stage.optimizer_bytes = details.parameters * options.optimizer_bytes;

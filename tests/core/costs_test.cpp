@@ -91,6 +91,8 @@ CostTable rich_table() {
   second.forward = 0.1;
   second.recompute = 0;
   second.offload_bytes = 1.5e9;  // the first stage keeps the default: everything it holds
+  second.rebuilt_peak_bytes = 1e9;
+  second.workspace_bytes = 2e8;  // the first stage keeps the default: none
   costs.stages = {first, second};
   costs.link = Link{0.01, 100};
   costs.pairs = {LinkOverride{0, 1, Link{0.5, kInfinity}}, LinkOverride{1, 0, Link{0, 25}}};
@@ -114,6 +116,8 @@ TEST(CostTableJson, RoundTripsEveryField) {
   EXPECT_EQ(rich.find("\"offload_bytes\""), rich.rfind("\"offload_bytes\"")) << rich;
   EXPECT_NE(rich.find("\"offload_bytes\": 1500000000"), std::string::npos) << rich;
   EXPECT_EQ(text.find("offload_bytes"), std::string::npos) << text;
+  EXPECT_EQ(rich.find("\"workspace_bytes\""), rich.rfind("\"workspace_bytes\"")) << rich;
+  EXPECT_NE(rich.find("\"workspace_bytes\": 200000000"), std::string::npos) << rich;
   CostTable one_capacity = uniform;
   one_capacity.memory_capacity = {16};
   EXPECT_EQ(parse_cost_table(cost_table_to_json(one_capacity), "written"), one_capacity);
@@ -168,7 +172,7 @@ TEST(CostTableJson, NamesTheBadFieldExactly) {
   EXPECT_EQ(parse_error(document("\"stages\": [{\"forwrad\": 1}]")),
             "costs.json: stages[0].forwrad: unknown key (known keys: forward, backward_input, backward_weight, "
             "backward, recompute, optimizer, activation_bytes, freed_by_input, checkpoint_bytes, parameter_bytes, "
-            "gradient_bytes, optimizer_bytes, output_bytes, offload_bytes, rebuilt_peak_bytes)");
+            "gradient_bytes, optimizer_bytes, output_bytes, offload_bytes, rebuilt_peak_bytes, workspace_bytes)");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"latency\": 1")),
             "costs.json: latency: unknown key (known keys: format, version, time_unit, memory_unit, stages, "
             "all_stages, num_stages, link, links, host_link, memory_capacity, overlap_ratio)");

@@ -95,6 +95,24 @@ TEST(ListScheduler, MemoryCapacityHoldsForwardsBack) {
   }
 }
 
+// A stage's workspace is held while it computes: the scheduler keeps room for it, so with static 3 and
+// workspace 1 a capacity of 5 leaves one micro-batch in flight, and the simulator agrees.
+TEST(ListScheduler, MemoryCapacityKeepsRoomForTheWorkspace) {
+  const int p = 4, m = 8;
+  CostTable costs = uniform_costs(p, 1, 1, 1);
+  for (StageCosts& c : costs.stages) c.parameter_bytes = 3, c.workspace_bytes = 1;
+  costs.memory_capacity = {5};
+  Schedule s = skeleton(p, m);
+  ListPolicy policy;
+  policy.backward_first = false;
+  ASSERT_TRUE(list_schedule(s, costs, policy));
+  const SimResult result = run(s, costs);
+  EXPECT_TRUE(result.fits);
+  for (int d = 0; d < p; ++d) EXPECT_DOUBLE_EQ(result.devices[d].peak_memory, 5) << d;
+  // One micro-batch at a time: the forwards never run ahead of the backwards.
+  EXPECT_EQ(row(s, 0).substr(0, 11), "0F0 0B0 0F1");
+}
+
 // Recomputing stages hold only their checkpoints between F and R, so the same capacity admits more
 // forwards; the backward takes R longer. Memory follows the simulator's rules once R is placed.
 TEST(ListScheduler, RecomputeCountsCheckpointsAndTime) {

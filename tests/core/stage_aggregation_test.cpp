@@ -73,6 +73,7 @@ TEST(StageAggregation, HandComputedContiguousRanges) {
   // The head's tied copy of the embedding is held by the last stage.
   EXPECT_EQ(s2, (StageCosts{6, 4, 4, 8, 0, 0, 60, 20, 0, 100, 100, 600, 0}));
   EXPECT_EQ(result.details[1].input_bytes, 160);  // ln's output and the residual both cross cut 0
+  for (const StageCosts& stage : result.table.stages) EXPECT_EQ(stage.workspace_bytes, 0);
   EXPECT_EQ(result.details[2].parameters, 50);
   EXPECT_EQ(result.details[0].forward_flops, (1 + 2) * 20);
   EXPECT_EQ(result.table.link, (Link{0.1, 1000}));
@@ -148,6 +149,19 @@ TEST(StageAggregation, RecomputeSegmentsEndAtKeptOperatorsLayersAndStages) {
             (std::vector<int>{0, 1, 1, 3, 4}));
   EXPECT_EQ(error_of([&] { recompute_segments(g, one, std::vector<D>(4, D::Keep)); }),
             "recompute segments of 'hand': 4 decisions and 5 stage entries for 5 operators");
+}
+
+// A stage's workspace is its largest operator's: operators run one at a time.
+TEST(StageAggregation, WorkspaceIsTheLargestOperatorsOfTheStage) {
+  CostGraph g = hand_graph();
+  g.nodes[2].workspace_bytes = per_token(7);  // attn
+  g.nodes[3].workspace_bytes = per_token(2);  // add
+  g.nodes[4].workspace_bytes = per_token(5);  // head
+  const StageAggregate result = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options_at(2, 10));
+  EXPECT_EQ(result.table.stages[0].workspace_bytes, 0);
+  EXPECT_EQ(result.table.stages[1].workspace_bytes, 7 * 20);
+  EXPECT_EQ(result.table.stages[2].workspace_bytes, 5 * 20);
+  EXPECT_EQ(result.details[1].workspace_bytes, 7 * 20);
 }
 
 TEST(StageAggregation, ExplicitSetsAndSharedProducers) {

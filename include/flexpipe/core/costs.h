@@ -36,6 +36,9 @@ struct StageCosts {
   double rebuilt_bytes(bool split_backward) const {
     return split_backward ? activation_bytes : std::min(activation_bytes, rebuilt_peak_bytes);
   }
+  // Transient memory while one of the stage's computations (F, R, B, I, W) runs: its largest
+  // operator's, such as the loss's fp32 copy of the logits.
+  double workspace_bytes = 0;
   friend bool operator==(const StageCosts&, const StageCosts&) = default;
 };
 
