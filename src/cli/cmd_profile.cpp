@@ -5,13 +5,14 @@
 #include "flexpipe/core/trainable_model.h"
 #include "options.h"
 #include "runtime_loader.h"
+#include "training_options.h"
 
 namespace flexpipe::cli {
 
 namespace {
 
 struct ProfileOptions {
-  GptSize model{4, 64, 4, 64, 64};
+  ModelSize model{4, 64, 4, 64, 64};
   runtime::ProfileRequest request;
 };
 
@@ -27,6 +28,7 @@ void add_profile_command(CLI::App& app, int& exit_code) {
   command->add_option("--heads", o->model.heads, "Attention heads [4]")->check(CLI::PositiveNumber);
   command->add_option("--vocab", o->model.vocab, "Vocabulary size [64]")->check(CLI::PositiveNumber);
   command->add_option("--seq-len", o->model.seq_len, "Tokens per sequence [64]")->check(CLI::PositiveNumber);
+  add_model_family_options(command, o->model);
   command->add_option("--microbatch-size", o->request.microbatch_size, "Sequences per micro-batch [4]")
       ->check(CLI::PositiveNumber);
   command->add_option("--dtype", o->request.dtype, "float32 or float64 [float32]")
@@ -37,7 +39,7 @@ void add_profile_command(CLI::App& app, int& exit_code) {
   command->add_option("-o,--output", o->request.output, "Write the measured cost graph (JSON) here");
   command->add_flag("--json", o->request.json, "Print the measured cost graph instead of the table");
   command->callback([o, &exit_code] {
-    o->request.model = gpt_config(o->model);
+    o->request.model = trainable_config(o->model);
     exit_code = profile_runtime(o->request);
   });
 }

@@ -43,7 +43,7 @@ int pipeline_devices(const TrainOptions& o) {
 
 TrainOptions defaults() {
   TrainOptions o;
-  o.command.model = GptSize{4, 64, 4, 64, 64};
+  o.command.model = ModelSize{4, 64, 4, 64, 64};
   runtime::TrainingOptions& t = o.command.request.training;
   t.steps = 100;
   t.microbatch_size = 4;
@@ -92,7 +92,7 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
                 "`flexpipe profile` output), so that every rank chooses from the same measurements");
   if (!o.command.partition.empty() || !o.command.plan.empty())
     throw Error("--schedule auto chooses the partition itself: drop --partition / --plan");
-  const ModelConfig model = gpt_config(o.command.model);
+  const ModelConfig model = trainable_config(o.command.model);
   const runtime::TrainingOptions& t = o.command.request.training;
   std::string path = o.profile;
   if (!cached) {
@@ -166,6 +166,7 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
     o.command.model.vocab = 256;  // byte-level tokens
   }
   if (request.resume && request.checkpoint_dir.empty()) throw Error("--resume needs --checkpoint DIR");
+  trainable_config(o.command.model);  // a bad size is one error here, not one per launched rank
   if (request.json) request.progress = false;  // the report is one JSON document
   if (request.save_every < 0) throw Error(fmt::format("--save-every {}: not negative", request.save_every));
   if (o.schedule == "auto") choose_schedule(o, command_line);

@@ -9,6 +9,17 @@
 
 namespace flexpipe::cli {
 
+void add_model_family_options(CLI::App* command, ModelSize& model) {
+  command
+      ->add_option_function<std::string>(
+          "--family", [&model](const std::string& name) { model.family = model_family(name); },
+          "gpt (learned positions, LayerNorm, GeLU, biases) or llama (rotary positions, RMSNorm, SwiGLU, no biases) "
+          "[gpt]")
+      ->check(CLI::IsMember({"gpt", "llama"}));
+  command->add_option("--kv-heads", model.kv_heads, "llama: key/value heads, a divisor of --heads [--heads]")
+      ->check(CLI::PositiveNumber);
+}
+
 void add_training_options(CLI::App* command, TrainingCommand& o) {
   command->add_option("-p,--devices", o.schedule.devices,
                       "Pipeline devices of a built-in schedule [run: WORLD_SIZE / --dp; train: 2]");
@@ -25,6 +36,7 @@ void add_training_options(CLI::App* command, TrainingCommand& o) {
       ->check(CLI::PositiveNumber);
   command->add_option("--seq-len", o.model.seq_len, fmt::format("Tokens per sequence [{}]", o.model.seq_len))
       ->check(CLI::PositiveNumber);
+  add_model_family_options(command, o.model);
   command->add_option("--microbatch-size", o.request.training.microbatch_size,
                       fmt::format("Sequences per micro-batch [{}]", o.request.training.microbatch_size))
       ->check(CLI::PositiveNumber);
@@ -59,7 +71,7 @@ void add_training_options(CLI::App* command, TrainingCommand& o) {
 void prepare_request(TrainingCommand& o) {
   runtime::RunRequest& request = o.request;
   request.env = runtime::rank_env_from_environment();
-  request.model = gpt_config(o.model);
+  request.model = trainable_config(o.model);
   for (const std::string& hook : o.hooks) {
     const size_t eq = hook.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == hook.size())

@@ -15,14 +15,17 @@ namespace flexpipe::cli {
 struct TrainingCommand {
   std::vector<std::string> schedules;
   ScheduleOptions schedule;  // -p, -m, -v, -D for every schedule
-  GptSize model;
+  ModelSize model;
   std::string partition;
   std::string plan;  // a partition plan file (--plan)
   runtime::RunRequest request;
   std::vector<std::string> hooks;
 };
 
-// -p/-m/-v/-D, the model's size, --microbatch-size, --partition, --seed, --optimizer, --lr,
+// --family and --kv-heads: the model's layout (gpt or llama) and its key/value heads.
+void add_model_family_options(CLI::App* command, ModelSize& model);
+
+// -p/-m/-v/-D, the model's size, --family, --kv-heads, --microbatch-size, --partition, --seed, --optimizer, --lr,
 // --weight-decay, --dtype, --timeout, --trace, --svg, --json, --hook.
 void add_training_options(CLI::App* command, TrainingCommand& options);
 

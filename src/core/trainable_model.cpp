@@ -10,12 +10,63 @@
 
 namespace flexpipe {
 
-ModelConfig gpt_config(const GptSize& size) {
+namespace {
+
+void check_size(const ModelSize& size, const char* family) {
   if (size.layers < 1 || size.hidden < 1 || size.heads < 1 || size.vocab < 2 || size.seq_len < 1)
-    throw Error(fmt::format("GPT size: layers, hidden, heads, seq-len must be positive and vocab at least 2 "
-                            "(got {}, {}, {}, {}, {})", size.layers, size.hidden, size.heads, size.seq_len, size.vocab));
+    throw Error(fmt::format("{} size: layers, hidden, heads, seq-len must be positive and vocab at least 2 "
+                            "(got {}, {}, {}, {}, {})",
+                            family, size.layers, size.hidden, size.heads, size.seq_len, size.vocab));
   if (size.hidden % size.heads != 0)
-    throw Error(fmt::format("GPT size: hidden {} is not a multiple of heads {}", size.hidden, size.heads));
+    throw Error(fmt::format("{} size: hidden {} is not a multiple of heads {}", family, size.hidden, size.heads));
+}
+
+}  // namespace
+
+ModelFamily model_family(const std::string& name) {
+  if (name == "gpt") return ModelFamily::Gpt;
+  if (name == "llama") return ModelFamily::Llama;
+  throw Error(fmt::format("unknown model family '{}' (known: gpt, llama)", name));
+}
+
+ModelConfig trainable_config(const ModelSize& size) {
+  return size.family == ModelFamily::Llama ? llama_config(size) : gpt_config(size);
+}
+
+ModelConfig llama_config(const ModelSize& size) {
+  check_size(size, "Llama");
+  const int kv_heads = size.kv_heads > 0 ? size.kv_heads : size.heads;
+  if (size.kv_heads < 0 || size.heads % kv_heads != 0)
+    throw Error(fmt::format("Llama size: {} key/value heads do not divide {} heads", size.kv_heads, size.heads));
+  if ((size.hidden / size.heads) % 2 != 0)
+    throw Error(fmt::format("Llama size: rotary positions turn pairs, so the head size (hidden {} / heads {}) must be even",
+                            size.hidden, size.heads));
+  ModelConfig c;
+  c.name = fmt::format("llama-{}x{}", size.layers, size.hidden);
+  c.description = fmt::format("Llama-style decoder: {} layers, hidden {}, {} heads ({} key/value), vocabulary {}, "
+                              "sequence {}",
+                              size.layers, size.hidden, size.heads, kv_heads, size.vocab, size.seq_len);
+  c.architecture = Architecture::Decoder;
+  c.layers = size.layers;
+  c.hidden = size.hidden;
+  c.heads = size.heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = size.hidden / size.heads;
+  c.ffn_hidden = (8 * size.hidden / 3 + 7) / 8 * 8;
+  c.vocab = size.vocab;
+  c.seq_len = c.max_positions = size.seq_len;
+  c.norm = NormKind::RmsNorm;
+  c.mlp = MlpKind::SwiGlu;
+  c.position = PositionKind::Rotary;
+  c.biases = false;
+  c.dropout = false;
+  c.tied_embeddings = false;
+  c.source = "FlexPipe runtime model (Llama layout without tied embeddings)";
+  return c;
+}
+
+ModelConfig gpt_config(const ModelSize& size) {
+  check_size(size, "GPT");
   ModelConfig c;
   c.name = fmt::format("gpt-{}x{}", size.layers, size.hidden);
   c.description = fmt::format("GPT-style decoder: {} layers, hidden {}, {} heads, vocabulary {}, sequence {}",
@@ -41,13 +92,12 @@ ModelConfig gpt_config(const GptSize& size) {
 void require_trainable(const ModelConfig& c) {
   std::vector<std::string> problems;
   if (c.architecture != Architecture::Decoder) problems.push_back("only decoder models are trainable");
-  if (c.norm != NormKind::LayerNorm) problems.push_back("RMSNorm (LayerNorm only)");
-  if (c.mlp != MlpKind::Gelu) problems.push_back("a non-GeLU MLP");
-  if (c.position != PositionKind::Learned) problems.push_back("non-learned positions");
+  if (c.mlp == MlpKind::Relu) problems.push_back("a ReLU MLP (GeLU or SwiGLU only)");
+  if (c.position == PositionKind::RelativeBias) problems.push_back("relative position biases");
   if (c.dropout) problems.push_back("dropout (runs must be deterministic)");
   if (c.tied_embeddings) problems.push_back("an LM head tied to the embedding");
   if (c.moe.experts > 0) problems.push_back("mixture-of-experts layers");
-  if (c.kv_heads != c.heads) problems.push_back("grouped-query attention");
+  if (c.kv_heads < 1 || c.heads % c.kv_heads != 0) problems.push_back("key/value heads that do not divide the heads");
   if (c.head_dim * c.heads != c.hidden) problems.push_back("head_dim * heads != hidden");
   if (c.token_types > 0 || c.post_norm) problems.push_back("BERT-style embeddings or post-norm");
   if (problems.empty()) return;

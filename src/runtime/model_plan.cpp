@@ -22,7 +22,13 @@ ModelPlan make_model_plan(const ModelConfig& config, const Partition& partition,
   if (partition.stage_of_node.size() != plan.graph.nodes.size())
     throw Error(fmt::format("partition covers {} operators but {} has {}", partition.stage_of_node.size(),
                             plan.graph.name, plan.graph.nodes.size()));
-  plan.shape = {config.hidden, config.heads, config.ffn_hidden, config.vocab, config.max_positions};
+  plan.shape.hidden = config.hidden;
+  plan.shape.heads = config.heads;
+  plan.shape.ffn_hidden = config.ffn_hidden;
+  plan.shape.vocab = config.vocab;
+  plan.shape.max_positions = config.max_positions;
+  plan.shape.kv_heads = config.kv_heads;
+  plan.shape.gated_mlp = config.mlp == MlpKind::SwiGlu;
   plan.inputs = operator_inputs(plan.graph);
   plan.partition = partition;
   plan.starts = chunk_starts(partition);
@@ -53,7 +59,8 @@ std::vector<int64_t> output_shape(const ModelPlan& plan, int node) {
   if (n.kind == "cross_entropy") return {};
   if (n.kind == "softmax" || n.name.ends_with(".scores")) return {b, plan.shape.heads, s, s};
   if (n.kind == "linear") return {b, s, linear_sizes(n.name, plan.shape).at(0)};
-  if (n.kind == "gelu") return {b, s, plan.shape.ffn_hidden};
+  if (n.kind == "gelu" || n.kind == "swiglu") return {b, s, plan.shape.ffn_hidden};
+  if (n.kind == "rope") return {b, s, (plan.shape.heads + plan.shape.kv_heads) * plan.shape.head_dim()};
   return {b, s, h};
 }
 

@@ -125,27 +125,47 @@ class Linear final : public Operator {
   }
 };
 
-// Q, K and V as [b, heads, s, head_dim] views of the fused projection [b, s, 3h].
+// Q, K and V as [b, heads, s, head_dim] views of the fused projection [b, s, (heads + 2 kv) d], or
+// Q and K of the rotated [b, s, (heads + kv) d]. With fewer key/value heads (grouped-query
+// attention) each serves heads / kv consecutive query heads.
 struct HeadSplit {
-  int64_t heads = 0;
-  at::Tensor part(const at::Tensor& qkv, int which) const {
-    const int64_t b = qkv.size(0), s = qkv.size(1), h = qkv.size(2) / 3;
-    return qkv.narrow(2, which * h, h).view({b, s, heads, h / heads}).transpose(1, 2);
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+
+  explicit HeadSplit(const OperatorShape& shape)
+      : heads(shape.heads), kv_heads(shape.kv_heads), head_dim(shape.head_dim()) {}
+  int64_t count(int which) const { return which == 0 ? heads : kv_heads; }
+  int64_t offset(int which) const { return which == 0 ? 0 : (which == 1 ? heads : heads + kv_heads) * head_dim; }
+  at::Tensor part(const at::Tensor& fused, int which) const {
+    const int64_t b = fused.size(0), s = fused.size(1), n = count(which);
+    const at::Tensor x = fused.narrow(2, offset(which), n * head_dim).view({b, s, n, head_dim}).transpose(1, 2);
+    if (n == heads) return x;
+    return x.unsqueeze(2).expand({b, n, heads / n, s, head_dim}).reshape({b, heads, s, head_dim});
   }
-  // The gradient of the fused projection from the gradients of its parts (undefined: zero).
-  at::Tensor merge(const at::Tensor& like, const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv) const {
-    const int64_t b = like.size(0), s = like.size(1), h = like.size(2) / 3;
-    std::vector<at::Tensor> parts;
-    for (const at::Tensor* d : {&dq, &dk, &dv})
-      parts.push_back(d->defined() ? d->transpose(1, 2).reshape({b, s, h}) : at::zeros({b, s, h}, like.options()));
-    return at::cat(parts, 2);
+  // The gradient of `fused` from the gradients of its parts (undefined: zero); a key/value head's
+  // gradient is the sum over the query heads it serves.
+  at::Tensor merge(const at::Tensor& fused, const at::Tensor& dq, const at::Tensor& dk, const at::Tensor& dv) const {
+    const int64_t b = fused.size(0), s = fused.size(1);
+    const int parts = fused.size(2) == (heads + 2 * kv_heads) * head_dim ? 3 : 2;
+    const at::Tensor* grads[] = {&dq, &dk, &dv};
+    std::vector<at::Tensor> out;
+    for (int which = 0; which < parts; ++which) {
+      const int64_t n = count(which);
+      if (!grads[which]->defined()) {
+        out.push_back(at::zeros({b, s, n * head_dim}, fused.options()));
+        continue;
+      }
+      at::Tensor g = *grads[which];
+      if (n != heads) g = g.reshape({b, n, heads / n, s, head_dim}).sum(2);
+      out.push_back(g.transpose(1, 2).reshape({b, s, n * head_dim}));
+    }
+    return at::cat(out, 2);
   }
 };
 
 // Causal attention scores: Q K^T / sqrt(head_dim), positions after the query set to -inf.
 class AttentionScores final : public Operator {
  public:
-  AttentionScores(std::string name, int64_t heads) : Operator(std::move(name), "bmm"), split_{heads} {}
+  AttentionScores(std::string name, const OperatorShape& shape) : Operator(std::move(name), "bmm"), split_(shape) {}
   at::Tensor forward(const std::vector<at::Tensor>& inputs, const MicroBatchData&, Saved& saved) const override {
     const at::Tensor& qkv = inputs[0];
     saved.tensors = {qkv};
@@ -185,8 +205,8 @@ class Softmax final : public Operator {
 // The attention-weighted values P V, heads merged back to [b, s, h]. Inputs: P, then the fused QKV.
 class AttentionValues final : public Operator {
  public:
-  AttentionValues(std::string name, int64_t heads, int64_t hidden)
-      : Operator(std::move(name), "bmm"), split_{heads}, hidden_(hidden) {}
+  AttentionValues(std::string name, const OperatorShape& shape)
+      : Operator(std::move(name), "bmm"), split_(shape), hidden_(shape.heads * shape.head_dim()) {}
   at::Tensor forward(const std::vector<at::Tensor>& inputs, const MicroBatchData&, Saved& saved) const override {
     const at::Tensor &p = inputs[0], &qkv = inputs[1];
     saved.tensors = {p, qkv};
@@ -196,7 +216,7 @@ class AttentionValues final : public Operator {
   std::vector<at::Tensor> backward_input(const at::Tensor& grad, const Saved& saved) const override {
     const at::Tensor &p = saved.tensors[0], &qkv = saved.tensors[1];
     const at::Tensor v = split_.part(qkv, 2);
-    const at::Tensor g = grad.view({qkv.size(0), qkv.size(1), split_.heads, hidden_ / split_.heads}).transpose(1, 2);
+    const at::Tensor g = grad.view({qkv.size(0), qkv.size(1), split_.heads, split_.head_dim}).transpose(1, 2);
     return {g.matmul(v.transpose(-2, -1)), split_.merge(qkv, at::Tensor(), at::Tensor(), p.transpose(-2, -1).matmul(g))};
   }
 
@@ -214,6 +234,79 @@ class Gelu final : public Operator {
   }
   std::vector<at::Tensor> backward_input(const at::Tensor& grad, const Saved& saved) const override {
     return {at::gelu_backward(grad, saved.tensors[0])};
+  }
+};
+
+// y = x / sqrt(mean(x^2) + eps) * w over the last dimension. With r the reciprocal root and
+// xh = x r: dx = r (g w - xh mean(g w xh)), dw = sum over rows of g xh.
+class RmsNorm final : public Operator {
+ public:
+  RmsNorm(std::string name, std::vector<at::Tensor> params) : Operator(std::move(name), "rmsnorm") {
+    add_parameter(std::move(params[0]));
+  }
+  at::Tensor forward(const std::vector<at::Tensor>& inputs, const MicroBatchData&, Saved& saved) const override {
+    const at::Tensor& x = inputs[0];
+    const at::Tensor r = (x * x).mean(-1, true).add(kNormEpsilon).rsqrt();
+    saved.tensors = {x, r};
+    return x * r * parameters()[0];
+  }
+  std::vector<at::Tensor> backward_input(const at::Tensor& grad, const Saved& saved) const override {
+    const at::Tensor &x = saved.tensors[0], &r = saved.tensors[1];
+    const at::Tensor xh = x * r, gw = grad * parameters()[0];
+    return {r * (gw - xh * (gw * xh).mean(-1, true))};
+  }
+  void backward_weight(const at::Tensor& grad, const Saved& saved) override {
+    accumulate(0, flat_rows(grad * saved.tensors[0] * saved.tensors[1]).sum(0));
+  }
+};
+
+// Rotary positions on Q and K (Llama's rotate-half layout): in each head, the pair (j, j + d/2)
+// turns by the angle t / base^(2j / d) at position t. Input: the fused projection; output: the
+// rotated Q and K, [b, s, (heads + kv) d]. A rotation's transpose turns back, so I needs nothing saved.
+class Rope final : public Operator {
+ public:
+  Rope(std::string name, const OperatorShape& shape) : Operator(std::move(name), "rope"), shape_(shape) {}
+  at::Tensor forward(const std::vector<at::Tensor>& inputs, const MicroBatchData&, Saved& saved) const override {
+    saved.tensors = {};
+    return turn(inputs[0].narrow(2, 0, rotated_width()), 1);
+  }
+  std::vector<at::Tensor> backward_input(const at::Tensor& grad, const Saved&) const override {
+    const at::Tensor values = at::zeros({grad.size(0), grad.size(1), shape_.kv_heads * shape_.head_dim()}, grad.options());
+    return {at::cat({turn(grad, -1), values}, 2)};
+  }
+
+ private:
+  int64_t rotated_width() const { return (shape_.heads + shape_.kv_heads) * shape_.head_dim(); }
+  // x cos + rotate_half(x) sin * direction, rotate_half([x1, x2]) = [-x2, x1].
+  at::Tensor turn(const at::Tensor& x, double direction) const {
+    const int64_t b = x.size(0), s = x.size(1), d = shape_.head_dim(), half = d / 2;
+    const at::Tensor t = x.reshape({b, s, -1, d});
+    const at::Tensor exponents = at::arange(half, x.options()).mul(2.0 / double(d));
+    const at::Tensor inverse = at::pow(shape_.rotary_base, exponents).reciprocal();
+    const at::Tensor angles = at::outer(at::arange(s, x.options()), inverse);  // [s, d/2]
+    const at::Tensor both = at::cat({angles, angles}, 1).view({s, 1, d});
+    const at::Tensor rotated = at::cat({-t.narrow(3, half, half), t.narrow(3, 0, half)}, 3);
+    return (t * both.cos() + rotated * both.sin() * direction).reshape({b, s, x.size(2)});
+  }
+  OperatorShape shape_;
+};
+
+// SwiGLU: silu(a) * v of the gate a and the value v, the two halves of fc1's output.
+// da = g v silu'(a) with silu'(a) = sigmoid(a) (1 + a (1 - sigmoid(a))); dv = g silu(a).
+class SwiGlu final : public Operator {
+ public:
+  explicit SwiGlu(std::string name) : Operator(std::move(name), "swiglu") {}
+  at::Tensor forward(const std::vector<at::Tensor>& inputs, const MicroBatchData&, Saved& saved) const override {
+    saved.tensors = {inputs[0]};
+    const int64_t f = inputs[0].size(-1) / 2;
+    return at::silu(inputs[0].narrow(-1, 0, f)) * inputs[0].narrow(-1, f, f);
+  }
+  std::vector<at::Tensor> backward_input(const at::Tensor& grad, const Saved& saved) const override {
+    const at::Tensor& u = saved.tensors[0];
+    const int64_t f = u.size(-1) / 2;
+    const at::Tensor a = u.narrow(-1, 0, f), v = u.narrow(-1, f, f), sigmoid = at::sigmoid(a);
+    const at::Tensor da = grad * v * sigmoid * (1 + a * (1 - sigmoid));
+    return {at::cat({da, grad * a * sigmoid}, -1)};
   }
 };
 
@@ -242,9 +335,9 @@ uint64_t node_seed(uint64_t seed, int node) { return seed * 1000003ULL + static_
 }  // namespace
 
 std::vector<int64_t> linear_sizes(const std::string& name, const OperatorShape& s) {
-  if (name.ends_with(".qkv")) return {3 * s.hidden, s.hidden};
-  if (name.ends_with(".out_proj")) return {s.hidden, s.hidden};
-  if (name.ends_with(".fc1")) return {s.ffn_hidden, s.hidden};
+  if (name.ends_with(".qkv")) return {s.qkv_width(), s.hidden};
+  if (name.ends_with(".out_proj")) return {s.hidden, s.heads * s.head_dim()};
+  if (name.ends_with(".fc1")) return {(s.gated_mlp ? 2 : 1) * s.ffn_hidden, s.hidden};
   if (name.ends_with(".fc2")) return {s.hidden, s.ffn_hidden};
   if (name.ends_with(".lm_head")) return {s.vocab, s.hidden};
   return {};
@@ -275,6 +368,7 @@ std::vector<at::Tensor> initial_parameters(const CostGraph& graph, int node, con
     return {normal({rows, shape.hidden})};
   }
   if (n.kind == "layernorm") return {at::ones({shape.hidden}, options), at::zeros({shape.hidden}, options)};
+  if (n.kind == "rmsnorm") return {at::ones({shape.hidden}, options)};
   if (n.kind == "linear") {
     const std::vector<int64_t> sizes = linear_sizes(n.name, shape);
     std::vector<at::Tensor> params{normal(sizes)};
@@ -300,11 +394,13 @@ std::unique_ptr<Operator> make_operator(const CostGraph& graph, int node, const 
     if (linear_sizes(n.name, shape).empty()) throw Error(fmt::format("runtime: no shape known for linear operator '{}'", n.name));
     return std::make_unique<Linear>(n.name, std::move(params));
   }
-  if (n.kind == "bmm" && n.name.ends_with(".scores")) return std::make_unique<AttentionScores>(n.name, shape.heads);
-  if (n.kind == "bmm" && n.name.ends_with(".attention_v"))
-    return std::make_unique<AttentionValues>(n.name, shape.heads, shape.hidden);
+  if (n.kind == "rmsnorm") return std::make_unique<RmsNorm>(n.name, std::move(params));
+  if (n.kind == "bmm" && n.name.ends_with(".scores")) return std::make_unique<AttentionScores>(n.name, shape);
+  if (n.kind == "bmm" && n.name.ends_with(".attention_v")) return std::make_unique<AttentionValues>(n.name, shape);
+  if (n.kind == "rope") return std::make_unique<Rope>(n.name, shape);
   if (n.kind == "softmax") return std::make_unique<Softmax>(n.name);
   if (n.kind == "gelu") return std::make_unique<Gelu>(n.name);
+  if (n.kind == "swiglu") return std::make_unique<SwiGlu>(n.name);
   if (n.kind == "cross_entropy") return std::make_unique<CrossEntropy>(n.name);
   throw Error(fmt::format("runtime: operator '{}' of kind '{}' has no runtime implementation", n.name, n.kind));
 }

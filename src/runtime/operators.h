@@ -67,6 +67,12 @@ struct OperatorShape {
   int64_t ffn_hidden = 0;
   int64_t vocab = 0;
   int64_t max_positions = 0;
+  int64_t kv_heads = 0;        // key/value heads (grouped-query attention when below heads)
+  bool gated_mlp = false;      // SwiGLU: fc1 makes the gate and the value, 2 x ffn_hidden
+  double rotary_base = 10000;  // rotary positions: angle of pair i at position t is t / base^(2i / head_dim)
+
+  int64_t head_dim() const { return hidden / heads; }
+  int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim(); }
 };
 
 // [out, in] of the linear operator named `name` (by its role: qkv, out_proj, fc1, fc2, lm_head);

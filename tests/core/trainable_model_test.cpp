@@ -104,14 +104,53 @@ TEST(TrainableModel, ImpossibleRequestsAreRefused) {
   EXPECT_THROW(partition_balanced(g, 0), Error);
   EXPECT_THROW(gpt_config({1, 10, 4, 16, 4}), Error);  // 10 is not a multiple of 4 heads
   EXPECT_THROW(require_trainable(find_model("gpt3-1.3b")), Error);  // dropout, tied head
-  try {
-    require_trainable(find_model("llama2-7b"));
-    FAIL() << "llama2-7b is not trainable";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "model llama2-7b cannot be trained by the runtime: RMSNorm (LayerNorm only); a non-GeLU MLP; "
-              "non-learned positions");
-  }
+  EXPECT_NO_THROW(require_trainable(find_model("llama2-7b")));
+  EXPECT_NO_THROW(require_trainable(find_model("llama3-8b")));  // 32 query heads on 8 key/value heads
+  auto refusal = [](const char* model) {
+    try {
+      require_trainable(find_model(model));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("trainable");
+  };
+  EXPECT_EQ(refusal("mixtral-8x7b"), "model mixtral-8x7b cannot be trained by the runtime: mixture-of-experts layers");
+  EXPECT_EQ(refusal("t5-large"),
+            "model t5-large cannot be trained by the runtime: only decoder models are trainable; a ReLU MLP (GeLU or "
+            "SwiGLU only); relative position biases; dropout (runs must be deterministic); an LM head tied to the "
+            "embedding");
+  auto message = [](auto&& make) {
+    try {
+      make();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(message([] { llama_config({1, 16, 4, 16, 4, ModelFamily::Llama, 3}); }),
+            "Llama size: 3 key/value heads do not divide 4 heads");
+  EXPECT_EQ(message([] { llama_config({1, 12, 4, 16, 4, ModelFamily::Llama, 0}); }),
+            "Llama size: rotary positions turn pairs, so the head size (hidden 12 / heads 4) must be even");
+  EXPECT_EQ(message([] { model_family("mamba"); }), "unknown model family 'mamba' (known: gpt, llama)");
+}
+
+TEST(TrainableModel, LlamaIsTheOperatorChainOfItsLayout) {
+  const ModelConfig config = llama_config({1, 16, 4, 16, 4, ModelFamily::Llama, 2});
+  EXPECT_EQ(config.kv_heads, 2);
+  EXPECT_EQ(config.ffn_hidden, 48);  // 8/3 x 16 = 42.7, up to a multiple of 8
+  const CostGraph g = trainable_graph(config, 2);
+  EXPECT_EQ(names(g), (std::vector<std::string>{
+                          "embedding.word", "layer.0.ln1", "layer.0.qkv", "layer.0.rope", "layer.0.scores",
+                          "layer.0.softmax", "layer.0.attention_v", "layer.0.out_proj", "layer.0.residual1",
+                          "layer.0.ln2", "layer.0.fc1", "layer.0.act", "layer.0.fc2", "layer.0.residual2",
+                          "head.final_norm", "head.lm_head", "head.loss"}));
+  // No biases: qkv makes 4 query and 2 x 2 key/value heads of 4; fc1 the gate and the value.
+  EXPECT_EQ(g.nodes[2].parameters, 16 * (4 + 2 * 2) * 4);
+  EXPECT_EQ(g.nodes[10].parameters, 16 * 2 * 48);
+  const std::vector<std::vector<int>> inputs = operator_inputs(g);
+  EXPECT_EQ(inputs[4], (std::vector<int>{3}));     // scores <- rope
+  EXPECT_EQ(inputs[6], (std::vector<int>{5, 2}));  // attention_v <- softmax, qkv
+  EXPECT_EQ(trainable_config({1, 16, 4, 16, 4, ModelFamily::Llama, 2}).name, config.name);
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 namespace flexpipe::runtime {
 namespace {
 
-const GptSize kSize{2, 16, 4, 32, 8};
+const ModelSize kSize{2, 16, 4, 32, 8};
 
 ModelPlan plan_for(const Partition& partition, at::ScalarType dtype = at::kDouble) {
   return make_model_plan(gpt_config(kSize), partition, 2, dtype, 5);
@@ -190,6 +190,19 @@ TEST(Executor, PerOperatorMemoryDecisionsAreExact) {
     EXPECT_LT(difference(results, plan, m, 2, adamw()), 1e-12);
     for (const RankResult& r : results) EXPECT_GT(r.steps[1].peak_saved_bytes, 0);
   }
+}
+
+// Llama's layout (RMSNorm, rotary positions, SwiGLU, 4 query heads on 2 key/value heads). The cut
+// after the rotation sends the rotated Q and K, the fused projection (for V) and the residual
+// stream; a split backward with recompute on two stages and offload on two.
+TEST(Executor, LlamaWithGroupedQueryAttentionIsExact) {
+  const ModelConfig config = llama_config({2, 16, 4, 32, 8, ModelFamily::Llama, 2});
+  const Partition partition = partition_from_sizes(trainable_graph(config, 2), std::vector<int>{4, 10, 16});
+  const ModelPlan plan = make_model_plan(config, partition, 2, at::kDouble, 5);
+  EXPECT_EQ(plan.crossing[1], (std::vector<int>{0, 2, 3}));  // the stream, qkv, rope
+  const Schedule schedule = add_memory_actions(compile_builtin("zb-h1", {3, 6, 0}).schedule, {1, 1, 0}, {0, 1, 1});
+  const auto results = train(schedule, plan, 2, adamw());
+  EXPECT_LT(difference(results, plan, 6, 2, adamw()), 1e-9);
 }
 
 TEST(Executor, PartialRecomputeHoldsBetweenKeepingAndRecomputingEverything) {

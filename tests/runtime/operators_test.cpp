@@ -4,6 +4,10 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "flexpipe/core/trainable_model.h"
 #include "model_plan.h"
 #include "operators.h"
@@ -14,6 +18,12 @@ namespace {
 
 ModelPlan whole_model(at::ScalarType dtype, int layers = 2) {
   const ModelConfig config = gpt_config({layers, 16, 4, 32, 8});
+  return make_model_plan(config, partition_balanced(trainable_graph(config, 3), 1), 3, dtype, 99);
+}
+
+// Llama's layout with grouped-query attention: 4 query heads share 2 key/value heads.
+ModelPlan whole_llama(at::ScalarType dtype) {
+  const ModelConfig config = llama_config({2, 16, 4, 32, 8, ModelFamily::Llama, 2});
   return make_model_plan(config, partition_balanced(trainable_graph(config, 3), 1), 3, dtype, 99);
 }
 
@@ -44,8 +54,9 @@ double manual_pass(const ModelPlan& plan, ChunkModule& module, const MicroBatchD
   return values[n - 1].item<double>();
 }
 
-TEST(Operators, EveryGradientEqualsAutograd) {
-  const ModelPlan plan = whole_model(at::kDouble);
+// The loss and every parameter's gradient from the hand-written backwards against autograd through
+// reference_loss (float64). Returns how many parameter tensors were compared.
+int expect_gradients_equal_autograd(const ModelPlan& plan) {
   const MicroBatchData data = make_batch(plan, 1, 0)[0];
   ChunkModule module = make_chunk_module(plan, 0);
   const double loss = manual_pass(plan, module, data, false);
@@ -65,7 +76,64 @@ TEST(Operators, EveryGradientEqualsAutograd) {
       EXPECT_LT(relative_difference(mine, params[n][i].grad()), 1e-12) << plan.graph.nodes[n].name << "[" << i << "]";
       ++checked;
     }
-  EXPECT_EQ(checked, 2 + 2 * (2 + 4 + 2 + 4) + 2 + 1);  // embeddings; per layer 2 norms x2, 4 linears x2; head
+  return checked;
+}
+
+TEST(Operators, EveryGradientEqualsAutograd) {
+  // Embeddings; per layer 2 norms x 2, 4 linears x 2; final norm x 2, LM head.
+  EXPECT_EQ(expect_gradients_equal_autograd(whole_model(at::kDouble)), 2 + 2 * (2 + 4 + 2 + 4) + 2 + 1);
+}
+
+// RMSNorm, rotary positions, SwiGLU and grouped-query attention, no biases.
+TEST(Operators, LlamaGradientsEqualAutograd) {
+  const ModelPlan plan = whole_llama(at::kDouble);
+  std::vector<std::string> kinds;
+  for (int v = 0; v < 16; ++v) kinds.push_back(plan.graph.nodes[v].kind);
+  EXPECT_EQ(kinds, (std::vector<std::string>{"embedding", "rmsnorm", "linear", "rope", "bmm", "softmax", "bmm",
+                                             "linear", "add", "rmsnorm", "linear", "swiglu", "linear", "add",
+                                             "rmsnorm", "linear"}));
+  // Word embedding; per layer 2 norms, 4 linears; final norm, LM head.
+  EXPECT_EQ(expect_gradients_equal_autograd(plan), 1 + 2 * (2 + 4) + 2);
+}
+
+TEST(Operators, LlamaSplitBackwardGivesBitIdenticalGradients) {
+  const ModelPlan plan = whole_llama(at::kFloat);
+  const MicroBatchData data = make_batch(plan, 1, 3)[0];
+  ChunkModule fused = make_chunk_module(plan, 0), split = make_chunk_module(plan, 0);
+  EXPECT_EQ(manual_pass(plan, fused, data, false), manual_pass(plan, split, data, true));
+  for (size_t n = 0; n < plan.graph.nodes.size(); ++n)
+    for (size_t i = 0; i < fused.operators[n]->gradients().size(); ++i)
+      EXPECT_TRUE(at::equal(fused.operators[n]->gradients()[i], split.operators[n]->gradients()[i]))
+          << plan.graph.nodes[n].name;
+}
+
+// Rotary positions by hand: head size 4 turns pairs (0, 2) by t and (1, 3) by t / 100 at position t.
+TEST(Operators, RotaryPositionsByHand) {
+  const ModelConfig config = llama_config({1, 4, 1, 8, 2, ModelFamily::Llama, 1});
+  const ModelPlan plan = make_model_plan(config, partition_balanced(trainable_graph(config, 1), 1), 1, at::kDouble, 1);
+  ChunkModule module = make_chunk_module(plan, 0);
+  Operator& rope = module.op(3);
+  ASSERT_EQ(rope.name(), "layer.0.rope");
+  // Q = (1, 0, 0, 0), K = (0, 1, 0, 0), V = 7s at positions 0 and 1.
+  at::Tensor qkv = at::full({1, 2, 12}, 7.0, at::kDouble);
+  for (int t = 0; t < 2; ++t) {
+    qkv[0][t].narrow(0, 0, 8).zero_();
+    qkv[0][t][0] = 1;
+    qkv[0][t][5] = 1;
+  }
+  Saved saved;
+  const at::Tensor y = rope.forward({qkv}, {}, saved);
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{1, 2, 8}));
+  EXPECT_DOUBLE_EQ(y[0][0][0].item<double>(), 1);  // position 0: unturned
+  EXPECT_DOUBLE_EQ(y[0][0][2].item<double>(), 0);
+  EXPECT_NEAR(y[0][1][0].item<double>(), std::cos(1.0), 1e-15);  // pair (0, 2) by 1 radian
+  EXPECT_NEAR(y[0][1][2].item<double>(), std::sin(1.0), 1e-15);
+  EXPECT_NEAR(y[0][1][5].item<double>(), std::cos(0.01), 1e-15);  // K's pair (1, 3) by 1 / 100
+  EXPECT_NEAR(y[0][1][7].item<double>(), std::sin(0.01), 1e-15);
+  // The backward turns the gradient back and gives V none.
+  const at::Tensor dx = rope.backward_input(y, saved)[0];
+  EXPECT_LT((dx.narrow(2, 0, 8) - qkv.narrow(2, 0, 8)).abs().max().item<double>(), 1e-15);
+  EXPECT_EQ(dx.narrow(2, 8, 4).abs().sum().item<double>(), 0);
 }
 
 TEST(Operators, SplitBackwardGivesBitIdenticalGradients) {

@@ -96,6 +96,20 @@ TEST_F(Train, DataParallelTimesPipelineEqualsOneProcessWithTheGlobalBatch) {
   EXPECT_LE(run["verify"]["parameter_difference"].get<double>(), 1e-9);
 }
 
+// RMSNorm, rotary positions, SwiGLU and 4 query heads on 2 key/value heads, on 3 processes.
+TEST_F(Train, LlamaFamilyTrainsExactlyOnRealProcesses) {
+  const nlohmann::json run =
+      train_json(kSmall + " --family llama --kv-heads 2 --schedule zb-h1 -p 3 --steps 3 --verify --dtype float64");
+  ASSERT_FALSE(run.is_null());
+  EXPECT_EQ(run["ranks"].get<int>(), 3);
+  EXPECT_TRUE(run["verify"]["passed"].get<bool>()) << run["verify"].dump();
+  EXPECT_LE(run["verify"]["parameter_difference"].get<double>(), 1e-9);
+  // A size the layout cannot have is refused once, before any rank starts.
+  const Outcome bad = flexpipe("train " + kSmall + " --family llama --kv-heads 3 --steps 1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err, "error: Llama size: 3 key/value heads do not divide 4 heads\n");
+}
+
 TEST_F(Train, TextFilesTrainAsBytes) {
   std::string text;
   for (int i = 0; i < 200; ++i) text += "To be, or not to be, that is the question. ";

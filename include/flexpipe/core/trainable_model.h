@@ -12,16 +12,27 @@
 
 namespace flexpipe {
 
-// A GPT-style decoder the runtime can execute: learned positions, pre-LayerNorm, GeLU MLP of 4x
-// hidden, biases, no dropout (so that runs are deterministic), LM head not tied to the embedding.
-struct GptSize {
+// The decoder families the runtime executes. Both have no dropout (so that runs are deterministic)
+// and an LM head not tied to the embedding.
+//  - gpt: learned positions, pre-LayerNorm, GeLU MLP of 4x hidden, biases (GPT-2's layout).
+//  - llama: rotary positions, pre-RMSNorm, SwiGLU MLP of about 8/3 x hidden (rounded up to a
+//    multiple of 8), no biases, grouped-query attention with kv_heads key/value heads.
+enum class ModelFamily : uint8_t { Gpt, Llama };
+
+struct ModelSize {
   int layers = 2;
   int hidden = 32;
   int heads = 4;
   int vocab = 64;
   int seq_len = 16;
+  ModelFamily family = ModelFamily::Gpt;
+  int kv_heads = 0;  // llama: key/value heads, a divisor of heads; 0: heads (no grouping)
 };
-ModelConfig gpt_config(const GptSize& size);
+ModelConfig gpt_config(const ModelSize& size);
+ModelConfig llama_config(const ModelSize& size);
+ModelConfig trainable_config(const ModelSize& size);  // by size.family
+// "gpt" or "llama"; Error for any other name.
+ModelFamily model_family(const std::string& name);
 
 // Throws Error naming every feature of `config` the runtime does not execute (dropout, tied
 // embeddings, MoE, grouped-query attention, RMSNorm, rotary positions, ...).
