@@ -177,142 +177,180 @@ bool can_offload(const OperatorTable& ops, int v, const StageContext& context) {
 
 // ---- greedy ----
 
-StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const StageContext& context) {
-  const int n = end - begin;
-  const double k = context.in_flight;
-  std::vector<MemoryDecision> d(n, MemoryDecision::Keep);
-  StageMemoryPlan plan = evaluate_stage_memory(ops, begin, end, context, d);
-  double deficit = plan.memory - context.budget;
-  if (deficit <= 0) return plan;
-  auto is = [&](int v, MemoryDecision m) { return v >= begin && v < end && d[v - begin] == m; };
+// Decisions over the stage's operators [begin, end) as the greedy makes them.
+struct GreedyState {
+  const OperatorTable& ops;
+  int begin, end;
+  const StageContext& context;
+  std::vector<MemoryDecision> d;
+  double offloaded = 0;  // saved bytes decided Offload so far
 
-  // Offloads the transfer hides cost nothing: largest first.
-  double offloaded = 0;
-  if (context.host_bandwidth > 0 && context.allow_offload) {
-    std::vector<int> order;
-    for (int v = begin; v < end; ++v)
-      if (can_offload(ops, v, context)) order.push_back(v);
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return ops.saved[a] > ops.saved[b]; });
-    for (int v : order) {
-      if (deficit <= 0) break;
-      const double gain = k * ops.saved[v] - (offloaded_held(offloaded + ops.saved[v], context) -
-                                              offloaded_held(offloaded, context));
-      if (offload_penalty(offloaded + ops.saved[v], context) > 0 || gain <= 0) continue;
-      d[v - begin] = MemoryDecision::Offload;
-      offloaded += ops.saved[v];
-      deficit -= gain;
+  bool is(int v, MemoryDecision m) const { return v >= begin && v < end && d[v - begin] == m; }
+  // Whether a recomputed v continues the segment of a recomputed v - 1.
+  bool continues(int v) const { return continues_segment(ops, begin, v, is(v - 1, MemoryDecision::Recompute)); }
+  StageMemoryPlan evaluate() const { return evaluate_stage_memory(ops, begin, end, context, d); }
+};
+
+// Offloads whose transfer the compute hides cost nothing: takes them, largest first, while the
+// deficit lasts. Returns what is left of it.
+double take_hidden_offloads(GreedyState& s, double deficit) {
+  if (!(s.context.host_bandwidth > 0 && s.context.allow_offload)) return deficit;
+  const double k = s.context.in_flight;
+  std::vector<int> order;
+  for (int v = s.begin; v < s.end; ++v)
+    if (can_offload(s.ops, v, s.context)) order.push_back(v);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return s.ops.saved[a] > s.ops.saved[b]; });
+  for (int v : order) {
+    if (deficit <= 0) break;
+    const double bytes = s.ops.saved[v];
+    const double gain = k * bytes - (offloaded_held(s.offloaded + bytes, s.context) - offloaded_held(s.offloaded, s.context));
+    if (offload_penalty(s.offloaded + bytes, s.context) > 0 || gain <= 0) continue;
+    s.d[v - s.begin] = MemoryDecision::Offload;
+    s.offloaded += bytes;
+    deficit -= gain;
+  }
+  return deficit;
+}
+
+// The recompute segments as they stand: bytes from each one's start through v (into) and from v
+// through its end (from), to price what a move adds to the largest one.
+struct SegmentProfile {
+  std::vector<double> into, from;
+  std::vector<int> start;
+  double largest = 0;
+};
+
+SegmentProfile profile_segments(const GreedyState& s) {
+  const int n = s.end - s.begin;
+  SegmentProfile p{std::vector<double>(n, 0), std::vector<double>(n, 0), std::vector<int>(n, 0), 0};
+  for (int v = s.begin; v < s.end; ++v) {
+    if (!s.is(v, MemoryDecision::Recompute)) continue;
+    const int i = v - s.begin;
+    const bool continues = s.continues(v);
+    p.start[i] = continues ? p.start[i - 1] : v;
+    p.into[i] = (continues ? p.into[i - 1] : 0) + s.ops.saved[v];
+    p.largest = std::max(p.largest, p.into[i]);
+  }
+  for (int v = s.end - 1; v >= s.begin; --v)
+    if (s.is(v, MemoryDecision::Recompute))
+      p.from[v - s.begin] = s.ops.saved[v] + (s.is(v + 1, MemoryDecision::Recompute) && s.continues(v + 1)
+                                                   ? p.from[v + 1 - s.begin]
+                                                   : 0);
+  return p;
+}
+
+// One greedy move: operators [a, b] all recomputed, or a alone offloaded.
+struct GreedyMove {
+  int a = -1, b = -1;
+  bool offload = false;
+  double gain = 0;  // bytes it saves, as priced locally
+};
+
+// The best move: the cheapest that closes the deficit, else the most bytes per time unit. When no
+// move saves anything (the first recomputed segment at k = 1 rebuilds what it stops keeping), the
+// climb: the recompute chain that would save most per time once the largest segment is paid for,
+// which later chains then save against. None (a < 0) when nothing is left to try.
+GreedyMove best_move(const GreedyState& s, double deficit) {
+  constexpr int kLongestChain = 24;
+  const OperatorTable& ops = s.ops;
+  const StageContext& context = s.context;
+  const double k = context.in_flight;
+  GreedyMove best, climb;
+  double best_cost = kInfinity, best_ratio = 0, climb_ratio = 0;
+  bool best_closes = false;
+  auto consider = [&](double gain, double cost, int a, int b, bool offload, double rebuilt = 0) {
+    if (gain <= 0) {
+      const double ratio = (gain + rebuilt) / cost;
+      if (!offload && gain + rebuilt > 0 && cost > 0 && ratio > climb_ratio) climb_ratio = ratio, climb = {a, b, false, gain};
+      return;
+    }
+    const bool closes = gain >= deficit;
+    const double ratio = cost > 0 ? gain / cost : kInfinity;
+    const bool better = closes ? (!best_closes || cost < best_cost) : (!best_closes && ratio > best_ratio);
+    if (!better) return;
+    best_cost = cost, best_ratio = ratio, best_closes = closes;
+    best = {a, b, offload, gain};
+  };
+  const double penalty_now = offload_penalty(s.offloaded, context);
+  const SegmentProfile segments = profile_segments(s);
+  for (int a = s.begin; a < s.end; ++a) {
+    if (!s.is(a, MemoryDecision::Keep)) continue;
+    if (can_offload(ops, a, context))
+      consider(k * ops.saved[a] - (offloaded_held(s.offloaded + ops.saved[a], context) - offloaded_held(s.offloaded, context)),
+               offload_penalty(s.offloaded + ops.saved[a], context) - penalty_now, a, a, true);
+    if (!context.allow_recompute) continue;
+    // A chain stays within a's layer: a longer one is two segments, i.e. two moves.
+    const bool joins_left = s.continues(a);
+    const double left = joins_left ? segments.into[a - 1 - s.begin] : 0;
+    const int start = joins_left ? segments.start[a - 1 - s.begin] : a;
+    double kept = 0, chain = 0, checkpoints = 0, cost = 0;
+    for (int b = a; b < s.end && b < a + kLongestChain && s.is(b, MemoryDecision::Keep) && (b == a || ops.same_layer(b - 1, b));
+         ++b) {
+      kept += k * ops.saved[b];
+      chain += ops.saved[b];
+      checkpoints += k * checkpoint_bound(ops, s.begin, b, start);
+      cost += ops.forward[b];
+      // A recomputed successor in the same layer no longer keeps b's output once b is rebuilt too.
+      const bool joins_right = s.is(b + 1, MemoryDecision::Recompute) && continues_segment(ops, s.begin, b + 1, true);
+      double freed_successor = 0;
+      if (joins_right)
+        for (const OperatorTable::InEdge& in : ops.inputs[b + 1])
+          if (in.from == b) freed_successor += k * in.bytes;
+      const double merged = left + chain + (joins_right ? segments.from[b + 1 - s.begin] : 0);
+      const double rebuilt = context.split_backward ? chain : std::max(0.0, merged - segments.largest);
+      consider(kept + freed_successor - rebuilt - checkpoints, cost, a, b, false, rebuilt);
     }
   }
+  return best.a >= 0 ? best : climb;
+}
 
-  constexpr int kLongestChain = 24;
+// Moves chosen early can be made redundant by later, larger ones: gives back the segments whose
+// recompute the fit no longer needs, the most expensive first.
+void give_back_redundant_segments(GreedyState& s, StageMemoryPlan& plan) {
+  std::vector<std::pair<double, int>> segments;  // (recompute time, first operator)
+  for (int v = s.begin; v < s.end;) {
+    if (!s.is(v, MemoryDecision::Recompute)) {
+      ++v;
+      continue;
+    }
+    double time = 0;
+    int w = v;
+    do time += s.ops.forward[w++];
+    while (w < s.end && s.is(w, MemoryDecision::Recompute) && continues_segment(s.ops, s.begin, w, true));
+    segments.emplace_back(time, v);
+    v = w;
+  }
+  std::sort(segments.begin(), segments.end(), std::greater<>());
+  for (const auto& [time, first] : segments) {
+    GreedyState trial = s;
+    for (int w = first; w < s.end && trial.is(w, MemoryDecision::Recompute) &&
+                        (w == first || continues_segment(s.ops, s.begin, w, true));
+         ++w)
+      trial.d[w - s.begin] = MemoryDecision::Keep;
+    const StageMemoryPlan kept = trial.evaluate();
+    if (kept.fits) s.d = std::move(trial.d), plan = kept;
+  }
+}
+
+StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const StageContext& context) {
+  GreedyState s{ops, begin, end, context, std::vector<MemoryDecision>(end - begin, MemoryDecision::Keep)};
+  StageMemoryPlan plan = s.evaluate();
+  double deficit = plan.memory - context.budget;
+  if (deficit <= 0) return plan;
+  deficit = take_hidden_offloads(s, deficit);
   while (deficit > 0) {
     // A move's gain is priced locally (merging segments also frees checkpoints further on), so the
     // deficit is measured afresh before each move.
-    deficit = evaluate_stage_memory(ops, begin, end, context, d).memory - context.budget;
+    deficit = s.evaluate().memory - context.budget;
     if (deficit <= 0) break;
-    // The best move: the cheapest that closes the deficit, else the most bytes per time unit.
-    double best_gain = 0, best_cost = kInfinity, best_ratio = 0;
-    bool best_closes = false;
-    int best_a = -1, best_b = -1;
-    bool best_is_offload = false;
-    // When no move saves anything (the first recomputed segment at k = 1 rebuilds what it stops
-    // keeping), the climb: the recompute chain that would save most per time once the largest
-    // segment is paid for, which later chains then save against.
-    double climb_ratio = 0, climb_gain = 0;
-    int climb_a = -1, climb_b = -1;
-    auto consider = [&](double gain, double cost, int a, int b, bool offload, double rebuilt = 0) {
-      if (gain <= 0) {
-        const double ratio = (gain + rebuilt) / cost;
-        if (!offload && gain + rebuilt > 0 && cost > 0 && ratio > climb_ratio)
-          climb_ratio = ratio, climb_gain = gain, climb_a = a, climb_b = b;
-        return;
-      }
-      const bool closes = gain >= deficit;
-      const double ratio = cost > 0 ? gain / cost : kInfinity;
-      const bool better = closes ? (!best_closes || cost < best_cost) : (!best_closes && ratio > best_ratio);
-      if (!better) return;
-      best_gain = gain, best_cost = cost, best_ratio = ratio, best_closes = closes;
-      best_a = a, best_b = b, best_is_offload = offload;
-    };
-    const double penalty_now = offload_penalty(offloaded, context);
-    // The recompute segments now: bytes from each one's start through v (into_segment) and from v
-    // through its end (from_segment), to price what a move adds to the largest one.
-    std::vector<double> into_segment(n, 0), from_segment(n, 0);
-    std::vector<int> segment_start(n, 0);
-    double largest_segment = 0;
-    for (int v = begin; v < end; ++v) {
-      if (!is(v, MemoryDecision::Recompute)) continue;
-      const bool continues = continues_segment(ops, begin, v, is(v - 1, MemoryDecision::Recompute));
-      segment_start[v - begin] = continues ? segment_start[v - 1 - begin] : v;
-      into_segment[v - begin] = (continues ? into_segment[v - 1 - begin] : 0) + ops.saved[v];
-      largest_segment = std::max(largest_segment, into_segment[v - begin]);
-    }
-    for (int v = end - 1; v >= begin; --v)
-      if (is(v, MemoryDecision::Recompute))
-        from_segment[v - begin] =
-            ops.saved[v] + (is(v + 1, MemoryDecision::Recompute) && continues_segment(ops, begin, v + 1, true)
-                                ? from_segment[v + 1 - begin]
-                                : 0);
-    for (int a = begin; a < end; ++a) {
-      if (!is(a, MemoryDecision::Keep)) continue;
-      if (can_offload(ops, a, context))
-        consider(k * ops.saved[a] - (offloaded_held(offloaded + ops.saved[a], context) - offloaded_held(offloaded, context)),
-                 offload_penalty(offloaded + ops.saved[a], context) - penalty_now, a, a, true);
-      if (!context.allow_recompute) continue;
-      // A chain stays within a's layer: a longer one is two segments, i.e. two moves.
-      const bool joins_left = continues_segment(ops, begin, a, is(a - 1, MemoryDecision::Recompute));
-      const double left = joins_left ? into_segment[a - 1 - begin] : 0;
-      const int start = joins_left ? segment_start[a - 1 - begin] : a;
-      double kept = 0, chain = 0, checkpoints = 0, cost = 0;
-      for (int b = a; b < end && b < a + kLongestChain && is(b, MemoryDecision::Keep) && (b == a || ops.same_layer(b - 1, b));
-           ++b) {
-        kept += k * ops.saved[b];
-        chain += ops.saved[b];
-        checkpoints += k * checkpoint_bound(ops, begin, b, start);
-        cost += ops.forward[b];
-        // A recomputed successor in the same layer no longer keeps b's output once b is rebuilt too.
-        const bool joins_right = is(b + 1, MemoryDecision::Recompute) && continues_segment(ops, begin, b + 1, true);
-        double freed_successor = 0;
-        if (joins_right)
-          for (const OperatorTable::InEdge& in : ops.inputs[b + 1])
-            if (in.from == b) freed_successor += k * in.bytes;
-        const double merged = left + chain + (joins_right ? from_segment[b + 1 - begin] : 0);
-        const double rebuilt = context.split_backward ? chain : std::max(0.0, merged - largest_segment);
-        consider(kept + freed_successor - rebuilt - checkpoints, cost, a, b, false, rebuilt);
-      }
-    }
-    if (best_a < 0 && climb_a >= 0) best_a = climb_a, best_b = climb_b, best_gain = climb_gain, best_is_offload = false;
-    if (best_a < 0) break;
-    for (int v = best_a; v <= best_b; ++v) d[v - begin] = best_is_offload ? MemoryDecision::Offload : MemoryDecision::Recompute;
-    if (best_is_offload) offloaded += ops.saved[best_a];
-    deficit -= best_gain;
+    const GreedyMove move = best_move(s, deficit);
+    if (move.a < 0) break;
+    for (int v = move.a; v <= move.b; ++v) s.d[v - begin] = move.offload ? MemoryDecision::Offload : MemoryDecision::Recompute;
+    if (move.offload) s.offloaded += ops.saved[move.a];
+    deficit -= move.gain;
   }
-  plan = evaluate_stage_memory(ops, begin, end, context, d);
-  if (plan.fits) {
-    // Moves chosen early can be made redundant by later, larger ones: give back the segments whose
-    // recompute the fit no longer needs, the most expensive first.
-    std::vector<std::pair<double, int>> segments;  // (recompute time, first operator)
-    for (int v = begin; v < end;) {
-      if (!is(v, MemoryDecision::Recompute)) {
-        ++v;
-        continue;
-      }
-      double time = 0;
-      int w = v;
-      do time += ops.forward[w++];
-      while (w < end && is(w, MemoryDecision::Recompute) && continues_segment(ops, begin, w, true));
-      segments.emplace_back(time, v);
-      v = w;
-    }
-    std::sort(segments.begin(), segments.end(), std::greater<>());
-    for (const auto& [time, first] : segments) {
-      std::vector<MemoryDecision> trial = d;
-      for (int w = first; w < end && trial[w - begin] == MemoryDecision::Recompute && (w == first || continues_segment(ops, begin, w, true)); ++w)
-        trial[w - begin] = MemoryDecision::Keep;
-      const StageMemoryPlan kept = evaluate_stage_memory(ops, begin, end, context, trial);
-      if (kept.fits) d = std::move(trial), plan = kept;
-    }
-  }
+  plan = s.evaluate();
+  if (plan.fits) give_back_redundant_segments(s, plan);
   plan.exact = false;
   return plan;
 }
