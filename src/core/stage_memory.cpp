@@ -581,19 +581,27 @@ bool same_shape(const OperatorTable& ops, int stage_begin, int a, int b, int n, 
 // largest segment: for each candidate largest segment C, every layer takes its least memory with
 // segments of at most C, and the best C wins.
 StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context) {
-  std::vector<std::vector<LayerOption>> layers;
-  std::vector<std::pair<int, int>> ranges;  // per layer of the range: its first operator and its size
+  // A model's transformer layers repeat: each distinct shape is solved once, and every layer of the
+  // range points at its shape's options.
+  std::vector<std::vector<LayerOption>> shapes;
+  std::vector<std::pair<int, int>> shape_range;  // per shape: the first operator and size of its first layer
+  std::vector<int> shape_of;                     // per layer of the range
   for (int first = begin; first < end;) {
     int last = first + 1;
     while (last < end && ops.same_layer(last - 1, last)) ++last;
-    // A model's transformer layers repeat: solve each shape once.
-    const auto twin = std::find_if(ranges.begin(), ranges.end(), [&](const std::pair<int, int>& r) {
+    const auto twin = std::find_if(shape_range.begin(), shape_range.end(), [&](const std::pair<int, int>& r) {
       return r.second == last - first && same_shape(ops, begin, r.first, first, last - first, context);
     });
-    layers.push_back(twin != ranges.end() ? layers[twin - ranges.begin()] : layer_options(ops, begin, first, last, context));
-    ranges.emplace_back(first, last - first);
+    if (twin == shape_range.end()) {
+      shapes.push_back(layer_options(ops, begin, first, last, context));
+      shape_range.emplace_back(first, last - first);
+      shape_of.push_back(static_cast<int>(shapes.size()) - 1);
+    } else {
+      shape_of.push_back(static_cast<int>(twin - shape_range.begin()));
+    }
     first = last;
   }
+  auto options_of = [&](size_t layer) -> const std::vector<LayerOption>& { return shapes[shape_of[layer]]; };
   // Every layer's first option has its smallest largest segment (dominance may have dropped keeping
   // everything), so no C below the largest of those (floor) is feasible. Sweep C upwards over every
   // option's largest segment.
@@ -602,13 +610,13 @@ StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end,
     int layer, option;
   };
   std::vector<Step> steps;
-  std::vector<int> chosen(layers.size(), 0);
+  std::vector<int> chosen(shape_of.size(), 0);
   double memory = 0, floor = 0;
-  for (size_t l = 0; l < layers.size(); ++l) {
-    memory += layers[l][0].memory;
-    floor = std::max(floor, layers[l][0].largest);
-    for (size_t i = 1; i < layers[l].size(); ++i)
-      steps.push_back({layers[l][i].largest, static_cast<int>(l), static_cast<int>(i)});
+  for (size_t l = 0; l < shape_of.size(); ++l) {
+    const std::vector<LayerOption>& options = options_of(l);
+    memory += options[0].memory;
+    floor = std::max(floor, options[0].largest);
+    for (size_t i = 1; i < options.size(); ++i) steps.push_back({options[i].largest, static_cast<int>(l), static_cast<int>(i)});
   }
   std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.largest < b.largest; });
   std::vector<int> current = chosen;
@@ -617,7 +625,7 @@ StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end,
     const double cap = steps[i].largest;
     for (; i < steps.size() && steps[i].largest == cap; ++i) {
       const Step& s = steps[i];
-      memory += layers[s.layer][s.option].memory - layers[s.layer][current[s.layer]].memory;
+      memory += options_of(s.layer)[s.option].memory - options_of(s.layer)[current[s.layer]].memory;
       current[s.layer] = s.option;
     }
     // No layer's segments exceed max(cap, floor).
@@ -626,8 +634,10 @@ StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end,
   }
   std::vector<MemoryDecision> decisions;
   decisions.reserve(end - begin);
-  for (size_t l = 0; l < layers.size(); ++l)
-    decisions.insert(decisions.end(), layers[l][chosen[l]].decisions.begin(), layers[l][chosen[l]].decisions.end());
+  for (size_t l = 0; l < shape_of.size(); ++l) {
+    const LayerOption& option = options_of(l)[chosen[l]];
+    decisions.insert(decisions.end(), option.decisions.begin(), option.decisions.end());
+  }
   return evaluate_stage_memory(ops, begin, end, context, decisions);
 }
 
