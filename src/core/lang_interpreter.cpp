@@ -444,8 +444,8 @@ class Interpreter final : public Evaluator::State {
       return counted(a, form);
     }
     const int pipeline = out_->schedule.pipeline_of_stage(static_cast<int>(stage));
-    int mb = last_[family_index(family, static_cast<int>(stage))] + 1;
-    while (mb < padded_ && pipeline_of(mb) != pipeline) ++mb;
+    const int mb = next_microbatch(last_[family_index(family, static_cast<int>(stage))], padded_, pipeline,
+                                   [&](int m) { return pipeline_of(m); });
     if (mb >= padded_)
       fail(form.location,
            fmt::format("{}({}): every micro-batch of stage {} already has its {}", kind_text(form), stage, stage,

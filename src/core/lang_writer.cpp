@@ -49,8 +49,7 @@ std::string kind_text(const Schedule& s, ActionKind kind, uint16_t custom) {
   return std::string(kind_name(kind));
 }
 
-// The micro-batch the one-argument form K(s) names at this point of a program: the one after the
-// last action of K's counter family at stage s, in s's pipeline (the interpreter's rule).
+// Follows, device after device, what the one-argument form K(s) would name (lang::next_microbatch).
 class NextMicrobatch {
  public:
   explicit NextMicrobatch(const Schedule& s)
@@ -60,9 +59,8 @@ class NextMicrobatch {
   // Whether `mb` is what K(stage) would name; then records it, as every action does.
   bool implicit(ActionKind kind, int custom, int stage, int mb) {
     int32_t& last = last_[static_cast<size_t>(lang::counter_family(kind, custom)) * stages_ + stage];
-    int next = last + 1;
-    const int pipeline = s_.pipeline_of_stage(stage);
-    while (next < s_.num_microbatches && s_.pipeline_of_microbatch(next) != pipeline) ++next;
+    const int next = lang::next_microbatch(last, s_.num_microbatches, s_.pipeline_of_stage(stage),
+                                           [&](int m) { return s_.pipeline_of_microbatch(m); });
     const bool same = mb >= 0 && next == mb && mb < s_.num_microbatches;
     last = mb;
     return same;

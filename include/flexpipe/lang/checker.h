@@ -13,6 +13,16 @@ namespace flexpipe::lang {
 int counter_family(ActionKind kind, int custom);
 inline constexpr int kBuiltinCounterFamilies = 11;
 
+// The micro-batch the one-argument form K(s) names: the first after `last` (the last one K's counter
+// family named at s; -1: none yet) that runs in s's pipeline, or `limit` when none is left. The
+// interpreter resolves K(s) with it and the writer decides with it when K(s) may stand for K(s, mb).
+template <class PipelineOf>
+int next_microbatch(int last, int limit, int pipeline, PipelineOf pipeline_of) {
+  int mb = last + 1;
+  while (mb < limit && pipeline_of(mb) != pipeline) ++mb;
+  return mb;
+}
+
 // Maps a built-in kind name ("F", "SEND_F", ...) to its kind; false for any other name.
 bool builtin_kind(const std::string& name, ActionKind& kind);
 
