@@ -281,21 +281,22 @@ TEST(Simulator, AWholeBackwardRebuildsOnlyTheLargestSegment) {
 }
 
 TEST(Simulator, WorkspaceIsHeldOnlyWhileTheStageComputes) {
-  CostTable costs = uniform_costs(1, 1, 1, 1);
-  costs.stages[0].activation_bytes = 4;
-  costs.stages[0].workspace_bytes = 3;
+  // Stage 0 saves 4 and needs 3 more while it computes.
+  auto costs_for = [](int stages) {
+    CostTable costs = uniform_costs(stages, 1, 1, 1);
+    costs.stages[0].activation_bytes = 4;
+    costs.stages[0].workspace_bytes = 3;
+    return costs;
+  };
   // F0 [0,1] F1 [1,2] B0 [2,4] B1 [4,6].
-  const SimResult result = simulate(build(2, {0}, {"0F0 0F1 0B0 0B1"}), costs, {});
+  const SimResult result = simulate(build(2, {0}, {"0F0 0F1 0B0 0B1"}), costs_for(1), {});
   // 0: 4 + 3; 1: F0's workspace goes, F1's 4 + 3 come; 4: B0's 4 + 3 go, B1's 3 comes.
   EXPECT_EQ(curve(result.devices[0]), "0:7 1:11 4:7 6:0");
   EXPECT_DOUBLE_EQ(result.devices[0].peak_memory, 11);
-  // Without a computation running it is not held: the same stage idle between F0 and B0.
+  // Without a computation running it is not held. Device 0: F0 [0,1], idle while stage 1 works
+  // [1,4], B0 [4,6].
   const Schedule two = build(2, {0, 1}, {"0F0 0B0", "1F0 1B0"});
-  costs = uniform_costs(2, 1, 1, 1);
-  costs.stages[0].activation_bytes = 4;
-  costs.stages[0].workspace_bytes = 3;
-  // Device 0: F0 [0,1], idle while stage 1 works [1,4], B0 [4,6].
-  EXPECT_EQ(curve(simulate(lower(two), costs, {}).devices[0]), "0:7 1:4 4:7 6:0");
+  EXPECT_EQ(curve(simulate(lower(two), costs_for(2), {}).devices[0]), "0:7 1:4 4:7 6:0");
 }
 
 TEST(Simulator, InputGradientFreesItsShareAndWeightGradientTheRest) {

@@ -79,6 +79,18 @@ int expect_gradients_equal_autograd(const ModelPlan& plan) {
   return checked;
 }
 
+// I for every operator then W for every operator gives the same loss and bit-identical gradients as
+// W right after each I.
+void expect_split_equals_fused(const ModelPlan& plan) {
+  const MicroBatchData data = make_batch(plan, 1, 3)[0];
+  ChunkModule fused = make_chunk_module(plan, 0), split = make_chunk_module(plan, 0);
+  EXPECT_EQ(manual_pass(plan, fused, data, false), manual_pass(plan, split, data, true));
+  for (size_t n = 0; n < plan.graph.nodes.size(); ++n)
+    for (size_t i = 0; i < fused.operators[n]->gradients().size(); ++i)
+      EXPECT_TRUE(at::equal(fused.operators[n]->gradients()[i], split.operators[n]->gradients()[i]))
+          << plan.graph.nodes[n].name;
+}
+
 TEST(Operators, EveryGradientEqualsAutograd) {
   // Embeddings; per layer 2 norms x 2, 4 linears x 2; final norm x 2, LM head.
   EXPECT_EQ(expect_gradients_equal_autograd(whole_model(at::kDouble)), 2 + 2 * (2 + 4 + 2 + 4) + 2 + 1);
@@ -96,16 +108,7 @@ TEST(Operators, LlamaGradientsEqualAutograd) {
   EXPECT_EQ(expect_gradients_equal_autograd(plan), 1 + 2 * (2 + 4) + 2);
 }
 
-TEST(Operators, LlamaSplitBackwardGivesBitIdenticalGradients) {
-  const ModelPlan plan = whole_llama(at::kFloat);
-  const MicroBatchData data = make_batch(plan, 1, 3)[0];
-  ChunkModule fused = make_chunk_module(plan, 0), split = make_chunk_module(plan, 0);
-  EXPECT_EQ(manual_pass(plan, fused, data, false), manual_pass(plan, split, data, true));
-  for (size_t n = 0; n < plan.graph.nodes.size(); ++n)
-    for (size_t i = 0; i < fused.operators[n]->gradients().size(); ++i)
-      EXPECT_TRUE(at::equal(fused.operators[n]->gradients()[i], split.operators[n]->gradients()[i]))
-          << plan.graph.nodes[n].name;
-}
+TEST(Operators, LlamaSplitBackwardGivesBitIdenticalGradients) { expect_split_equals_fused(whole_llama(at::kFloat)); }
 
 // Rotary positions by hand: head size 4 turns pairs (0, 2) by t and (1, 3) by t / 100 at position t.
 TEST(Operators, RotaryPositionsByHand) {
@@ -136,16 +139,7 @@ TEST(Operators, RotaryPositionsByHand) {
   EXPECT_EQ(dx.narrow(2, 8, 4).abs().sum().item<double>(), 0);
 }
 
-TEST(Operators, SplitBackwardGivesBitIdenticalGradients) {
-  const ModelPlan plan = whole_model(at::kFloat);
-  const MicroBatchData data = make_batch(plan, 1, 3)[0];
-  ChunkModule fused = make_chunk_module(plan, 0), split = make_chunk_module(plan, 0);
-  EXPECT_EQ(manual_pass(plan, fused, data, false), manual_pass(plan, split, data, true));
-  for (size_t n = 0; n < plan.graph.nodes.size(); ++n)
-    for (size_t i = 0; i < fused.operators[n]->gradients().size(); ++i)
-      EXPECT_TRUE(at::equal(fused.operators[n]->gradients()[i], split.operators[n]->gradients()[i]))
-          << plan.graph.nodes[n].name;
-}
+TEST(Operators, SplitBackwardGivesBitIdenticalGradients) { expect_split_equals_fused(whole_model(at::kFloat)); }
 
 TEST(Operators, InputGradientLeavesParameterGradientsUntouched) {
   const ModelPlan plan = whole_model(at::kFloat, 1);
