@@ -87,17 +87,19 @@ class Partitioner {
     }
     Outcome out = attempt(method, b);
     if (o_.max_batch && largest > 1 && !out.passes()) {
-      // The model's largest fails the simulation check: bisect below it on the check itself.
-      int passes = 0, fails = b;
-      Outcome best = out;
-      while (fails - passes > 1) {
-        const int mid = passes + (fails - passes) / 2;
-        Outcome trial = attempt(method, mid);
-        if (trial.passes()) passes = mid, best = std::move(trial);
-        else fails = mid;
+      // The model's largest fails the simulation check: search below it on the check itself.
+      Outcome best = out;  // the largest size that passed so far
+      int best_size = 0;
+      const int passes = largest_passing_below(b, [&](int size) {
+        Outcome trial = attempt(method, size);
+        if (!trial.passes()) return false;
+        if (size > best_size) best_size = size, best = std::move(trial);
+        return true;
+      });
+      if (passes > 0) {
+        b = passes;
+        out = std::move(best);
       }
-      b = std::max(1, passes);
-      out = std::move(best);
     }
     if (o_.max_batch) out.max_microbatch_size = out.passes() ? b : 0;
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -225,6 +225,22 @@ TEST(Partitioner, RejectsImpossibleProblems) {
   EXPECT_THROW(evaluate_partition(problem_of(layered(), {1, 1}, 1e9), {0, 0, 8}, true), Error);
 }
 
+// Below a failing size, the largest passing one even when passing is not monotone (the simulation
+// check's budget rounds converge at some sizes and not at smaller ones).
+TEST(Partitioner, LargestPassingBelowGallopsDownThenBisects) {
+  std::vector<int> asked;
+  auto gap = [&](int b) {
+    asked.push_back(b);
+    return b <= 30 || (b >= 50 && b <= 57);
+  };
+  EXPECT_EQ(largest_passing_below(60, gap), 57);  // 59, 58, 56 passes; then 57
+  EXPECT_EQ(asked, (std::vector<int>{59, 58, 56, 57}));
+  EXPECT_EQ(largest_passing_below(1000, [](int b) { return b <= 371; }), 371);
+  EXPECT_EQ(largest_passing_below(1000, [](int) { return false; }), 0);
+  EXPECT_EQ(largest_passing_below(1, [](int) { return true; }), 0);
+  EXPECT_EQ(largest_passing_below(2, [](int) { return true; }), 1);
+}
+
 TEST(Partitioner, MaxMicroBatchOnAZooModel) {
   if (kSanitized) GTEST_SKIP() << "about a minute under the sanitizer; the Release run checks it";
   const CostGraph graph = build_model_graph(find_model("gpt3-2.7b"), find_hardware("H100-80GB"));

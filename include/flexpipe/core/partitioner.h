@@ -90,4 +90,30 @@ int max_microbatch_size(ProblemAt problem_at, PartitionMethod method, int limit 
   return good;
 }
 
+// The largest b below `failing` (a size known to fail) for which `passes(b)`; 0 when none does.
+// The simulation check is not monotone in b: the budget-lowering rounds converge at some sizes
+// and not at smaller ones. So the search gallops down from the top (failing - 1, - 2, - 4, ... times
+// a step of failing / 128) to the first size that passes, then bisects between it and the failing
+// size just above. A plain bisection from 0 can settle far below a passing size near the top.
+template <class Passes>
+int largest_passing_below(int failing, Passes passes) {
+  const int step = std::max(1, failing / 128);
+  int fails = failing, found = 0;
+  for (int down = step;; down *= 2) {
+    const int b = std::max(failing - down, 0);
+    if (b == 0) break;
+    if (passes(b)) {
+      found = b;
+      break;
+    }
+    fails = b;
+  }
+  if (found == 0) return 0;
+  while (fails - found > 1) {
+    const int mid = found + (fails - found) / 2;
+    (passes(mid) ? found : fails) = mid;
+  }
+  return found;
+}
+
 }  // namespace flexpipe
