@@ -12,13 +12,26 @@ namespace flexpipe {
 
 namespace {
 
-void check_size(const ModelSize& size, const char* family) {
+// What both families share: the checked size, a decoder without dropout (deterministic runs) and
+// with an LM head of its own.
+ModelConfig decoder(const ModelSize& size, const char* family) {
   if (size.layers < 1 || size.hidden < 1 || size.heads < 1 || size.vocab < 2 || size.seq_len < 1)
     throw Error(fmt::format("{} size: layers, hidden, heads, seq-len must be positive and vocab at least 2 "
                             "(got {}, {}, {}, {}, {})",
                             family, size.layers, size.hidden, size.heads, size.seq_len, size.vocab));
   if (size.hidden % size.heads != 0)
     throw Error(fmt::format("{} size: hidden {} is not a multiple of heads {}", family, size.hidden, size.heads));
+  ModelConfig c;
+  c.architecture = Architecture::Decoder;
+  c.layers = size.layers;
+  c.hidden = size.hidden;
+  c.heads = c.kv_heads = size.heads;
+  c.head_dim = size.hidden / size.heads;
+  c.vocab = size.vocab;
+  c.seq_len = c.max_positions = size.seq_len;
+  c.dropout = false;
+  c.tied_embeddings = false;
+  return c;
 }
 
 }  // namespace
@@ -34,57 +47,36 @@ ModelConfig trainable_config(const ModelSize& size) {
 }
 
 ModelConfig llama_config(const ModelSize& size) {
-  check_size(size, "Llama");
-  const int kv_heads = size.kv_heads > 0 ? size.kv_heads : size.heads;
-  if (size.kv_heads < 0 || size.heads % kv_heads != 0)
+  ModelConfig c = decoder(size, "Llama");
+  if (size.kv_heads > 0) c.kv_heads = size.kv_heads;
+  if (size.kv_heads < 0 || size.heads % c.kv_heads != 0)
     throw Error(fmt::format("Llama size: {} key/value heads do not divide {} heads", size.kv_heads, size.heads));
-  if ((size.hidden / size.heads) % 2 != 0)
+  if (c.head_dim % 2 != 0)
     throw Error(fmt::format("Llama size: rotary positions turn pairs, so the head size (hidden {} / heads {}) must be even",
                             size.hidden, size.heads));
-  ModelConfig c;
   c.name = fmt::format("llama-{}x{}", size.layers, size.hidden);
   c.description = fmt::format("Llama-style decoder: {} layers, hidden {}, {} heads ({} key/value), vocabulary {}, "
                               "sequence {}",
-                              size.layers, size.hidden, size.heads, kv_heads, size.vocab, size.seq_len);
-  c.architecture = Architecture::Decoder;
-  c.layers = size.layers;
-  c.hidden = size.hidden;
-  c.heads = size.heads;
-  c.kv_heads = kv_heads;
-  c.head_dim = size.hidden / size.heads;
+                              size.layers, size.hidden, size.heads, c.kv_heads, size.vocab, size.seq_len);
   c.ffn_hidden = (8 * size.hidden / 3 + 7) / 8 * 8;
-  c.vocab = size.vocab;
-  c.seq_len = c.max_positions = size.seq_len;
   c.norm = NormKind::RmsNorm;
   c.mlp = MlpKind::SwiGlu;
   c.position = PositionKind::Rotary;
   c.biases = false;
-  c.dropout = false;
-  c.tied_embeddings = false;
   c.source = "FlexPipe runtime model (Llama layout without tied embeddings)";
   return c;
 }
 
 ModelConfig gpt_config(const ModelSize& size) {
-  check_size(size, "GPT");
-  ModelConfig c;
+  ModelConfig c = decoder(size, "GPT");
   c.name = fmt::format("gpt-{}x{}", size.layers, size.hidden);
   c.description = fmt::format("GPT-style decoder: {} layers, hidden {}, {} heads, vocabulary {}, sequence {}",
                               size.layers, size.hidden, size.heads, size.vocab, size.seq_len);
-  c.architecture = Architecture::Decoder;
-  c.layers = size.layers;
-  c.hidden = size.hidden;
-  c.heads = c.kv_heads = size.heads;
-  c.head_dim = size.hidden / size.heads;
   c.ffn_hidden = 4 * size.hidden;
-  c.vocab = size.vocab;
-  c.seq_len = c.max_positions = size.seq_len;
   c.norm = NormKind::LayerNorm;
   c.mlp = MlpKind::Gelu;
   c.position = PositionKind::Learned;
   c.biases = true;
-  c.dropout = false;
-  c.tied_embeddings = false;
   c.source = "FlexPipe runtime model (GPT-2 layout without dropout and without tied embeddings)";
   return c;
 }
