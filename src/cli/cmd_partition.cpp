@@ -76,7 +76,8 @@ class Partitioner {
   // The partitioner's memory model is checked by simulating the plan (with its R / OFFLOAD / RELOAD
   // actions); a device the simulation finds over the limit gets its stages' budgets lowered by the
   // excess and the plan is made again, a few rounds at most. With --max-batch, when the model's largest
-  // micro-batch size fails that check, the largest size that passes it is found by bisection below.
+  // micro-batch size fails that check, the largest size below it that passes is searched for
+  // (largest_passing_below: passing is not monotone in the size).
   Outcome run(PartitionMethod method) const {
     const auto start = std::chrono::steady_clock::now();
     int b = static_cast<int>(o_.model.microbatch_size);

@@ -260,8 +260,9 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
   bool best_closes = false;
   auto consider = [&](double gain, double cost, int a, int b, bool offload, double rebuilt = 0) {
     if (gain <= 0) {
+      if (offload || gain + rebuilt <= 0 || cost <= 0) return;
       const double ratio = (gain + rebuilt) / cost;
-      if (!offload && gain + rebuilt > 0 && cost > 0 && ratio > climb_ratio) climb_ratio = ratio, climb = {a, b, false, gain};
+      if (ratio > climb_ratio) climb_ratio = ratio, climb = {a, b, false, gain};
       return;
     }
     const bool closes = gain >= deficit;

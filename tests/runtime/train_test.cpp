@@ -108,6 +108,15 @@ TEST_F(Train, LlamaFamilyTrainsExactlyOnRealProcesses) {
   const Outcome bad = flexpipe("train " + kSmall + " --family llama --kv-heads 3 --steps 1");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(bad.err, "error: Llama size: 3 key/value heads do not divide 4 heads\n");
+  // profile measures the same layout, operator for operator.
+  const std::filesystem::path graph = dir_ / "llama.json";
+  const Outcome profile = flexpipe("profile " + kSmall + " --family llama --kv-heads 2 --repeats 2 -o " + graph.string());
+  ASSERT_EQ(profile.exit_code, 0) << profile.err;
+  const nlohmann::json g = nlohmann::json::parse(slurp(graph));
+  ASSERT_EQ(g["nodes"].size(), 1u + 2 * 13 + 3);  // word embedding; 13 per block; norm, head, loss
+  EXPECT_EQ(g["nodes"][3]["name"], "layer.0.rope");
+  EXPECT_EQ(g["nodes"][11]["kind"], "swiglu");
+  for (const auto& node : g["nodes"]) EXPECT_GT(node["forward"]["time"].get<double>(), 0) << node["name"];
 }
 
 TEST_F(Train, TextFilesTrainAsBytes) {
