@@ -250,6 +250,11 @@ class BinaryPartitioner {
       if (problem.cut_allowed.empty() || problem.cut_allowed[j]) last = j;
       allowed_at_or_before_[j] = last;
     }
+    allowed_at_or_after_.assign(n + 1, n);
+    for (int j = n, next = n; j >= 0; --j) {
+      if (problem.cut_allowed.empty() || problem.cut_allowed[j]) next = j;
+      allowed_at_or_after_[j] = next;
+    }
     for (int j = 1; j < n; ++j)
       if (problem.cut_allowed.empty() || problem.cut_allowed[j]) interior_cuts_.push_back(j);
   }
@@ -286,10 +291,18 @@ class BinaryPartitioner {
   }
 
  private:
+  // Whether some partition meets period T: the greedy from the first stage, else the one from the
+  // last. Each stage must take at least one operator, so a short rest can leave a later stage only
+  // operators it cannot hold (the head on a stage that holds k > 1 micro-batches) where taking less
+  // before would have worked; the greedy from the other end then finds it.
+  bool feasible(double T, std::vector<int>& starts) {
+    return feasible_from_the_first(T, starts) || feasible_from_the_last(T, starts);
+  }
+
   // Greedy: each stage in turn takes the longest range it can afford at period T, leaving one
   // operator per later stage. The compute bounds bracket each cut before any memory optimization:
   // a stage cannot compute longer than T, and the stages after it cannot take more than their T each.
-  bool feasible(double T, std::vector<int>& starts) {
+  bool feasible_from_the_first(double T, std::vector<int>& starts) {
     const int n = cost_.size(), stages = p_.num_stages();
     const std::vector<double>& prefix = cost_.compute_prefix();
     starts.assign(1, 0);
@@ -337,6 +350,52 @@ class BinaryPartitioner {
     return true;
   }
 
+  // The mirror image: from the last stage back, each takes the longest range ending where the next
+  // one starts that it can afford, leaving one operator per earlier stage.
+  bool feasible_from_the_last(double T, std::vector<int>& starts) {
+    const int n = cost_.size(), stages = p_.num_stages();
+    const std::vector<double>& prefix = cost_.compute_prefix();
+    std::vector<int> ends(1, n);
+    int end = n;
+    for (int s = stages - 1; s >= 0; --s) {
+      auto affordable = [&](int begin) {
+        const double c = cost_.cost(s, begin, end, T, T);
+        return c < kInfinity && c <= T;
+      };
+      if (s == 0) {
+        if (!affordable(0)) return false;
+        ends.push_back(0);
+        break;
+      }
+      // Leave an allowed cut for each boundary before this one.
+      if (static_cast<int>(interior_cuts_.size()) < s) return false;
+      int lo = interior_cuts_[s - 1];
+      // Longest by compute alone: compute(j, end) <= T; the earlier stages take compute(0, j) <= s * T.
+      lo = std::max(lo, static_cast<int>(std::lower_bound(prefix.begin(), prefix.begin() + end + 1,
+                                                          (prefix[end] - T) * (1 - 1e-15)) -
+                                         prefix.begin()));
+      const double room = s * T;
+      const int hi_cut = std::min(end - 1, static_cast<int>(std::upper_bound(prefix.begin(), prefix.end(), room * (1 + 1e-15)) -
+                                                            prefix.begin()) - 1);
+      if (hi_cut < lo) return false;
+      if (!affordable(end - 1)) return false;
+      int good = end - 1, bad = lo - 1;
+      if (affordable(lo)) good = lo;
+      else bad = lo;
+      while (good - bad > 1) {
+        const int mid = bad + (good - bad) / 2;
+        (affordable(mid) ? good : bad) = mid;
+      }
+      // The longest affordable range starts at the first allowed cut at or after `good`.
+      good = allowed_at_or_after_[good];
+      if (good >= end || good > hi_cut) return false;
+      ends.push_back(good);
+      end = good;
+    }
+    starts.assign(ends.rbegin(), ends.rend());
+    return true;
+  }
+
   // Nothing fits: the least extra memory per device that would make a partition exist.
   PartitionResult cannot_fit() {
     PartitionResult result;
@@ -375,7 +434,7 @@ class BinaryPartitioner {
 
   const PartitionProblem& p_;
   StageCost cost_;
-  std::vector<int> allowed_at_or_before_;
+  std::vector<int> allowed_at_or_before_, allowed_at_or_after_;
   std::vector<int> interior_cuts_;  // allowed cut positions strictly between 0 and n
 };
 

@@ -99,6 +99,27 @@ TEST(Partitioner, BinarySearchEqualsExhaustiveSearch) {
 
 // Stopped at once, the bisection answers with its first feasible partition: it fits, and its
 // bottleneck is no better than the full search's.
+// Stages hold different micro-batch counts, so taking the longest range first can strand a later
+// stage: here the first stage can hold operators 0-1, which leaves the second (k = 2, 9 bytes) only the
+// heavy operator 2. Only the last stage (k = 1, 25 bytes) can hold the two heavy operators, which the
+// greedy from the last stage finds.
+TEST(Partitioner, AGreedyFromTheLastStageFindsWhatTheFirstStrands) {
+  OperatorTable ops;
+  ops.forward = {1, 1, 1, 1};
+  ops.backward = {2, 2, 2, 2};
+  ops.saved = {1, 1, 10, 10};
+  ops.workspace = ops.parameters = {0, 0, 0, 0};
+  ops.tied_to.assign(4, kNotTied);
+  ops.inputs.resize(4);
+  PartitionProblem p = problem_of(ops, {3, 2, 1}, 0);
+  p.budget = {100, 9, 25};
+  const PartitionResult dawn = partition_model(p, PartitionMethod::Dawn);
+  ASSERT_TRUE(dawn.fits);
+  EXPECT_EQ(dawn.starts(), (std::vector<int>{0, 1, 2, 4}));
+  const PartitionResult exhaustive = partition_model(p, PartitionMethod::Exhaustive);
+  EXPECT_DOUBLE_EQ(dawn.bottleneck, exhaustive.bottleneck);
+}
+
 TEST(Partitioner, StopsEarlyWithAFeasiblePartition) {
   std::mt19937 rng(3);
   OperatorTable ops = random_ops(rng, 24);
