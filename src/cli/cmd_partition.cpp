@@ -193,6 +193,7 @@ class Partitioner {
         if (d == MemoryDecision::Recompute) stage.recompute.push_back(graph_.nodes[v].name);
         if (d == MemoryDecision::Offload) stage.offload.push_back(graph_.nodes[v].name);
       }
+      stage.offload_checkpoints = r.memory.offload_checkpoints && !stage.recompute.empty();
       stage.report = {{"first", graph_.nodes[r.begin].name},
                       {"last", graph_.nodes[r.end - 1].name},
                       {"in_flight", p.in_flight[s]},
@@ -205,6 +206,7 @@ class Partitioner {
                       {"static_memory", r.memory.static_memory},
                       {"activation_memory", r.memory.activation_memory},
                       {"offload_bytes", r.memory.offload_bytes},
+                      {"checkpoint_bytes", r.memory.checkpoint_bytes},
                       {"fits", r.memory.fits},
                       {"exact", r.memory.exact}};
       plan.stages.push_back(std::move(stage));
@@ -263,15 +265,17 @@ void print_plan(const Outcome& out, const Partitioner& partitioner, const Partit
   fmt::print("method {}: bottleneck {:.4g} {} per micro-batch, simulated step {:.4g} {} ({} in {:.3f} s)\n",
              partition_method_name(out.method), out.result.bottleneck, unit, out.simulated.makespan, unit,
              out.simulated.fits ? "fits" : "DOES NOT FIT in simulation", out.seconds);
-  fmt::print("{:<5} {:<44} {:>5} {:>4} {:>10} {:>10} {:>10} {:>10} {:>11} {:>5} {:>5}\n", "stage", "operators", "ops",
+  // O counts offloaded operators; "+ckpt": the recompute checkpoints are offloaded too.
+  fmt::print("{:<5} {:<44} {:>5} {:>4} {:>10} {:>10} {:>10} {:>10} {:>11} {:>5} {:>8}\n", "stage", "operators", "ops",
              "k", "compute", "+recomp", "+offload", "time", "memory", "R", "O");
   for (size_t s = 0; s < out.result.stages.size(); ++s) {
     const StageResult& r = out.result.stages[s];
     const PlannedStage& p = out.plan.stages[s];
-    fmt::print("{:<5} {:<44} {:>5} {:>4} {:>10.4g} {:>10.4g} {:>10.4g} {:>10.4g} {:>11} {:>5} {:>5}\n", s,
+    fmt::print("{:<5} {:<44} {:>5} {:>4} {:>10.4g} {:>10.4g} {:>10.4g} {:>10.4g} {:>11} {:>5} {:>8}\n", s,
                graph.nodes[r.begin].name + " .. " + graph.nodes[r.end - 1].name, r.end - r.begin,
                p.report["in_flight"].get<int>(), r.compute_time, r.memory.recompute_time, r.memory.offload_time, r.time,
-               gigabytes(r.memory.memory), p.recompute.size(), p.offload.size());
+               gigabytes(r.memory.memory), p.recompute.size(),
+               fmt::format("{}{}", p.offload.size(), p.offload_checkpoints ? "+ckpt" : ""));
   }
   std::string peaks;
   for (const DeviceReport& d : out.simulated.devices) peaks += (peaks.empty() ? "" : ", ") + gigabytes(d.peak_memory);

@@ -129,6 +129,7 @@ void run(const SearchCommand& o, int& exit_code) {
     given.name = std::filesystem::path(path).filename().string();
     given.partition = plan_partition(plan, problem.graph, path);
     given.decisions = plan_decisions(plan, problem.graph, path);
+    given.offload_checkpoints = chunks_that_offload_checkpoints(plan);
     given.microbatch_size = plan.shape.microbatch_size;
     const bool size_searched = std::any_of(problem.batches.begin(), problem.batches.end(),
                                            [&](const BatchSplit& b) { return b.microbatch_size == given.microbatch_size; });

@@ -110,8 +110,10 @@ void prepare_request(TrainingCommand& o) {
                                 chunks));
       run.partition = plan_partition(plan, graph, o.plan);
       request.memory_decisions = plan_decisions(plan, graph, o.plan);
+      request.offload_checkpoints = chunks_that_offload_checkpoints(plan);
       run.schedule = add_memory_actions(run.schedule, stages_that_recompute(plan, run.schedule.num_pipelines),
-                                        stages_that_offload(plan, run.schedule.num_pipelines));
+                                        stages_that_offload(plan, run.schedule.num_pipelines),
+                                        stages_that_offload_checkpoints(plan, run.schedule.num_pipelines));
       request.runs.push_back(std::move(run));
       continue;
     }

@@ -2,9 +2,9 @@
 //
 // Two passes per device list: the first inserts R before each flagged backward and OFFLOAD after
 // each flagged forward; the second, on that list (so an inserted R counts as the compute action it
-// is), places each RELOAD one compute action ahead of its R or backward. When that compute action is
-// a backward with its R right before it, the RELOAD goes before the R, so that every R stays right
-// before its backward.
+// is), places each RELOAD one compute action ahead of its R or backward (right before it on the
+// stages that reload late). When that compute action is a backward with its R right before it, the
+// RELOAD goes before the R, so that every R stays right before its backward.
 #include "flexpipe/core/memory_actions.h"
 
 #include <algorithm>
@@ -30,8 +30,9 @@ struct Positions {
 
 class Inserter {
  public:
-  Inserter(const Schedule& schedule, const std::vector<char>& recompute, const std::vector<char>& offload)
-      : schedule_(schedule), recompute_(recompute), offload_(offload) {}
+  Inserter(const Schedule& schedule, const std::vector<char>& recompute, const std::vector<char>& offload,
+           const std::vector<char>& reload_late)
+      : schedule_(schedule), recompute_(recompute), offload_(offload), reload_late_(reload_late) {}
 
   std::vector<Action> run(int device) {
     device_ = device;
@@ -143,7 +144,8 @@ class Inserter {
       const Positions& p = found[key(stage, microbatch)];
       const int anchor = p.recompute >= 0 ? p.recompute : p.backward;
       int before = anchor;
-      for (int j = anchor - 1; j > p.offload; --j)
+      const bool late = !reload_late_.empty() && reload_late_[stage];
+      for (int j = anchor - 1; !late && j > p.offload; --j)
         if (computes(list[j])) {
           // An R stays right before its backward: a RELOAD for that backward's slot goes before both.
           before = j > p.offload + 1 && recomputes_before(list[j - 1], list[j]) ? j - 1 : j;
@@ -169,6 +171,7 @@ class Inserter {
   const Schedule& schedule_;
   const std::vector<char>& recompute_;
   const std::vector<char>& offload_;
+  const std::vector<char>& reload_late_;
   int device_ = 0;
   std::vector<std::pair<int, int>> offloaded_;  // (stage, micro-batch) given an OFFLOAD on this device
 };
@@ -176,17 +179,18 @@ class Inserter {
 }  // namespace
 
 Schedule add_memory_actions(const Schedule& schedule, const std::vector<char>& recompute_stage,
-                            const std::vector<char>& offload_stage) {
+                            const std::vector<char>& offload_stage, const std::vector<char>& reload_before_recompute) {
   const int stages = schedule.num_stages();
-  for (const auto& [flags, what] : {std::pair{&recompute_stage, "recompute"}, std::pair{&offload_stage, "offload"}})
-    if (static_cast<int>(flags->size()) != stages)
+  for (const auto& [flags, what] : {std::pair{&recompute_stage, "recompute"}, std::pair{&offload_stage, "offload"},
+                                    std::pair{&reload_before_recompute, "reload-before-recompute"}})
+    if (static_cast<int>(flags->size()) != stages && !(flags == &reload_before_recompute && flags->empty()))
       throw Error(fmt::format("add_memory_actions: {} {} flags for the {} stages of schedule {} (one per global stage)",
                               flags->size(), what, stages, schedule.name));
   if (static_cast<int>(schedule.device_actions.size()) != schedule.num_devices)
     throw Error(fmt::format("add_memory_actions: schedule {} has {} action lists for {} devices", schedule.name,
                             schedule.device_actions.size(), schedule.num_devices));
   Schedule result = schedule;
-  Inserter inserter(schedule, recompute_stage, offload_stage);
+  Inserter inserter(schedule, recompute_stage, offload_stage, reload_before_recompute);
   for (int d = 0; d < schedule.num_devices; ++d) result.device_actions[d] = inserter.run(d);
   return result;
 }

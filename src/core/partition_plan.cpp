@@ -43,6 +43,7 @@ std::string partition_plan_to_json(const PartitionPlan& plan) {
     s["operators"] = stage.operators;
     s["recompute"] = stage.recompute;
     s["offload"] = stage.offload;
+    if (stage.offload_checkpoints) s["offload_checkpoints"] = true;
     for (const auto& [key, value] : stage.report.items()) s[key] = value;
     stages.push_back(std::move(s));
   }
@@ -102,6 +103,11 @@ PartitionPlan parse_partition_plan(const std::string& text, const std::string& o
       if (!list.is_array()) read.fail(list_path, "must be an array of operator names");
       for (size_t i = 0; i < list.size(); ++i) names.push_back(read.text(list[i], json_element(list_path, i)));
     }
+    if (stages[k].contains("offload_checkpoints")) {
+      const nlohmann::json& flag = stages[k]["offload_checkpoints"];
+      if (!flag.is_boolean()) read.fail(json_child(path, "offload_checkpoints"), "must be true or false");
+      stage.offload_checkpoints = flag.get<bool>();
+    }
     plan.stages.push_back(std::move(stage));
   }
   return plan;
@@ -147,19 +153,29 @@ std::vector<MemoryDecision> plan_decisions(const PartitionPlan& plan, const Cost
 }
 
 namespace {
-std::vector<char> stages_with(const PartitionPlan& plan, int num_pipelines, bool recompute) {
+bool offloads_checkpoints(const PlannedStage& stage) { return stage.offload_checkpoints && !stage.recompute.empty(); }
+
+// The chunk flags repeated for every pipeline (each pipeline's copy of a chunk decides alike).
+std::vector<char> per_global_stage(const PartitionPlan& plan, int num_pipelines, bool (*flag)(const PlannedStage&)) {
   std::vector<char> flags;
   for (int pipeline = 0; pipeline < num_pipelines; ++pipeline)
-    for (const PlannedStage& stage : plan.stages) flags.push_back(!(recompute ? stage.recompute : stage.offload).empty());
+    for (const PlannedStage& stage : plan.stages) flags.push_back(flag(stage));
   return flags;
 }
 }  // namespace
 
 std::vector<char> stages_that_recompute(const PartitionPlan& plan, int num_pipelines) {
-  return stages_with(plan, num_pipelines, true);
+  return per_global_stage(plan, num_pipelines, [](const PlannedStage& s) { return !s.recompute.empty(); });
 }
 std::vector<char> stages_that_offload(const PartitionPlan& plan, int num_pipelines) {
-  return stages_with(plan, num_pipelines, false);
+  return per_global_stage(plan, num_pipelines,
+                          [](const PlannedStage& s) { return !s.offload.empty() || offloads_checkpoints(s); });
+}
+std::vector<char> stages_that_offload_checkpoints(const PartitionPlan& plan, int num_pipelines) {
+  return per_global_stage(plan, num_pipelines, offloads_checkpoints);
+}
+std::vector<char> chunks_that_offload_checkpoints(const PartitionPlan& plan) {
+  return stages_that_offload_checkpoints(plan, 1);
 }
 
 }  // namespace flexpipe
@@ -176,10 +192,12 @@ AppliedPlan apply_partition_plan(const PartitionPlan& plan, const CostGraph& gra
   applied.decisions = plan_decisions(plan, graph, origin);
   aggregation.shape = plan.shape;
   aggregation.decisions = applied.decisions;
+  aggregation.offload_checkpoints = chunks_that_offload_checkpoints(plan);
   applied.costs = aggregate_stages(graph, applied.partition, aggregation).table;
   // The table is per chunk: every pipeline's copy of a chunk runs the chunk's decisions.
   applied.schedule = add_memory_actions(schedule, stages_that_recompute(plan, schedule.num_pipelines),
-                                        stages_that_offload(plan, schedule.num_pipelines));
+                                        stages_that_offload(plan, schedule.num_pipelines),
+                                        stages_that_offload_checkpoints(plan, schedule.num_pipelines));
   return applied;
 }
 

@@ -54,6 +54,8 @@ struct Structure {
   std::array<bool, kRows> has_row{};
   std::array<std::vector<MemoryDecision>, kRows> decisions;  // per graph node, per row kind
   std::vector<std::array<char, kRows>> recomputes, offloads;  // per stage: whether that row does
+  // Per stage: whether the plan row offloads the recompute checkpoints (RELOAD right before R).
+  std::vector<char> plan_offloads_checkpoints;
 };
 
 struct Candidate {
@@ -262,11 +264,13 @@ class Search {
     const double host = problem_.aggregation.host_link.bandwidth;
     const double host_bandwidth = std::isfinite(host) ? host : 0;
     std::vector<MemoryDecision> plan;
+    std::vector<char> plan_checkpoints;  // per stage: the plan offloads its checkpoints
     try {
       if (given) {
         check_partition(problem_.graph, given->partition);
         s.partition = given->partition;
         plan = given->decisions;
+        plan_checkpoints = given->offload_checkpoints;
       } else if (dawn) {
         const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
         PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
@@ -278,8 +282,10 @@ class Search {
         std::vector<int> sizes;
         for (size_t k = 0; k + 1 < starts.size(); ++k) sizes.push_back(starts[k + 1] - starts[k]);
         s.partition = partition_from_sizes(problem_.graph, sizes);
-        for (const StageResult& stage : r.stages)
+        for (const StageResult& stage : r.stages) {
           plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
+          plan_checkpoints.push_back(stage.memory.offload_checkpoints);
+        }
       } else {
         s.partition = balanced_partition(stages, batch, shape, host_bandwidth);
         // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts,
@@ -297,8 +303,10 @@ class Search {
           starts.push_back(static_cast<int>(s.partition.stage_of_node.size()));
           const PartitionResult r = evaluate_partition(pp, starts, true);
           if (r.fits)
-            for (const StageResult& stage : r.stages)
+            for (const StageResult& stage : r.stages) {
               plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
+              plan_checkpoints.push_back(stage.memory.offload_checkpoints);
+            }
         }
       }
     } catch (const Error&) {
@@ -308,6 +316,9 @@ class Search {
     s.rows.resize(stages);
     s.recomputes.assign(stages, {});
     s.offloads.assign(stages, {});
+    if (plan_checkpoints.empty()) plan_checkpoints.assign(stages, 0);
+    if (static_cast<int>(plan_checkpoints.size()) != stages) return std::nullopt;  // a plan for other stages
+    s.plan_offloads_checkpoints.assign(stages, 0);
     for (int r = 0; r < kRows; ++r) {
       if (r == kOffload && host_bandwidth <= 0) continue;
       if (r == kPlan && plan.empty()) continue;
@@ -319,6 +330,7 @@ class Search {
         decisions.assign(n, r == kKeep ? MemoryDecision::Keep : r == kRecompute ? MemoryDecision::Recompute : MemoryDecision::Offload);
       AggregationOptions a = aggregation(batch);
       a.decisions = decisions;
+      if (r == kPlan) a.offload_checkpoints = plan_checkpoints;
       const StageAggregate aggregate = aggregate_stages(problem_.graph, s.partition, a);
       if (r == kKeep) s.base = aggregate.table;
       for (int k = 0; k < stages; ++k) s.rows[k][r] = aggregate.table.stages[k];
@@ -327,6 +339,11 @@ class Search {
         s.recomputes[k][r] |= decisions[v] == MemoryDecision::Recompute;
         s.offloads[k][r] |= decisions[v] == MemoryDecision::Offload;
       }
+      if (r == kPlan)
+        for (int k = 0; k < stages; ++k) {
+          s.plan_offloads_checkpoints[k] = plan_checkpoints[k] && s.recomputes[k][r];
+          s.offloads[k][r] |= s.plan_offloads_checkpoints[k];
+        }
       s.has_row[r] = true;
     }
     return s;
@@ -482,20 +499,25 @@ class Search {
     return table;
   }
 
+  enum class Flag { Recompute, Offload, ReloadBeforeRecompute };
   // Per global stage (every pipeline's copy of a chunk decides alike).
-  std::vector<char> flags(const Candidate& c, bool recompute) const {
+  std::vector<char> flags(const Candidate& c, Flag which) const {
     const Structure& s = structures_[c.structure];
     std::vector<char> out(s.skeleton.num_stages());
     for (size_t g = 0; g < out.size(); ++g) {
       const int k = s.skeleton.chunk_of_stage(static_cast<int>(g));
-      out[g] = recompute ? s.recomputes[k][c.rows[k]] : s.offloads[k][c.rows[k]];
+      const uint8_t row = c.rows[k];
+      out[g] = which == Flag::Recompute ? s.recomputes[k][row]
+               : which == Flag::Offload ? s.offloads[k][row]
+                                        : row == kPlan && s.plan_offloads_checkpoints[k];
     }
     return out;
   }
 
   // What ranks and prunes candidates: the closed-form bound, cheap enough for every candidate.
   double lower_bound_of(const Candidate& c) const {
-    return schedule_path_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, flags(c, true));
+    return schedule_path_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward,
+                               flags(c, Flag::Recompute));
   }
 
   // What proofs and the reported space bound use: the full bound (a preemptive schedule per device),
@@ -507,7 +529,8 @@ class Search {
       if (auto found = bounds_.find(key); found != bounds_.end()) return found->second;
     }
     const double bound =
-        schedule_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, flags(c, true));
+        schedule_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward,
+                             flags(c, Flag::Recompute));
     std::lock_guard lock(bounds_mutex_);
     bounds_.emplace(std::move(key), bound);
     return bound;
@@ -516,16 +539,16 @@ class Search {
   // The list scheduler's compute-only order for the candidate; nothing when its policy stalls.
   std::optional<Schedule> order_of(const Candidate& c, const CostTable& table) const {
     Schedule order = structures_[c.structure].skeleton;
-    if (!list_schedule(order, table, c.policy, flags(c, true), flags(c, false))) return std::nullopt;
+    if (!list_schedule(order, table, c.policy, flags(c, Flag::Recompute), flags(c, Flag::Offload))) return std::nullopt;
     return order;
   }
 
   // A compute-only order of the candidate's structure with its R / OFFLOAD / RELOAD placed.
   Schedule with_memory_actions(const Schedule& order, const Candidate& c) const {
-    const std::vector<char> recompute = flags(c, true), offload = flags(c, false);
+    const std::vector<char> recompute = flags(c, Flag::Recompute), offload = flags(c, Flag::Offload);
     const bool any = std::any_of(recompute.begin(), recompute.end(), [](char f) { return f; }) ||
                      std::any_of(offload.begin(), offload.end(), [](char f) { return f; });
-    return any ? add_memory_actions(order, recompute, offload) : order;
+    return any ? add_memory_actions(order, recompute, offload, flags(c, Flag::ReloadBeforeRecompute)) : order;
   }
 
   // The candidate's schedule: the list scheduler's order with R / OFFLOAD / RELOAD placed.

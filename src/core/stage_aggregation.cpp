@@ -153,6 +153,9 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
   if (options.shape.microbatch_size <= 0 || options.shape.seq_len <= 0)
     throw Error(fmt::format("micro-batch size and sequence length must be positive, got {} and {}",
                             options.shape.microbatch_size, options.shape.seq_len));
+  if (!options.offload_checkpoints.empty() && static_cast<int>(options.offload_checkpoints.size()) != partition.num_stages)
+    throw Error(fmt::format("{} checkpoint offload flags for the {} stages of the partition",
+                            options.offload_checkpoints.size(), partition.num_stages));
   const double b = options.shape.microbatch_size, s = options.shape.seq_len;
   auto decision = [&](int node) { return options.decisions.empty() ? MemoryDecision::Keep : options.decisions[node]; };
   const std::vector<int>& stage_of = partition.stage_of_node;
@@ -269,8 +272,13 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
     if (optimizer_rate > 0)
       stage.optimizer = (2 * stage.parameter_bytes + stage.gradient_bytes + 2 * stage.optimizer_bytes) / optimizer_rate;
     details.input_bytes = k > 0 ? costs[k - 1].output_bytes : 0;
-    // OFFLOAD moves only what the operators decided Offload saved; with none, the table keeps the
-    // simulator's default (everything the micro-batch holds).
+    // OFFLOAD moves only what the operators decided Offload saved, and the checkpoints where the
+    // stage offloads them; with none, the table keeps the simulator's default (everything the
+    // micro-batch holds).
+    if (recomputes[k] && !options.offload_checkpoints.empty() && options.offload_checkpoints[k]) {
+      details.offload_bytes += checkpoint[k];
+      offloads[k] = true;
+    }
     if (offloads[k]) stage.offload_bytes = details.offload_bytes;
     details.offload_time = details.offload_bytes > 0 ? options.host_link.transfer_time(details.offload_bytes) : 0;
   }

@@ -140,18 +140,32 @@ double transfer_time(double offload_bytes, const StageContext& context) {
   return context.host_bandwidth > 0 ? offload_bytes / context.host_bandwidth : kInfinity;
 }
 
-double offloaded_held(double offload_bytes, const StageContext& context) {
-  if (offload_bytes <= 0) return 0;
+// Copies on the device while a backward runs: the one reloaded for it, the one just made and those
+// still on their way out (the transfer spans `slots` forward slots), when the reload starts a compute
+// action ahead. A reload right before R (checkpoint offload) starts with the newest one's offload and
+// takes as long, so R finds only transfers older than one slot still going out: `slots` copies in all.
+double offload_copies(double offload_bytes, const StageContext& context) {
   const double slots = std::max(1.0, std::ceil(transfer_time(offload_bytes, context) / forward_slot(context) - 1e-12));
-  return std::min<double>(context.in_flight, 2 + slots) * offload_bytes;
+  return std::min<double>(context.in_flight, context.offload_checkpoints ? slots : 2 + slots);
+}
+
+// The offloaded bytes' share of the peak. `rebuilt`: what the backward rebuilds besides (0 when not
+// known). With a reload right before R, while R waits the micro-batch's data comes in as the newest
+// one's goes out: two copies and nothing rebuilt yet.
+double offloaded_held(double offload_bytes, const StageContext& context, double rebuilt = 0) {
+  if (offload_bytes <= 0) return 0;
+  const double held = offload_copies(offload_bytes, context) * offload_bytes;
+  if (!context.offload_checkpoints) return held;
+  return std::max(held, std::min(context.in_flight, 2) * offload_bytes - rebuilt);
 }
 
 // The reload starts one compute action (about a forward slot) ahead of the backward; the backward
-// waits for whatever of the transfer is left.
+// waits for whatever of the transfer is left. Right before R, it waits for all of it.
 double offload_penalty(double offload_bytes, const StageContext& context) {
   if (offload_bytes <= 0) return 0;
   if (context.host_bandwidth <= 0) return kInfinity;
-  return std::max(0.0, transfer_time(offload_bytes, context) - forward_slot(context));
+  const double t = transfer_time(offload_bytes, context);
+  return context.offload_checkpoints ? t : std::max(0.0, t - forward_slot(context));
 }
 
 struct Fixed {
@@ -171,8 +185,17 @@ Fixed fixed_memory(const OperatorTable& ops, int begin, int end, const StageCont
   return fixed;
 }
 
+// Offloading keeps at least 3 copies on the device (1 with a reload right before R): it pays only
+// with more micro-batches in flight.
 bool can_offload(const OperatorTable& ops, int v, const StageContext& context) {
-  return context.allow_offload && context.host_bandwidth > 0 && context.in_flight > 3 && ops.saved[v] > 0;
+  return context.allow_offload && context.host_bandwidth > 0 && context.in_flight > (context.offload_checkpoints ? 1 : 3) &&
+         ops.saved[v] > 0;
+}
+
+// Where the checkpoints of a recomputed operator go: k copies on the device, or offloaded bytes.
+void add_checkpoints(double bytes, const StageContext& context, double& memory, double& offload) {
+  if (context.offload_checkpoints) offload += bytes;
+  else memory += context.in_flight * bytes;
 }
 
 // ---- greedy ----
@@ -273,6 +296,8 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
     best = {a, b, offload, gain};
   };
   const double penalty_now = offload_penalty(s.offloaded, context);
+  // Per checkpoint byte: k copies kept, or the offloaded copies at today's transfer volume.
+  const double checkpoint_copies = context.offload_checkpoints ? offload_copies(std::max(s.offloaded, 1.0), context) : k;
   const SegmentProfile segments = profile_segments(s);
   for (int a = s.begin; a < s.end; ++a) {
     if (!s.is(a, MemoryDecision::Keep)) continue;
@@ -284,13 +309,16 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
     const bool joins_left = s.continues(a);
     const double left = joins_left ? segments.into[a - 1 - s.begin] : 0;
     const int start = joins_left ? segments.start[a - 1 - s.begin] : a;
-    double kept = 0, chain = 0, checkpoints = 0, cost = 0;
+    double kept = 0, chain = 0, checkpoints = 0, compute = 0, moved = 0;
     for (int b = a; b < s.end && b < a + kLongestChain && s.is(b, MemoryDecision::Keep) && (b == a || ops.same_layer(b - 1, b));
          ++b) {
       kept += k * ops.saved[b];
       chain += ops.saved[b];
-      checkpoints += k * checkpoint_bound(ops, s.begin, b, start);
-      cost += ops.forward[b];
+      const double read = checkpoint_bound(ops, s.begin, b, start);
+      checkpoints += checkpoint_copies * read;
+      if (context.offload_checkpoints) moved += read;
+      compute += ops.forward[b];
+      const double cost = compute + (moved > 0 ? offload_penalty(s.offloaded + moved, context) - penalty_now : 0);
       // A recomputed successor in the same layer no longer keeps b's output once b is rebuilt too.
       const bool joins_right = s.is(b + 1, MemoryDecision::Recompute) && continues_segment(ops, s.begin, b + 1, true);
       double freed_successor = 0;
@@ -342,12 +370,13 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
   while (deficit > 0) {
     // A move's gain is priced locally (merging segments also frees checkpoints further on), so the
     // deficit is measured afresh before each move.
-    deficit = s.evaluate().memory - context.budget;
+    const StageMemoryPlan now = s.evaluate();
+    deficit = now.memory - context.budget;
     if (deficit <= 0) break;
+    s.offloaded = now.offload_bytes;  // offloaded checkpoints included
     const GreedyMove move = best_move(s, deficit);
     if (move.a < 0) break;
     for (int v = move.a; v <= move.b; ++v) s.d[v - begin] = move.offload ? MemoryDecision::Offload : MemoryDecision::Recompute;
-    if (move.offload) s.offloaded += ops.saved[move.a];
     deficit -= move.gain;
   }
   plan = s.evaluate();
@@ -426,7 +455,7 @@ Point recompute_step(const OperatorTable& ops, int begin, int v, const StageCont
   const bool continues = continues_segment(ops, begin, v, previous_recomputed);
   Point p = base;
   p.start = continues ? base.start : v;
-  p.memory += context.in_flight * checkpoint_bytes(ops, begin, v, p.start);
+  add_checkpoints(checkpoint_bytes(ops, begin, v, p.start), context, p.memory, p.offload);
   if (context.split_backward) {
     p.memory += ops.saved[v];
   } else {
@@ -491,7 +520,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
   for (int r = 0; r < 2; ++r)
     for (int i : sets[r]) {
       const Point& p = arena[i];
-      if (p.memory + p.largest + offloaded_held(p.offload, context) > context.budget) continue;
+      if (p.memory + p.largest + offloaded_held(p.offload, context, p.largest) > context.budget) continue;
       if (best < 0 || objective(p, context) < objective(arena[best], context)) best = i;
     }
   if (best < 0) return greedy;  // nothing fits (the greedy's plan says by how much) or it was optimal
@@ -517,7 +546,7 @@ struct LayerOption {
 // offloaded copies are charged at once, as if transfers were fast.
 std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin, int begin, int end,
                                        const StageContext& context) {
-  const double k = context.in_flight, o = std::min(context.in_flight, 3);
+  const double k = context.in_flight, o = std::min(context.in_flight, context.offload_checkpoints ? 1 : 3);
   thread_local std::vector<Point> arena;  // reused: the partitioner calls this for many ranges
   arena.clear();
   arena.push_back({0, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep});
@@ -529,6 +558,7 @@ std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin
         const Point base = arena[from];
         auto push = [&](Point p, int recomputed) {
           p.parent = from;
+          p.memory += o * p.offload;  // offloaded checkpoints (the base point carries none)
           p.recompute = p.offload = 0;
           arena.push_back(p);
           next[recomputed].push_back(static_cast<int>(arena.size()) - 1);
@@ -576,12 +606,11 @@ bool same_shape(const OperatorTable& ops, int stage_begin, int a, int b, int n, 
   return true;
 }
 
-}  // namespace
-
 // Segments never span layers, so the layers of the range choose independently and meet only in the
 // largest segment: for each candidate largest segment C, every layer takes its least memory with
 // segments of at most C, and the best C wins.
-StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context) {
+StageMemoryPlan least_memory_holding_checkpoints_one_way(const OperatorTable& ops, int begin, int end,
+                                                         const StageContext& context) {
   // A model's transformer layers repeat: each distinct shape is solved once, and every layer of the
   // range points at its shape's options.
   std::vector<std::vector<LayerOption>> shapes;
@@ -642,6 +671,47 @@ StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end,
   return evaluate_stage_memory(ops, begin, end, context, decisions);
 }
 
+StageMemoryPlan optimize_holding_checkpoints_one_way(const OperatorTable& ops, int begin, int end,
+                                                     const StageContext& context, MemorySolver solver);
+
+// Whether a is the better answer: it fits where b does not, is faster where both fit, and holds less
+// where neither fits.
+bool better_plan(const StageMemoryPlan& a, const StageMemoryPlan& b) {
+  if (a.fits != b.fits) return a.fits;
+  return a.fits ? a.added_time() < b.added_time() : a.memory < b.memory;
+}
+
+// The better of the two ways of holding checkpoints; exact when both answers are.
+template <typename Solve>
+StageMemoryPlan either_way(const StageContext& context, const Solve& solve) {
+  StageMemoryPlan plan = solve(context);
+  if (context.offload_checkpoints || !can_offload_checkpoints(context) || (plan.fits && plan.added_time() == 0))
+    return plan;
+  StageContext offloading = context;
+  offloading.offload_checkpoints = true;
+  StageMemoryPlan other = solve(offloading);
+  const bool exact = plan.exact && other.exact;
+  if (better_plan(other, plan)) plan = std::move(other);
+  plan.exact = exact;
+  return plan;
+}
+
+}  // namespace
+
+bool can_offload_checkpoints(const StageContext& context) {
+  return context.allow_offload && context.allow_recompute && context.host_bandwidth > 0 && context.in_flight > 1;
+}
+
+StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context) {
+  return either_way(context, [&](const StageContext& c) { return least_memory_holding_checkpoints_one_way(ops, begin, end, c); });
+}
+
+StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
+                                      MemorySolver solver) {
+  return either_way(context,
+                    [&](const StageContext& c) { return optimize_holding_checkpoints_one_way(ops, begin, end, c, solver); });
+}
+
 StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
                                       const std::vector<MemoryDecision>& decisions) {
   if (begin < 0 || end > ops.size() || begin > end)
@@ -673,16 +743,23 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
     }
   }
   const double rebuilt = context.split_backward ? rebuilt_all : largest_segment;
-  plan.activation_memory = k * (kept + checkpoints) + rebuilt + offloaded_held(offloaded, context);
+  double held = k * kept, moved = offloaded;
+  add_checkpoints(checkpoints, context, held, moved);
+  // Split, the rebuild's share is not credited against the reload (the dynamic program cannot tell it).
+  plan.activation_memory = held + rebuilt + offloaded_held(moved, context, context.split_backward ? 0 : rebuilt);
   plan.memory = fixed.static_memory + fixed.workspace + plan.activation_memory;
-  plan.offload_bytes = offloaded;
-  plan.offload_time = offload_penalty(offloaded, context);
+  plan.offload_bytes = moved;
+  plan.checkpoint_bytes = checkpoints;
+  plan.offload_checkpoints = context.offload_checkpoints;
+  plan.offload_time = offload_penalty(moved, context);
   plan.fits = plan.memory <= context.budget && plan.offload_time < kInfinity;
   return plan;
 }
 
-StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
-                                      MemorySolver solver) {
+namespace {
+
+StageMemoryPlan optimize_holding_checkpoints_one_way(const OperatorTable& ops, int begin, int end,
+                                                     const StageContext& context, MemorySolver solver) {
   StageMemoryPlan plan;
   if (solver == MemorySolver::Exact) plan = solve_exact(ops, begin, end, context, kMaxParetoPoints);
   else if (solver == MemorySolver::Auto && end - begin <= kExactSolverOperators)
@@ -701,11 +778,13 @@ StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int e
   }
   if (!plan.fits) {
     // The greedy can miss a fit the least-memory decisions reach: then those are the answer.
-    StageMemoryPlan least = least_stage_memory(ops, begin, end, context);
+    StageMemoryPlan least = least_memory_holding_checkpoints_one_way(ops, begin, end, context);
     least.exact = plan.exact && !least.fits;
     return least;
   }
   return plan;
 }
+
+}  // namespace
 
 }  // namespace flexpipe

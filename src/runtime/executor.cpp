@@ -108,6 +108,7 @@ struct Executor::State {
     // Per operator of the chunk (node - module.begin), from the memory decisions: what R reruns and
     // what OFFLOAD moves.
     std::vector<char> recomputed_op, offloaded_op;
+    bool offload_checkpoints = false;  // OFFLOAD/RELOAD move the checkpoints too
     // Per operator of the chunk: the first operator of its recompute segment (a run of recomputed
     // operators within one layer, as the memory model has it), -1 when it is not recomputed.
     std::vector<int> segment_of;
@@ -165,6 +166,9 @@ struct Executor::State {
     if (!decisions.empty() && static_cast<int>(decisions.size()) != nodes)
       throw Error(fmt::format("{} memory decisions for the {} operators of the model (one per graph node, or none)",
                               decisions.size(), nodes));
+    if (!options.offload_checkpoints.empty() && static_cast<int>(options.offload_checkpoints.size()) != plan.num_chunks())
+      throw Error(fmt::format("{} checkpoint offload flags for the {} model chunks (one per chunk, or none)",
+                              options.offload_checkpoints.size(), plan.num_chunks()));
     for (int k = 0; k < plan.num_chunks(); ++k) {
       crossing_index.emplace_back(nodes, -1);
       crossing_shapes.emplace_back();
@@ -186,6 +190,7 @@ struct Executor::State {
       local.stage = s;
       local.split_backward = split_stages[s];
       local.chunk = schedule.chunk_of_stage(s);
+      local.offload_checkpoints = !options.offload_checkpoints.empty() && options.offload_checkpoints[local.chunk];
       local.module = make_chunk_module(plan, local.chunk);
       for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline)
         local.replicas.push_back(pipeline * schedule.stages_per_pipeline + local.chunk);
@@ -276,7 +281,7 @@ struct Executor::State {
     for (size_t i = 0; i < m.saved.size(); ++i)
       (m.offloaded && l.offloaded_op[i] ? host : device) += m.saved[i].bytes();
     for (const at::Tensor& t : m.checkpoints)
-      if (t.defined()) device += t.numel() * static_cast<int64_t>(t.element_size());
+      if (t.defined()) (m.offloaded && l.offload_checkpoints ? host : device) += t.numel() * static_cast<int64_t>(t.element_size());
     track(device - m.saved_bytes, host - m.offloaded_bytes);
     m.saved_bytes = device;
     m.offloaded_bytes = host;
@@ -483,7 +488,7 @@ struct Executor::State {
   }
 
   // Moves the saved tensors of the operators decided Offload (all of them without decisions) to host
-  // memory or back, once per distinct tensor.
+  // memory or back, once per distinct tensor, and the recompute checkpoints where the chunk offloads them.
   void transfer_saved(const Action& a, int stage, int mb, bool to_host) {
     Local& l = local(stage);
     Micro& m = l.micro[mb];
@@ -491,21 +496,23 @@ struct Executor::State {
       throw Error(fmt::format("{}: stage {} micro-batch {} is already {}", where(a), stage, mb,
                               to_host ? "offloaded" : "on the device"));
     std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> moved;
-    for (size_t i = 0; i < m.saved.size(); ++i) {
-      if (!l.offloaded_op[i]) continue;
-      for (at::Tensor& t : m.saved[i].tensors) {
-        if (!t.defined()) continue;
-        auto it = std::find_if(moved.begin(), moved.end(), [&](const auto& e) { return e.first == t.unsafeGetTensorImpl(); });
-        if (it != moved.end()) {
-          t = it->second;
-          continue;
-        }
-        const c10::TensorImpl* original = t.unsafeGetTensorImpl();
-        at::Tensor copy = to_host ? move_to_host(t) : (t.clone());
-        moved.emplace_back(original, copy);
-        t = copy;
+    auto move = [&](at::Tensor& t) {
+      if (!t.defined()) return;
+      auto it = std::find_if(moved.begin(), moved.end(), [&](const auto& e) { return e.first == t.unsafeGetTensorImpl(); });
+      if (it != moved.end()) {
+        t = it->second;
+        return;
       }
-    }
+      const c10::TensorImpl* original = t.unsafeGetTensorImpl();
+      at::Tensor copy = to_host ? move_to_host(t) : (t.clone());
+      moved.emplace_back(original, copy);
+      t = copy;
+    };
+    for (size_t i = 0; i < m.saved.size(); ++i)
+      if (l.offloaded_op[i])
+        for (at::Tensor& t : m.saved[i].tensors) move(t);
+    if (l.offload_checkpoints)
+      for (at::Tensor& t : m.checkpoints) move(t);
     m.offloaded = to_host;
     account(l, m);
   }

@@ -44,6 +44,8 @@ struct ExecutorOptions {
   // as checkpoints, the in-stage inputs the recomputed operators read; R reruns only those operators.
   // OFFLOAD/RELOAD move the saved tensors of the operators decided Offload (every operator when empty).
   std::vector<MemoryDecision> memory_decisions;
+  // Per model chunk, or empty: OFFLOAD/RELOAD also move the chunk's recompute checkpoints.
+  std::vector<char> offload_checkpoints;
 };
 
 // One executed action: its index in the lowered list and when it ran, in nanoseconds since the step

@@ -116,6 +116,7 @@ class RankJob {
     options.world = &world_;
     options.max_grad_norm = request_.training.max_grad_norm;
     options.memory_decisions = request_.memory_decisions;
+    options.offload_checkpoints = request_.offload_checkpoints;
     Executor executor(schedule, plan, *pipeline, hooks, options);
     const nlohmann::json identity = {{"model", request_.model.name}, {"schedule", schedule.name},
                                      {"seed", request_.training.seed}, {"devices", devices},

@@ -39,6 +39,37 @@ TEST_F(Partition, APlanSimulatesToWhatThePartitionerReported) {
   }
 }
 
+// Under a tight limit the first stage, which holds four micro-batches, offloads its recompute
+// checkpoints: the plan says so, and simulate (with RELOAD right before each R there) reproduces the
+// partitioner's figures.
+TEST_F(Partition, APlanThatOffloadsCheckpointsSimulatesToWhatThePartitionerReported) {
+  const std::string plan = (dir_ / "plan.json").string();
+  const Outcome made = flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 12e9 --microbatch-size 2 -o " + plan);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_NE(made.out.find("0+ckpt"), std::string::npos) << made.out;
+  const nlohmann::json p = nlohmann::json::parse(slurp(plan));
+  ASSERT_TRUE(p["fits"].get<bool>());
+  EXPECT_TRUE(p["stages"][0]["offload_checkpoints"].get<bool>());
+  EXPECT_GT(p["stages"][0]["checkpoint_bytes"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(p["stages"][0]["offload_bytes"].get<double>(), p["stages"][0]["checkpoint_bytes"].get<double>());
+  const Outcome simulated = flexpipe("simulate 1f1b -p 4 -m 8 --plan " + plan + " --json");
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  const nlohmann::json s = nlohmann::json::parse(simulated.out);
+  EXPECT_DOUBLE_EQ(s["makespan"].get<double>(), p["step_time"].get<double>());
+  for (size_t d = 0; d < 4; ++d) {
+    EXPECT_DOUBLE_EQ(s["devices"][d]["peak_memory"].get<double>(), p["peak_memory"][d].get<double>());
+    EXPECT_LE(s["devices"][d]["peak_memory"].get<double>(), 12e9);
+  }
+  // The flag is a boolean.
+  nlohmann::json wrong = p;
+  wrong["stages"][0]["offload_checkpoints"] = "yes";
+  const auto bad = write("flag.json", wrong.dump(2));
+  const Outcome refused = flexpipe("simulate 1f1b -p 4 -m 8 --plan " + bad.string());
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find(bad.string() + ": stages[0].offload_checkpoints: must be true or false"), std::string::npos)
+      << refused.err;
+}
+
 TEST_F(Partition, MaxBatchBeatsTheBaselinesThatDoNotOptimizeMemory) {
   auto largest = [&](const char* method) {
     // Capped at 16, which Dawn and vPipe both reach (58 and 50 uncapped); PipeDream fits 2. A

@@ -185,6 +185,13 @@ TEST(MemoryActions, OneFOneBByHand) {
             "0F0 0OFFLOAD0 0RELOAD0 0F1 0OFFLOAD1 0R0 0B0 0RELOAD1 0F2 0OFFLOAD2 0R1 0B1 0RELOAD2 0F3 0OFFLOAD3 "
             "0RELOAD3 0R2 0B2 0R3 0B3");
 
+  // Checkpoint offload reloads right before each R: only the micro-batch being rebuilt is back.
+  const Schedule late = add_memory_actions(plain, {1, 0}, {1, 0}, {1, 0});
+  EXPECT_EQ(row(late, 0),
+            "0F0 0OFFLOAD0 0F1 0OFFLOAD1 0RELOAD0 0R0 0B0 0F2 0OFFLOAD2 0RELOAD1 0R1 0B1 0F3 0OFFLOAD3 0RELOAD2 0R2 0B2 "
+            "0RELOAD3 0R3 0B3");
+  EXPECT_TRUE(validate(late).empty());
+
   // The last stage runs B(m) right after F(m): no compute action between the OFFLOAD and the
   // backward, so the RELOAD goes right before the backward.
   const Schedule last = add_memory_actions(plain, {0, 0}, {0, 1});
@@ -253,6 +260,13 @@ TEST(MemoryActions, ErrorsNameTheProblem) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "add_memory_actions: 3 offload flags for the 2 stages of schedule 1f1b (one per global stage)");
+  }
+  try {
+    add_memory_actions(plain, {0, 0}, {0, 0}, {1});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "add_memory_actions: 1 reload-before-recompute flags for the 2 stages of schedule 1f1b (one per global stage)");
   }
   Schedule broken = plain;
   broken.device_actions[1].pop_back();  // 1B3

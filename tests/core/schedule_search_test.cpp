@@ -138,7 +138,8 @@ TEST(ScheduleSearch, OffloadsWhenTheHostLinkHidesIt) {
 
 // A given partition (a plan from the partitioner) is searched with its per-operator decisions: with
 // the search's own memory choices turned off, only the plan fits under this limit, and the answer uses
-// its cuts and decisions.
+// its cuts and decisions. The plan is told to offload the checkpoints of every stage that recomputes
+// (the partitioner does not need to here): their RELOADs come right before R.
 TEST(ScheduleSearch, SearchesWithAGivenPlan) {
   SearchProblem p = problem("llama2-7b", 8, 16, 30e9);
   p.memory_choices = false;
@@ -152,7 +153,9 @@ TEST(ScheduleSearch, SearchesWithAGivenPlan) {
   for (const StageResult& stage : planned.stages) {
     sizes.push_back(stage.end - stage.begin);
     given.decisions.insert(given.decisions.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
+    given.offload_checkpoints.push_back(stage.memory.recompute_time > 0);
   }
+  ASSERT_GT(std::count(given.offload_checkpoints.begin(), given.offload_checkpoints.end(), 1), 0);
   given.partition = partition_from_sizes(p.graph, sizes);
   p.partitions = {given};
   const SearchResult result = search_schedules(p, quick(2));
@@ -160,6 +163,14 @@ TEST(ScheduleSearch, SearchesWithAGivenPlan) {
   EXPECT_NE(result.best.family.find("plan.json partition"), std::string::npos) << result.best.family;
   EXPECT_EQ(result.best.partition, given.partition);
   EXPECT_EQ(result.best.decisions, given.decisions);
+  int late = 0;
+  for (const std::vector<Action>& list : result.best.schedule.device_actions)
+    for (size_t i = 0; i + 1 < list.size(); ++i)
+      if (list[i].kind == ActionKind::Reload && given.offload_checkpoints[result.best.schedule.chunk_of_stage(list[i].stage)]) {
+        EXPECT_EQ(list[i + 1], Action::make(ActionKind::R, list[i].stage, list[i].microbatch));
+        ++late;
+      }
+  EXPECT_GT(late, 0);
 }
 
 // With a global batch the search also picks the micro-batch count; each split keeps the sample count.

@@ -104,6 +104,27 @@ TEST(StageAggregation, RecomputeKeepsCheckpointsAndOffloadCountsBytes) {
   EXPECT_EQ(result.table.stages[2].offload_bytes, kInfinity);
 }
 
+TEST(StageAggregation, OffloadedCheckpointsAddToWhatOffloadMoves) {
+  const CostGraph g = hand_graph();
+  AggregationOptions options = options_at(2, 10);
+  options.decisions = {MemoryDecision::Keep, MemoryDecision::Recompute, MemoryDecision::Offload, MemoryDecision::Keep,
+                       MemoryDecision::Keep};
+  options.offload_checkpoints = {1, 1, 0};
+  const StageAggregate result = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options);
+  // Stage 0 recomputes ln from embed's output (80 bytes): OFFLOAD moves that checkpoint; F still
+  // keeps it and embed's saved bytes until then.
+  EXPECT_EQ(result.table.stages[0].checkpoint_bytes, 80 + 20);
+  EXPECT_EQ(result.table.stages[0].offload_bytes, 80);
+  EXPECT_EQ(result.details[0].offload_bytes, 80);
+  EXPECT_EQ(result.details[0].offload_time, 0.5 + 80.0 / 50);
+  // Stage 1 recomputes nothing: only its offloaded operator moves.
+  EXPECT_EQ(result.table.stages[1].offload_bytes, 100);
+  EXPECT_EQ(result.table.stages[2].offload_bytes, kInfinity);
+  options.offload_checkpoints = {1, 1};
+  EXPECT_EQ(error_of([&] { aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options); }),
+            "2 checkpoint offload flags for the 3 stages of the partition");
+}
+
 TEST(StageAggregation, FullStageRecomputeCheckpointsExactlyTheStageInputs) {
   const CostGraph g = hand_graph();
   AggregationOptions options = options_at(2, 10);

@@ -114,6 +114,42 @@ TEST(StageMemory, OffloadKeepsCopiesInFlightAndCostsWhatTheReloadCannotHide) {
   EXPECT_FALSE(evaluate_stage_memory(chain(), 0, 4, context(4, kInfinity, 0, 4), {K, O, K, K}).fits);
 }
 
+TEST(StageMemory, OffloadedCheckpointsKeepTwoCopiesAndWaitForTheWholeReload) {
+  // {b, c} recomputed: one segment, whose checkpoint is a's 8 bytes that b reads; a and d kept (30).
+  StageContext kept = context(4, kInfinity, 10, 30);
+  const StageMemoryPlan held = evaluate_stage_memory(chain(), 0, 4, kept, {K, R, R, K});
+  EXPECT_DOUBLE_EQ(held.activation_memory, 4 * (30 + 8) + 70);
+  EXPECT_DOUBLE_EQ(held.checkpoint_bytes, 8);
+  EXPECT_DOUBLE_EQ(held.offload_bytes, 0);
+  // Offloaded: 8 bytes take 0.8 to move, within one forward slot (10). The newest micro-batch's go out
+  // while the next rebuilt one's come in, and R waits for the whole reload: by then only the
+  // rebuilt one's are on the device.
+  StageContext offloading = kept;
+  offloading.offload_checkpoints = true;
+  const StageMemoryPlan moved = evaluate_stage_memory(chain(), 0, 4, offloading, {K, R, R, K});
+  EXPECT_DOUBLE_EQ(moved.activation_memory, 4 * 30 + 70 + 8);
+  EXPECT_DOUBLE_EQ(moved.offload_bytes, 8);
+  EXPECT_DOUBLE_EQ(moved.offload_time, 0.8);
+  EXPECT_DOUBLE_EQ(moved.recompute_time, 2 + 3);
+  EXPECT_TRUE(moved.offload_checkpoints);
+  // Offloaded operators travel with the checkpoints and come back with them: d's 20 bytes too. At
+  // period 6 (a slot of 2) 28 bytes span two slots: two copies.
+  offloading.period = 6;
+  const StageMemoryPlan both = evaluate_stage_memory(chain(), 0, 4, offloading, {K, R, R, O});
+  EXPECT_DOUBLE_EQ(both.activation_memory, 4 * 10 + 70 + 2 * 28);
+  EXPECT_DOUBLE_EQ(both.offload_time, 2.8);
+  // While R waits, the incoming and the outgoing copies are both on the device with nothing rebuilt
+  // yet: with a, b, d offloaded and only c (30) rebuilt, 2 x 70 - 30 is more than one copy.
+  offloading.period = 30;
+  const StageMemoryPlan waiting = evaluate_stage_memory(chain(), 0, 4, offloading, {O, O, R, O});
+  EXPECT_DOUBLE_EQ(waiting.checkpoint_bytes, 6);  // c reads b
+  EXPECT_DOUBLE_EQ(waiting.activation_memory, 30 + (2 * 76 - 30));
+  // Without a host link there is nothing to offload to.
+  EXPECT_FALSE(can_offload_checkpoints(context(4)));
+  EXPECT_FALSE(can_offload_checkpoints(context(1, kInfinity, 10, 30)));
+  EXPECT_TRUE(can_offload_checkpoints(context(2, kInfinity, 10, 30)));
+}
+
 TEST(StageMemory, TiedCopyCountsOnceWhenItsOwnerIsInTheStage) {
   OperatorTable ops = chain();
   ops.parameters[3] = 1;
@@ -177,29 +213,35 @@ double least_memory_brute_force(const OperatorTable& ops, int begin, int end, co
   return best;
 }
 
-// The least added time over all 3^n assignments that fit, or infinity.
-double brute_force(const OperatorTable& ops, int begin, int end, const StageContext& c) {
+// The least added time over all 3^n assignments that fit, with checkpoints kept or (where
+// can_offload_checkpoints) offloaded, or infinity.
+double brute_force(const OperatorTable& ops, int begin, int end, const StageContext& context) {
   const int n = end - begin;
   std::vector<D> d(n, K);
   double best = kInfinity;
-  auto visit = [&](auto&& self, int i) -> void {
-    if (i == n) {
-      const StageMemoryPlan p = evaluate_stage_memory(ops, begin, end, c, d);
-      if (p.fits) best = std::min(best, p.added_time());
-      return;
-    }
-    for (D choice : {K, R, O}) {
-      d[i] = choice;
-      self(self, i + 1);
-    }
-  };
-  visit(visit, 0);
+  for (bool offload_checkpoints : {false, true}) {
+    if (offload_checkpoints && !can_offload_checkpoints(context)) continue;
+    StageContext c = context;
+    c.offload_checkpoints = offload_checkpoints;
+    auto visit = [&](auto&& self, int i) -> void {
+      if (i == n) {
+        const StageMemoryPlan p = evaluate_stage_memory(ops, begin, end, c, d);
+        if (p.fits) best = std::min(best, p.added_time());
+        return;
+      }
+      for (D choice : {K, R, O}) {
+        d[i] = choice;
+        self(self, i + 1);
+      }
+    };
+    visit(visit, 0);
+  }
   return best;
 }
 
 TEST(StageMemory, ExactSolverEqualsBruteForce) {
   std::mt19937 rng(7);
-  int feasible = 0;
+  int feasible = 0, offloading_checkpoints = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const int n = 3 + trial % 7;
     OperatorTable ops = random_ops(rng, n);
@@ -222,12 +264,14 @@ TEST(StageMemory, ExactSolverEqualsBruteForce) {
           << "trial " << trial;
     }
     EXPECT_LE(exact.memory, c.budget);
+    offloading_checkpoints += exact.offload_checkpoints;
     const StageMemoryPlan greedy = optimize_stage_memory(ops, begin, n, c, MemorySolver::Greedy);
     if (greedy.fits) {
       EXPECT_GE(greedy.added_time(), expected - 1e-9) << "trial " << trial;
     }
   }
   EXPECT_GT(feasible, 100);
+  EXPECT_GT(offloading_checkpoints, 10);  // the optimum often offloads them
 }
 
 }  // namespace

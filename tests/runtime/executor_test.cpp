@@ -36,7 +36,8 @@ struct RankResult {
 };
 
 std::vector<RankResult> train(const Schedule& schedule, const ModelPlan& plan, int steps, const OptimizerConfig& opt,
-                              const HookRegistry& hooks = {}, const std::vector<MemoryDecision>& decisions = {}) {
+                              const HookRegistry& hooks = {}, const std::vector<MemoryDecision>& decisions = {},
+                              const std::vector<char>& offload_checkpoints = {}) {
   auto transports = make_local_transports(schedule.num_devices);
   std::vector<RankResult> results(schedule.num_devices);
   std::vector<std::thread> threads;
@@ -47,6 +48,7 @@ std::vector<RankResult> train(const Schedule& schedule, const ModelPlan& plan, i
         options.optimizer = opt;
         options.timeout = std::chrono::milliseconds(20000);
         options.memory_decisions = decisions;
+        options.offload_checkpoints = offload_checkpoints;
         Executor executor(schedule, plan, *transports[r], hooks, options);
         for (int step = 0; step < steps; ++step)
           results[r].steps.push_back(executor.run_step(step, make_batch(plan, schedule.num_microbatches, step)));
@@ -258,6 +260,28 @@ TEST(Executor, OffloadMovesOnlyTheOperatorsDecidedOffload) {
   EXPECT_EQ(2 * all[0].steps[0].peak_offloaded_bytes, keep[0].steps[0].peak_saved_bytes);
 }
 
+TEST(Executor, OffloadedCheckpointsComeBackForTheRebuild) {
+  // 1F1B on 2 ranks, stage 0 (the embedding layer and block 0) recomputed whole: block 0 rebuilds
+  // from one checkpoint, the embeddings' sum [2, 8, 16] in float64. With checkpoint offload, OFFLOAD
+  // moves it to the host after F and RELOAD brings it back right before R; stage 0 holds two
+  // micro-batches at its peak, so two are on the host at once.
+  const Schedule plain = make_builtin("1f1b", {2, 4});
+  const Schedule recompute = add_memory_actions(plain, {1, 0}, {0, 0});
+  const Schedule offload = add_memory_actions(plain, {1, 0}, {1, 0}, {1, 0});
+  const ModelPlan plan = plan_for(sizes({15, 15}));
+  const std::vector<MemoryDecision> decisions(kNodes, MemoryDecision::Recompute);
+  const auto kept = train(recompute, plan, 2, adamw(), {}, decisions);
+  const auto moved = train(offload, plan, 2, adamw(), {}, decisions, {1, 0});
+  const int64_t checkpoint = 2 * 8 * 16 * 8;
+  for (const StepReport& step : moved[0].steps) EXPECT_EQ(step.peak_offloaded_bytes, 2 * checkpoint);
+  for (const StepReport& step : kept[0].steps) EXPECT_EQ(step.peak_offloaded_bytes, 0);
+  EXPECT_LT(moved[0].steps[1].peak_saved_bytes, kept[0].steps[1].peak_saved_bytes);
+  EXPECT_LT(difference(moved, plan, 4, 2, adamw()), 1e-12);
+  // Without the flag the same OFFLOAD moves nothing (no operator is decided Offload).
+  const auto unflagged = train(offload, plan, 1, adamw(), {}, decisions);
+  EXPECT_EQ(unflagged[0].steps[0].peak_offloaded_bytes, 0);
+}
+
 TEST(Executor, MemoryDecisionsMustCoverTheGraph) {
   const ModelPlan plan = plan_for(balanced(2));
   auto transports = make_local_transports(2);
@@ -268,6 +292,14 @@ TEST(Executor, MemoryDecisionsMustCoverTheGraph) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(), "3 memory decisions for the 30 operators of the model (one per graph node, or none)");
+  }
+  options.memory_decisions.clear();
+  options.offload_checkpoints = {1, 0, 0};
+  try {
+    Executor(make_builtin("1f1b", {2, 4}), plan, *transports[0], HookRegistry{}, options);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "3 checkpoint offload flags for the 2 model chunks (one per chunk, or none)");
   }
 }
 

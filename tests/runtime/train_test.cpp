@@ -238,6 +238,16 @@ TEST_F(Train, PartitionPlansTrainExactlyWithTheirRecomputeAndOffloadDecisions) {
         train_json(kSmall + " --schedule gpipe -p 2 -m 4 --steps 2 --verify --dtype float64 --plan " + plan.string());
     ASSERT_FALSE(run.is_null());
     EXPECT_TRUE(run["verify"]["passed"].get<bool>()) << key;
+    if (std::string(key) != "recompute") continue;
+    // The same plan with its checkpoints offloaded: OFFLOAD moves them, RELOAD brings them back right
+    // before R, and training is still exact.
+    nlohmann::json offloading = nlohmann::json::parse(slurp(plan));
+    for (auto& stage : offloading["stages"]) stage["offload_checkpoints"] = !stage["recompute"].empty();
+    const std::filesystem::path moved = write("plan-offloading-checkpoints.json", offloading.dump(2));
+    const nlohmann::json again =
+        train_json(kSmall + " --schedule gpipe -p 2 -m 4 --steps 2 --verify --dtype float64 --plan " + moved.string());
+    ASSERT_FALSE(again.is_null());
+    EXPECT_TRUE(again["verify"]["passed"].get<bool>());
   }
   // A plan for another model is refused before any rank starts.
   const Outcome other = flexpipe("train --layers 3 --hidden 32 --heads 4 --seq-len 16 --steps 1 --plan " + plan.string());

@@ -19,10 +19,14 @@ namespace flexpipe {
 //     follows the OFFLOAD, so the transfer overlaps that compute (before that action's R when it is a
 //     backward with its R right before it: an R stays right before its backward); right before the
 //     backward (or R) when there is no such action.
+//   reload_before_recompute[s] (checkpoint offload): RELOAD(s,m) right before R(s,m) (or the backward
+//     when there is none) instead, so that only the micro-batch being rebuilt has its data back; its
+//     transfer is not hidden. Empty: no stage.
 // (s,m) pairs that already have an R (resp. an OFFLOAD) get none. Works on compute-only and lowered
 // schedules alike (SEND/RECV are left where they are); a valid schedule stays valid. Throws Error for a
 // flagged (s,m) that has a forward but no backward on its device, or the other way round.
 Schedule add_memory_actions(const Schedule& schedule, const std::vector<char>& recompute_stage,
-                            const std::vector<char>& offload_stage);
+                            const std::vector<char>& offload_stage,
+                            const std::vector<char>& reload_before_recompute = {});
 
 }  // namespace flexpipe

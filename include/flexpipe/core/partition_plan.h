@@ -17,6 +17,8 @@ struct PlannedStage {
   int operators = 0;                   // a contiguous range, following the previous stage's
   std::vector<std::string> recompute;  // operator names
   std::vector<std::string> offload;
+  // The recompute checkpoints go to the host with the offloaded tensors and come back right before R.
+  bool offload_checkpoints = false;
   nlohmann::json report;               // predictions, for people (the other fields are what tools read)
 };
 
@@ -49,7 +51,11 @@ std::vector<MemoryDecision> plan_decisions(const PartitionPlan& plan, const Cost
 // Per global stage of a schedule with `num_pipelines` pipelines: whether the plan recomputes or
 // offloads anything in that stage's chunk (the flags add_memory_actions takes).
 std::vector<char> stages_that_recompute(const PartitionPlan& plan, int num_pipelines);
-std::vector<char> stages_that_offload(const PartitionPlan& plan, int num_pipelines);
+std::vector<char> stages_that_offload(const PartitionPlan& plan, int num_pipelines);  // checkpoints included
+// Per global stage: whether the stage's chunk offloads its recompute checkpoints (RELOAD right before R).
+std::vector<char> stages_that_offload_checkpoints(const PartitionPlan& plan, int num_pipelines);
+// Per model chunk: the same flags, for AggregationOptions::offload_checkpoints.
+std::vector<char> chunks_that_offload_checkpoints(const PartitionPlan& plan);
 
 }  // namespace flexpipe
 

@@ -33,6 +33,7 @@ struct GivenPartition {
   std::string name;  // for reports: "plan.json"
   Partition partition;
   std::vector<MemoryDecision> decisions;  // per graph node; empty: keep everything
+  std::vector<char> offload_checkpoints;  // per stage; empty: none (PlannedStage::offload_checkpoints)
   double microbatch_size = 1;
 };
 

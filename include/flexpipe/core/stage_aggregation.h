@@ -46,6 +46,9 @@ std::vector<int> recompute_segments(const CostGraph& graph, const Partition& par
 struct AggregationOptions {
   Shape shape;                            // micro-batch size and sequence length
   std::vector<MemoryDecision> decisions;  // per node; empty: keep everything
+  // Per stage: OFFLOAD moves the recompute checkpoints too (with what the operators offload), and
+  // RELOAD brings them back right before R (add_memory_actions' reload_before_recompute). Empty: none.
+  std::vector<char> offload_checkpoints;
   double parameter_bytes = 2;             // per parameter: bf16 weights
   double gradient_bytes = 2;              // per parameter: bf16 gradients
   double optimizer_bytes = 12;            // per parameter: Adam's fp32 master copy, m and v
@@ -61,7 +64,8 @@ struct StageDetails {
   double forward_flops = 0;
   double input_bytes = 0;     // what the previous stage sends (its output_bytes)
   double workspace_bytes = 0;  // largest transient buffer of one operator
-  double offload_bytes = 0;   // saved bytes of operators decided Offload, per micro-batch
+  double offload_bytes = 0;   // saved bytes of operators decided Offload, per micro-batch, and the
+                              // checkpoints where the stage offloads them
   double offload_time = 0;    // one direction over the host link
 };
 

@@ -47,7 +47,14 @@ struct StageContext {
   // one segment (a run of recomputed operators within one layer) is alive at a time. Split backward
   // (I + W): all at once before I, because W still needs what the weighted operators saved.
   bool split_backward = false;
+  // Checkpoint offload: every recomputed micro-batch's checkpoints go to the host with what its
+  // operators offload, right after F, and come back right before R. The reload is not hidden, so
+  // only the micro-batch being rebuilt has its checkpoints back on the device.
+  bool offload_checkpoints = false;
 };
+// Whether offloading checkpoints can save anything: a host link, recompute allowed, and more than
+// one micro-batch in flight (the one being rebuilt has its checkpoints back).
+bool can_offload_checkpoints(const StageContext& context);
 
 enum class MemorySolver : uint8_t {
   Exact,   // dynamic programming over the operators (Pareto sets of memory, recompute time, offload bytes)
@@ -65,7 +72,9 @@ struct StageMemoryPlan {
   double static_memory = 0;   // parameters x bytes per parameter
   double activation_memory = 0;
   double recompute_time = 0;  // per micro-batch
-  double offload_bytes = 0;   // per micro-batch
+  double offload_bytes = 0;   // per micro-batch, checkpoints included when they are offloaded
+  double checkpoint_bytes = 0;  // per micro-batch: what the recompute segments read from before them
+  bool offload_checkpoints = false;  // the context this plan was made for
   double offload_time = 0;    // per micro-batch, beyond what the compute hides
   bool fits = false;          // memory <= budget
   bool exact = true;          // the solver proved optimality (the exact solver within its limits)
@@ -76,16 +85,20 @@ struct StageMemoryPlan {
 //   static + max workspace + k*(kept + checkpoints) + rebuilt + copies(offloaded) * offloaded,
 // where rebuilt is the largest recompute segment of one micro-batch (whole backward) or all its
 // recomputed operators (split backward), and checkpoints are, per segment, the stage's tensors it
-// reads from before it (each once, at most its producer's output).
+// reads from before it (each once, at most its producer's output). With context.offload_checkpoints
+// the checkpoints count as offloaded instead, and copies and penalty are those of a reload right
+// before R.
 StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
                                       const std::vector<MemoryDecision>& decisions);
 // The decisions with the least added time that fit the budget; `fits` is false when none does (then
-// the decisions are those of the least memory found).
+// the decisions are those of the least memory found). Where can_offload_checkpoints, both ways of
+// holding checkpoints are solved and the better plan says which it took (offload_checkpoints).
 StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
                                       MemorySolver solver = MemorySolver::Auto);
 
 // The decisions with the least memory, whatever they cost in time (a dynamic program over the
-// operators): whether the range can fit at all, and by how much it cannot.
+// operators): whether the range can fit at all, and by how much it cannot. Offloaded checkpoints are
+// tried too where can_offload_checkpoints.
 StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context);
 
 }  // namespace flexpipe

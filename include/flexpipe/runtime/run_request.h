@@ -65,6 +65,8 @@ struct RunRequest {
   // Per cost-graph node (docs/runtime.md): what R recomputes and what OFFLOAD moves of a (stage,
   // micro-batch) the schedule recomputes or offloads. Empty: R recomputes and OFFLOAD moves everything.
   std::vector<MemoryDecision> memory_decisions;
+  // Per model chunk: OFFLOAD moves the recompute checkpoints too. Empty: none.
+  std::vector<char> offload_checkpoints;
   FaultInjection fault;
 };
 
