@@ -102,14 +102,13 @@ bool continues_segment(const OperatorTable& ops, int begin, int v, bool previous
 }
 
 // What a recomputed v adds to the checkpoints of its segment, which starts at segment_start: the
-// tensors it reads that the stage produced before the segment, each kept once per segment and at most
-// its producer's whole output (the segment's operators may read slices of it). The segment rebuilds
-// what it reads from itself; inputs from earlier stages are received inputs, held until the
-// backward anyway.
-double checkpoint_bytes(const OperatorTable& ops, int begin, int v, int segment_start) {
+// tensors it reads that were produced before the segment, in the stage or received from an earlier
+// one, each kept once per segment and at most its producer's whole output (the segment's operators
+// may read slices of it). The segment rebuilds what it reads from itself.
+double checkpoint_bytes(const OperatorTable& ops, int v, int segment_start) {
   double bytes = 0;
   for (const OperatorTable::InEdge& in : ops.inputs[v]) {
-    if (in.from < begin || in.from >= segment_start) continue;
+    if (in.from >= segment_start) continue;
     double read = 0;  // by the segment's earlier operators
     for (int u = segment_start; u < v; ++u)
       for (const OperatorTable::InEdge& earlier : ops.inputs[u])
@@ -122,10 +121,10 @@ double checkpoint_bytes(const OperatorTable& ops, int begin, int v, int segment_
 
 // checkpoint_bytes without looking for tensors the segment already reads: an upper bound in O(inputs),
 // for the greedy's inner loop (it measures its deficit exactly before each move).
-double checkpoint_bound(const OperatorTable& ops, int begin, int v, int segment_start) {
+double checkpoint_bound(const OperatorTable& ops, int v, int segment_start) {
   double bytes = 0;
   for (const OperatorTable::InEdge& in : ops.inputs[v])
-    if (in.from >= begin && in.from < segment_start)
+    if (in.from < segment_start)
       bytes += ops.output.empty() ? in.bytes : std::min(ops.output[in.from], in.bytes);
   return bytes;
 }
@@ -314,7 +313,7 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
          ++b) {
       kept += k * ops.saved[b];
       chain += ops.saved[b];
-      const double read = checkpoint_bound(ops, s.begin, b, start);
+      const double read = checkpoint_bound(ops, b, start);
       checkpoints += checkpoint_copies * read;
       if (context.offload_checkpoints) moved += read;
       compute += ops.forward[b];
@@ -455,7 +454,7 @@ Point recompute_step(const OperatorTable& ops, int begin, int v, const StageCont
   const bool continues = continues_segment(ops, begin, v, previous_recomputed);
   Point p = base;
   p.start = continues ? base.start : v;
-  add_checkpoints(checkpoint_bytes(ops, begin, v, p.start), context, p.memory, p.offload);
+  add_checkpoints(checkpoint_bytes(ops, v, p.start), context, p.memory, p.offload);
   if (context.split_backward) {
     p.memory += ops.saved[v];
   } else {
@@ -736,7 +735,7 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
         if (!continues) segment_start = v;
         largest_segment = std::max(largest_segment, segment);
         rebuilt_all += ops.saved[v];
-        checkpoints += checkpoint_bytes(ops, begin, v, segment_start);
+        checkpoints += checkpoint_bytes(ops, v, segment_start);
         plan.recompute_time += ops.forward[v];
         break;
       }

@@ -488,7 +488,8 @@ struct Executor::State {
   }
 
   // Moves the saved tensors of the operators decided Offload (all of them without decisions) to host
-  // memory or back, once per distinct tensor, and the recompute checkpoints where the chunk offloads them.
+  // memory or back, once per distinct tensor, and the recompute checkpoints (received inputs included)
+  // where the chunk offloads them.
   void transfer_saved(const Action& a, int stage, int mb, bool to_host) {
     Local& l = local(stage);
     Micro& m = l.micro[mb];
@@ -511,8 +512,12 @@ struct Executor::State {
     for (size_t i = 0; i < m.saved.size(); ++i)
       if (l.offloaded_op[i])
         for (at::Tensor& t : m.saved[i].tensors) move(t);
-    if (l.offload_checkpoints)
+    // The received inputs are the rebuild's checkpoints too (the byte counts leave them out, as they
+    // do on the device).
+    if (l.offload_checkpoints && l.recompute[mb]) {
       for (at::Tensor& t : m.checkpoints) move(t);
+      for (at::Tensor& t : m.inputs) move(t);
+    }
     m.offloaded = to_host;
     account(l, m);
   }

@@ -201,14 +201,15 @@ TEST(Partitioner, VPipeRecomputesWholeLayersWherePipeDreamDoesNotFit) {
 
 TEST(Partitioner, VPipeRecomputesPastALayerThatAloneSavesNothing) {
   // k = 1, budget 60: PipeDream's stage 1 (layers 1-3) keeps 60 bytes + 8 of parameters. Recomputing
-  // one layer saves nothing (it rebuilds the 20 bytes it stops keeping); a second one saves 20 less
-  // the checkpoint of its input (5): layers 1 and 2 recomputed hold 20 kept + 5 + 20 rebuilt + 8.
+  // one layer saves nothing (it rebuilds the 20 bytes it stops keeping, and checkpoints its input); a
+  // second one saves 20 less the checkpoint of its input (5): layers 1 and 2 recomputed hold 20 kept
+  // + 5 + 5 (the stage's received input, which layer 1's rebuild reads) + 20 rebuilt + 8.
   const PartitionProblem problem = problem_of(layered(), {1, 1}, 60, 0, 2);
   const PartitionResult vpipe = partition_model(problem, PartitionMethod::VPipe);
   ASSERT_TRUE(vpipe.fits);
   constexpr MemoryDecision K = MemoryDecision::Keep, R = MemoryDecision::Recompute;
   EXPECT_EQ(vpipe.stages[1].memory.decisions, (std::vector<MemoryDecision>{R, R, R, R, K, K}));
-  EXPECT_DOUBLE_EQ(vpipe.stages[1].memory.memory, 20 + 5 + 20 + 8);
+  EXPECT_DOUBLE_EQ(vpipe.stages[1].memory.memory, 20 + 5 + 5 + 20 + 8);
 }
 
 TEST(Partitioner, CannotFitSaysByHowMuch) {

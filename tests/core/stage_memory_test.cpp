@@ -65,9 +65,10 @@ TEST(StageMemory, RecomputedChainKeepsOnlyItsOutsideInputs) {
   // d recomputed alone: it keeps c's output (9) and a's (8, not adjacent).
   const StageMemoryPlan d_only = evaluate_stage_memory(chain(), 0, 4, context(3), {K, K, K, R});
   EXPECT_DOUBLE_EQ(d_only.activation_memory, 3 * (80 + 17) + 20);
-  // A stage starting at b: a is outside, its output is the stage's received input (no checkpoint).
+  // A stage starting at b: a's output is the stage's received input, which the rebuild of b reads:
+  // a checkpoint like any other (8).
   const StageMemoryPlan tail = evaluate_stage_memory(chain(), 1, 4, context(2), {R, R, K});
-  EXPECT_DOUBLE_EQ(tail.activation_memory, 2 * 20 + 70);
+  EXPECT_DOUBLE_EQ(tail.activation_memory, 2 * (20 + 8) + 70);
   EXPECT_DOUBLE_EQ(tail.static_memory, 2 * 16);
 }
 

@@ -261,25 +261,27 @@ TEST(Executor, OffloadMovesOnlyTheOperatorsDecidedOffload) {
 }
 
 TEST(Executor, OffloadedCheckpointsComeBackForTheRebuild) {
-  // 1F1B on 2 ranks, stage 0 (the embedding layer and block 0) recomputed whole: block 0 rebuilds
-  // from one checkpoint, the embeddings' sum [2, 8, 16] in float64. With checkpoint offload, OFFLOAD
-  // moves it to the host after F and RELOAD brings it back right before R; stage 0 holds two
-  // micro-batches at its peak, so two are on the host at once.
+  // 1F1B on 2 ranks, both stages recomputed whole. Stage 0 (the embedding layer and block 0)
+  // rebuilds block 0 from one checkpoint, the embeddings' sum [2, 8, 16] in float64; stage 1 rebuilds
+  // block 1 from its received inputs and the head from block 1's output. With checkpoint offload,
+  // OFFLOAD moves them to the host after F and RELOAD brings them back right before R. Stage 0 holds
+  // two micro-batches at its peak, so two are on the host at once; stage 1 one.
   const Schedule plain = make_builtin("1f1b", {2, 4});
-  const Schedule recompute = add_memory_actions(plain, {1, 0}, {0, 0});
-  const Schedule offload = add_memory_actions(plain, {1, 0}, {1, 0}, {1, 0});
+  const Schedule recompute = add_memory_actions(plain, {1, 1}, {0, 0});
+  const Schedule offload = add_memory_actions(plain, {1, 1}, {1, 1}, {1, 1});
   const ModelPlan plan = plan_for(sizes({15, 15}));
   const std::vector<MemoryDecision> decisions(kNodes, MemoryDecision::Recompute);
   const auto kept = train(recompute, plan, 2, adamw(), {}, decisions);
-  const auto moved = train(offload, plan, 2, adamw(), {}, decisions, {1, 0});
+  const auto moved = train(offload, plan, 2, adamw(), {}, decisions, {1, 1});
   const int64_t checkpoint = 2 * 8 * 16 * 8;
   for (const StepReport& step : moved[0].steps) EXPECT_EQ(step.peak_offloaded_bytes, 2 * checkpoint);
+  for (const StepReport& step : moved[1].steps) EXPECT_EQ(step.peak_offloaded_bytes, checkpoint);
   for (const StepReport& step : kept[0].steps) EXPECT_EQ(step.peak_offloaded_bytes, 0);
   EXPECT_LT(moved[0].steps[1].peak_saved_bytes, kept[0].steps[1].peak_saved_bytes);
   EXPECT_LT(difference(moved, plan, 4, 2, adamw()), 1e-12);
   // Without the flag the same OFFLOAD moves nothing (no operator is decided Offload).
   const auto unflagged = train(offload, plan, 1, adamw(), {}, decisions);
-  EXPECT_EQ(unflagged[0].steps[0].peak_offloaded_bytes, 0);
+  for (const RankResult& rank : unflagged) EXPECT_EQ(rank.steps[0].peak_offloaded_bytes, 0);
 }
 
 TEST(Executor, MemoryDecisionsMustCoverTheGraph) {
