@@ -8,7 +8,6 @@
 // docs/partitioner.md quotes the table.
 //
 //   build/partition_bound_bench [MODEL...]
-#include <cstddef>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -30,40 +29,16 @@ namespace {
 constexpr int kDevices = 4, kMicrobatches = 8, kLargest = 16384;
 constexpr double kLimit = 80.0 * 1024 * 1024 * 1024;
 
-// add_memory_actions reloads one compute action ahead, so that the transfer hides; in the
-// cool-down that holds the next micro-batch's checkpoints during this one's rebuild, the peak. Here
-// each RELOAD moves to right before its R instead: the transfer is exposed, and only one
-// micro-batch's checkpoints are back at a time.
-Schedule reload_just_in_time(Schedule schedule) {
-  for (std::vector<Action>& list : schedule.device_actions) {
-    std::vector<Action> out, waiting;
-    for (const Action& a : list) {
-      if (a.kind == ActionKind::Reload) {
-        waiting.push_back(a);
-        continue;
-      }
-      if (a.kind == ActionKind::R)
-        for (size_t i = 0; i < waiting.size(); ++i)
-          if (waiting[i].stage == a.stage && waiting[i].microbatch == a.microbatch) {
-            out.push_back(waiting[i]);
-            waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
-            break;
-          }
-      out.push_back(a);
-    }
-    list = std::move(out);
-  }
-  return schedule;
-}
-
 class Bound {
  public:
   explicit Bound(const std::string& model)
       : hardware_(find_hardware("H100-80GB")), graph_(build_model_graph(find_model(model), hardware_, {})) {
     const Schedule base = make_builtin("1f1b", {kDevices, kMicrobatches});
     recomputing_ = lower(add_memory_actions(base, std::vector<char>(kDevices, 1), std::vector<char>(kDevices, 0)));
-    offloading_ = lower(reload_just_in_time(
-        add_memory_actions(base, std::vector<char>(kDevices, 1), std::vector<char>(kDevices, 1))));
+    // The RELOAD right before each R (checkpoint offload's placement), so that only one micro-batch's
+    // checkpoints are back at a time.
+    const std::vector<char> all(kDevices, 1);
+    offloading_ = lower(add_memory_actions(base, all, all, all));
   }
 
   int layers() const { return static_cast<int>(graph_.layers.size()); }
