@@ -375,8 +375,9 @@ class BinaryPartitioner {
                                                           (prefix[end] - T) * (1 - 1e-15)) -
                                          prefix.begin()));
       const double room = s * T;
-      const int hi_cut = std::min(end - 1, static_cast<int>(std::upper_bound(prefix.begin(), prefix.end(), room * (1 + 1e-15)) -
-                                                            prefix.begin()) - 1);
+      const int room_cut =
+          static_cast<int>(std::upper_bound(prefix.begin(), prefix.end(), room * (1 + 1e-15)) - prefix.begin()) - 1;
+      const int hi_cut = std::min(end - 1, room_cut);
       if (hi_cut < lo) return false;
       if (!affordable(end - 1)) return false;
       int good = end - 1, bad = lo - 1;

@@ -187,8 +187,8 @@ Fixed fixed_memory(const OperatorTable& ops, int begin, int end, const StageCont
 // Offloading keeps at least 3 copies on the device (1 with a reload right before R): it pays only
 // with more micro-batches in flight.
 bool can_offload(const OperatorTable& ops, int v, const StageContext& context) {
-  return context.allow_offload && context.host_bandwidth > 0 && context.in_flight > (context.offload_checkpoints ? 1 : 3) &&
-         ops.saved[v] > 0;
+  const int least_in_flight = context.offload_checkpoints ? 2 : 4;
+  return context.allow_offload && context.host_bandwidth > 0 && context.in_flight >= least_in_flight && ops.saved[v] > 0;
 }
 
 // Where the checkpoints of a recomputed operator go: k copies on the device, or offloaded bytes.
@@ -296,7 +296,8 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
   };
   const double penalty_now = offload_penalty(s.offloaded, context);
   // Per checkpoint byte: k copies kept, or the offloaded copies at today's transfer volume.
-  const double checkpoint_copies = context.offload_checkpoints ? offload_copies(std::max(s.offloaded, 1.0), context) : k;
+  const double checkpoint_copies =
+      context.offload_checkpoints ? offload_copies(std::max(s.offloaded, 1.0), context) : k;
   const SegmentProfile segments = profile_segments(s);
   for (int a = s.begin; a < s.end; ++a) {
     if (!s.is(a, MemoryDecision::Keep)) continue;
@@ -702,7 +703,8 @@ bool can_offload_checkpoints(const StageContext& context) {
 }
 
 StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context) {
-  return either_way(context, [&](const StageContext& c) { return least_memory_holding_checkpoints_one_way(ops, begin, end, c); });
+  return either_way(context,
+                    [&](const StageContext& c) { return least_memory_holding_checkpoints_one_way(ops, begin, end, c); });
 }
 
 StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,

@@ -281,7 +281,8 @@ struct Executor::State {
     for (size_t i = 0; i < m.saved.size(); ++i)
       (m.offloaded && l.offloaded_op[i] ? host : device) += m.saved[i].bytes();
     for (const at::Tensor& t : m.checkpoints)
-      if (t.defined()) (m.offloaded && l.offload_checkpoints ? host : device) += t.numel() * static_cast<int64_t>(t.element_size());
+      if (t.defined())
+        (m.offloaded && l.offload_checkpoints ? host : device) += t.numel() * static_cast<int64_t>(t.element_size());
     track(device - m.saved_bytes, host - m.offloaded_bytes);
     m.saved_bytes = device;
     m.offloaded_bytes = host;
