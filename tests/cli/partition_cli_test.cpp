@@ -11,6 +11,18 @@ class Partition : public CliHarness {
  protected:
   Partition() : CliHarness("flexpipe_partition_") {}
   static constexpr const char* kModel = "partition --model gpt3-2.7b -p 4 -m 8 --memory-limit 80e9";
+
+  // `simulate --plan` (1F1B, 4 devices, 8 micro-batches) gives the step time and peaks the plan reports.
+  void expect_simulation_reproduces(const std::string& plan, const nlohmann::json& p, double limit) {
+    const Outcome simulated = flexpipe("simulate 1f1b -p 4 -m 8 --plan " + plan + " --json");
+    ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+    const nlohmann::json s = nlohmann::json::parse(simulated.out);
+    EXPECT_DOUBLE_EQ(s["makespan"].get<double>(), p["step_time"].get<double>());
+    for (size_t d = 0; d < 4; ++d) {
+      EXPECT_DOUBLE_EQ(s["devices"][d]["peak_memory"].get<double>(), p["peak_memory"][d].get<double>());
+      EXPECT_LE(s["devices"][d]["peak_memory"].get<double>(), limit);
+    }
+  }
 };
 
 TEST_F(Partition, APlanSimulatesToWhatThePartitionerReported) {
@@ -29,14 +41,7 @@ TEST_F(Partition, APlanSimulatesToWhatThePartitionerReported) {
   }
   EXPECT_EQ(operators, p["graph_operators"].get<int>());
   EXPECT_GT(recomputed, 0);  // micro-batch 6 does not fit without
-  const Outcome simulated = flexpipe("simulate 1f1b -p 4 -m 8 --plan " + plan + " --json");
-  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
-  const nlohmann::json s = nlohmann::json::parse(simulated.out);
-  EXPECT_DOUBLE_EQ(s["makespan"].get<double>(), p["step_time"].get<double>());
-  for (size_t d = 0; d < 4; ++d) {
-    EXPECT_DOUBLE_EQ(s["devices"][d]["peak_memory"].get<double>(), p["peak_memory"][d].get<double>());
-    EXPECT_LE(s["devices"][d]["peak_memory"].get<double>(), 80e9);
-  }
+  expect_simulation_reproduces(plan, p, 80e9);
 }
 
 // Under a tight limit the first stage, which holds four micro-batches, offloads its recompute
@@ -52,14 +57,7 @@ TEST_F(Partition, APlanThatOffloadsCheckpointsSimulatesToWhatThePartitionerRepor
   EXPECT_TRUE(p["stages"][0]["offload_checkpoints"].get<bool>());
   EXPECT_GT(p["stages"][0]["checkpoint_bytes"].get<double>(), 0);
   EXPECT_DOUBLE_EQ(p["stages"][0]["offload_bytes"].get<double>(), p["stages"][0]["checkpoint_bytes"].get<double>());
-  const Outcome simulated = flexpipe("simulate 1f1b -p 4 -m 8 --plan " + plan + " --json");
-  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
-  const nlohmann::json s = nlohmann::json::parse(simulated.out);
-  EXPECT_DOUBLE_EQ(s["makespan"].get<double>(), p["step_time"].get<double>());
-  for (size_t d = 0; d < 4; ++d) {
-    EXPECT_DOUBLE_EQ(s["devices"][d]["peak_memory"].get<double>(), p["peak_memory"][d].get<double>());
-    EXPECT_LE(s["devices"][d]["peak_memory"].get<double>(), 12e9);
-  }
+  expect_simulation_reproduces(plan, p, 12e9);
   // The flag is a boolean.
   nlohmann::json wrong = p;
   wrong["stages"][0]["offload_checkpoints"] = "yes";
