@@ -262,7 +262,13 @@ class BinaryPartitioner {
   PartitionResult run() {
     const int n = cost_.size(), stages = p_.num_stages();
     std::vector<int> starts;
-    if (!feasible(kInfinity, starts)) return cannot_fit();
+    if (!feasible(kInfinity, starts)) {
+      if (p_.measure_shortfall) return cannot_fit();
+      PartitionResult result;
+      result.method = PartitionMethod::Dawn;
+      result.evaluations = cost_.evaluations();
+      return result;
+    }
     double lo = cost_.compute(0, n) / stages;
     for (int v = 0; v < n; ++v) lo = std::max(lo, cost_.compute(v, v + 1));
     double hi = std::max(lo, 1e-300);

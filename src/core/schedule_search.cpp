@@ -276,6 +276,7 @@ class Search {
         PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
         pp.solver = solver;
         pp.should_stop = [this] { return out_of_time(); };
+        pp.measure_shortfall = false;  // a placement that cannot fit is skipped
         const PartitionResult r = partition_model(pp, PartitionMethod::Dawn);
         if (!r.fits) return std::nullopt;
         const std::vector<int> starts = r.starts();

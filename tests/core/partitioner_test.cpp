@@ -221,8 +221,16 @@ TEST(Partitioner, CannotFitSaysByHowMuch) {
   const PartitionResult r = partition_model(problem, PartitionMethod::Dawn);
   EXPECT_FALSE(r.fits);
   EXPECT_NEAR(r.shortfall, 6.4, 1e-4);
+  // Asked only whether it fits (as the search and the largest-micro-batch search ask), it measures
+  // nothing.
+  problem.measure_shortfall = false;
+  const PartitionResult quick = partition_model(problem, PartitionMethod::Dawn);
+  EXPECT_FALSE(quick.fits);
+  EXPECT_EQ(quick.shortfall, 0);
+  problem.measure_shortfall = true;
   // A whole backward rebuilds one layer at a time: operators 4-7 recomputed hold one layer (20), the
-  // second layer's checkpointed input (5) and 6.4 of parameters, so the same budget fits.
+  // checkpointed inputs of both layers (the stage's received input and the second layer's, 5 each)
+  // and 6.4 of parameters, so the same budget fits.
   problem.split_backward = false;
   const PartitionResult whole = partition_model(problem, PartitionMethod::Dawn);
   ASSERT_TRUE(whole.fits);

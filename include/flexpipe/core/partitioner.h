@@ -42,6 +42,9 @@ struct PartitionProblem {
   // Checked between the bisection's steps (Dawn): when it returns true, the search stops and answers
   // with the best partition found so far (the first feasible one at least). Empty: never.
   std::function<bool()> should_stop;
+  // When nothing fits, bisect on the extra bytes per device that would (PartitionResult::shortfall).
+  // Callers that only need to know whether it fits (the search) skip that work.
+  bool measure_shortfall = true;
   int num_stages() const { return static_cast<int>(in_flight.size()); }
 };
 
@@ -78,7 +81,11 @@ PartitionResult partition_model(const PartitionProblem& problem, PartitionMethod
 // fits; 0 when not even 1 does. `problem_at(b)` builds the problem at micro-batch size b.
 template <class ProblemAt>
 int max_microbatch_size(ProblemAt problem_at, PartitionMethod method, int limit = 1 << 16) {
-  auto fits = [&](int b) { return partition_model(problem_at(b), method).fits; };
+  auto fits = [&](int b) {
+    PartitionProblem problem = problem_at(b);
+    problem.measure_shortfall = false;  // only whether it fits
+    return partition_model(problem, method).fits;
+  };
   if (!fits(1)) return 0;
   int good = 1, bad = 2;
   while (bad <= limit && fits(bad)) good = bad, bad *= 2;
