@@ -118,6 +118,26 @@ TEST(Partitioner, AGreedyFromTheLastStageFindsWhatTheFirstStrands) {
   EXPECT_EQ(dawn.starts(), (std::vector<int>{0, 1, 2, 4}));
   const PartitionResult exhaustive = partition_model(p, PartitionMethod::Exhaustive);
   EXPECT_DOUBLE_EQ(dawn.bottleneck, exhaustive.bottleneck);
+
+  // The same with a light operator in front and the cut before operator 2 forbidden. With time not
+  // counting, the greedy from the first stage takes operators 0-2 and strands the second stage on
+  // operator 3 (20 bytes). The one from the last must leave an allowed cut for each earlier stage, so
+  // the last stage starts at 3, not 2, although it could hold 2-4 (21 of 25 bytes); the only partition
+  // that fits is found.
+  ops.forward.push_back(1);
+  ops.backward.push_back(2);
+  ops.saved = {1, 1, 1, 10, 10};
+  ops.workspace.push_back(0);
+  ops.parameters.push_back(0);
+  ops.tied_to.push_back(kNotTied);
+  ops.inputs.emplace_back();
+  PartitionProblem forbidden = problem_of(ops, {3, 2, 1}, 0);
+  forbidden.budget = {100, 9, 25};
+  forbidden.cut_allowed = {1, 1, 0, 1, 1, 1};
+  const PartitionResult stepped = partition_model(forbidden, PartitionMethod::Dawn);
+  ASSERT_TRUE(stepped.fits);
+  EXPECT_EQ(stepped.starts(), (std::vector<int>{0, 1, 3, 5}));
+  EXPECT_DOUBLE_EQ(stepped.bottleneck, partition_model(forbidden, PartitionMethod::Exhaustive).bottleneck);
 }
 
 TEST(Partitioner, StopsEarlyWithAFeasiblePartition) {
