@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "flexpipe/core/error.h"
-#include "flexpipe/core/memory_actions.h"
 #include "flexpipe/core/partition_plan.h"
 #include "flexpipe/runtime/rank_env.h"
 
@@ -111,9 +110,7 @@ void prepare_request(TrainingCommand& o) {
       run.partition = plan_partition(plan, graph, o.plan);
       request.memory_decisions = plan_decisions(plan, graph, o.plan);
       request.offload_checkpoints = chunks_that_offload_checkpoints(plan);
-      run.schedule = add_memory_actions(run.schedule, stages_that_recompute(plan, run.schedule.num_pipelines),
-                                        stages_that_offload(plan, run.schedule.num_pipelines),
-                                        stages_that_offload_checkpoints(plan, run.schedule.num_pipelines));
+      run.schedule = with_plan_memory_actions(plan, run.schedule);
       request.runs.push_back(std::move(run));
       continue;
     }

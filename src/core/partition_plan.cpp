@@ -178,6 +178,12 @@ std::vector<char> chunks_that_offload_checkpoints(const PartitionPlan& plan) {
   return stages_that_offload_checkpoints(plan, 1);
 }
 
+Schedule with_plan_memory_actions(const PartitionPlan& plan, const Schedule& schedule) {
+  const int pipelines = schedule.num_pipelines;
+  return add_memory_actions(schedule, stages_that_recompute(plan, pipelines), stages_that_offload(plan, pipelines),
+                            stages_that_offload_checkpoints(plan, pipelines));
+}
+
 }  // namespace flexpipe
 
 namespace flexpipe {
@@ -194,10 +200,7 @@ AppliedPlan apply_partition_plan(const PartitionPlan& plan, const CostGraph& gra
   aggregation.decisions = applied.decisions;
   aggregation.offload_checkpoints = chunks_that_offload_checkpoints(plan);
   applied.costs = aggregate_stages(graph, applied.partition, aggregation).table;
-  // The table is per chunk: every pipeline's copy of a chunk runs the chunk's decisions.
-  applied.schedule = add_memory_actions(schedule, stages_that_recompute(plan, schedule.num_pipelines),
-                                        stages_that_offload(plan, schedule.num_pipelines),
-                                        stages_that_offload_checkpoints(plan, schedule.num_pipelines));
+  applied.schedule = with_plan_memory_actions(plan, schedule);
   return applied;
 }
 

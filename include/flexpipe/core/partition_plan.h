@@ -56,6 +56,9 @@ std::vector<char> stages_that_offload(const PartitionPlan& plan, int num_pipelin
 std::vector<char> stages_that_offload_checkpoints(const PartitionPlan& plan, int num_pipelines);
 // Per model chunk: the same flags, for AggregationOptions::offload_checkpoints.
 std::vector<char> chunks_that_offload_checkpoints(const PartitionPlan& plan);
+// The schedule with the R / OFFLOAD / RELOAD actions the plan's decisions need (add_memory_actions
+// with the three flag vectors above); every pipeline's copy of a chunk runs the chunk's decisions.
+Schedule with_plan_memory_actions(const PartitionPlan& plan, const Schedule& schedule);
 
 }  // namespace flexpipe
 
