@@ -164,6 +164,16 @@ void validate_cost_graph(const CostGraph& graph, const std::string& origin) {
     const double freed = node.freed_by_input.at(graph.reference.microbatch_size, graph.reference.seq_len);
     if (freed > saved)
       fail(fmt::format("{}: freed_by_input {} exceeds saved_bytes {} at the reference shape", where, freed, saved));
+    if (const double shared = node.shared_saved_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
+        shared > 0) {
+      if (i == 0) fail(fmt::format("{}: shared_saved_bytes {} but no node comes before it", where, shared));
+      const double previous =
+          graph.nodes[i - 1].saved_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
+      if (shared > std::min(saved, previous))
+        fail(fmt::format("{}: shared_saved_bytes {} exceed what it saves ({}) or what '{}' before it saves ({}) at the "
+                         "reference shape",
+                         where, shared, saved, graph.nodes[i - 1].name, previous));
+    }
     if (node.scaling.rule == ScalingRule::Roofline && !graph.hardware)
       fail(fmt::format("{}: scales by roofline but the graph names no hardware rates", where));
   }
@@ -177,6 +187,16 @@ void validate_cost_graph(const CostGraph& graph, const std::string& origin) {
         fmt::format("edges[{}] ('{}' -> '{}')", e, graph.nodes[edge.from].name, graph.nodes[edge.to].name);
     if (edge.from == edge.to) fail(fmt::format("{}: an operator cannot feed itself (cycle)", where));
     if (!seen.emplace(edge.from, edge.to).second) fail(fmt::format("{}: duplicate edge", where));
+  }
+  for (int i = 1; i < n; ++i) {
+    if (graph.nodes[i].shared_saved_bytes.is_zero()) continue;
+    const std::string where = fmt::format("nodes[{}] ('{}')", i, graph.nodes[i].name);
+    if (!seen.count({i - 1, i}))
+      fail(fmt::format("{}: shares saved tensors with '{}' before it, which does not feed it", where,
+                       graph.nodes[i - 1].name));
+    if (graph.nodes[i].layer != graph.nodes[i - 1].layer)
+      fail(fmt::format("{}: shares saved tensors with '{}' before it, which is in another layer", where,
+                       graph.nodes[i - 1].name));
   }
 
   if (const std::vector<int> cycle = find_cycle(n, graph.edges); !cycle.empty()) {

@@ -38,7 +38,7 @@ constexpr std::string_view kLayerKeys[] = {"name", "role"};
 constexpr std::string_view kNodeKeys[] = {"name",           "kind",           "layer",           "parameters",
                                           "active_parameters", "tied_to",     "scaling",         "forward",
                                           "backward_input", "backward_weight", "saved_bytes",     "freed_by_input",
-                                          "output_bytes",   "workspace_bytes"};
+                                          "shared_saved_bytes", "output_bytes", "workspace_bytes"};
 constexpr std::string_view kPassKeys[] = {"time", "flops", "bytes"};
 constexpr std::string_view kPolynomialKeys[] = {"fixed", "per_sample", "per_token", "per_token_seq"};
 constexpr std::string_view kScalingKeys[] = {"rule", "batch_exponent", "sequence_exponent"};
@@ -233,6 +233,7 @@ class Reader : public detail::JsonPathReader {
     read_present(entry, path,
                  {{"saved_bytes", &result.saved_bytes},
                   {"freed_by_input", &result.freed_by_input},
+                  {"shared_saved_bytes", &result.shared_saved_bytes},
                   {"output_bytes", &result.output_bytes},
                   {"workspace_bytes", &result.workspace_bytes}},
                  &Reader::polynomial);
@@ -310,6 +311,7 @@ ordered node_json(const CostGraph& graph, const OperatorNode& node) {
   out["backward_weight"] = pass_json(node.backward_weight);
   out["saved_bytes"] = polynomial_json(node.saved_bytes);
   out["freed_by_input"] = polynomial_json(node.freed_by_input);
+  if (!node.shared_saved_bytes.is_zero()) out["shared_saved_bytes"] = polynomial_json(node.shared_saved_bytes);
   out["output_bytes"] = polynomial_json(node.output_bytes);
   if (!node.workspace_bytes.is_zero()) out["workspace_bytes"] = polynomial_json(node.workspace_bytes);
   return out;

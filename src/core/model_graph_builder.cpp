@@ -88,7 +88,7 @@ class Builder {
   static void once_per_sample(OperatorNode& node) {
     for (ShapePolynomial* p : {&node.forward.flops, &node.forward.bytes, &node.backward_input.flops,
                                &node.backward_input.bytes, &node.backward_weight.flops, &node.backward_weight.bytes,
-                               &node.saved_bytes, &node.freed_by_input, &node.output_bytes})
+                               &node.saved_bytes, &node.freed_by_input, &node.shared_saved_bytes, &node.output_bytes})
       std::swap(p->per_sample, p->per_token);
   }
 
@@ -226,6 +226,9 @@ class Builder {
       weighted.backward_input = {0, per_token_seq(4 * a * d), 2 * (e_ * map + v_bytes) + per_token(e_ * a * d)};
       weighted.saved_bytes = e_ * map + v_bytes;
       weighted.freed_by_input = weighted.saved_bytes;
+      // Without dropout it saves the very probabilities the softmax saves (Korthikanti et al. count
+      // 2as^2 bytes per layer for them, not 4).
+      if (!c_.dropout) weighted.shared_saved_bytes = e_ * map;
       weighted.output_bytes = per_token(e_ * a * d);
       context = add(weighted, {probabilities});
       connect(v_node, context, v_bytes);

@@ -104,10 +104,12 @@ class StageCost {
     const int n = ops.size();
     compute_.assign(n + 1, 0);
     saved_.assign(n + 1, 0);
+    shared_.assign(n + 1, 0);
     parameters_.assign(n + 1, 0);
     for (int v = 0; v < n; ++v) {
       compute_[v + 1] = compute_[v] + ops.forward[v] + ops.backward[v];
       saved_[v + 1] = saved_[v] + ops.saved[v];
+      shared_[v + 1] = shared_[v] + (ops.saved[v] - ops.saved_once(0, v));
       parameters_[v + 1] = parameters_[v] + ops.parameters[v];
       if (ops.tied_to[v] != kNotTied) tied_.push_back(v);
     }
@@ -141,7 +143,9 @@ class StageCost {
     double parameters = parameters_[j] - parameters_[i];
     for (int v : tied_)
       if (v >= i && v < j && p_.ops.tied_to[v] >= i && p_.ops.tied_to[v] < j) parameters -= p_.ops.parameters[v];
-    return parameters * p_.bytes_per_parameter + max_workspace(i, j) + p_.in_flight[s] * (saved_[j] - saved_[i]);
+    // What i shares with i - 1 is not shared within the range.
+    const double shared = j > i ? shared_[j] - shared_[i + 1] : 0;
+    return parameters * p_.bytes_per_parameter + max_workspace(i, j) + p_.in_flight[s] * (saved_[j] - saved_[i] - shared);
   }
 
   // c_s(i, j; T); kInfinity when the range cannot fit or already computes longer than `limit`.
@@ -177,7 +181,7 @@ class StageCost {
   }
 
   const PartitionProblem& p_;
-  std::vector<double> compute_, saved_, parameters_;
+  std::vector<double> compute_, saved_, shared_, parameters_;
   std::vector<std::vector<double>> workspace_;
   std::vector<int> tied_;
   int64_t evaluations_ = 0;

@@ -188,21 +188,30 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
     const bool owner_here = node.tied_to != kNotTied && stage_of[node.tied_to] == k;
     if (!owner_here) details.parameters += node.parameters;
     const double saved = node.saved_bytes.at(b, s), freed = node.freed_by_input.at(b, s);
+    // Tensors the previous operator saves too are held once where both keep them, both offload them
+    // or both rebuild them in one segment, and released when neither holds them any more: at I only
+    // if both release them then.
+    double shared = 0, shared_freed = 0;
+    if (i > 0 && stage_of[i - 1] == k && decision(i - 1) == decision(i) &&
+        (decision(i) != MemoryDecision::Recompute || segment_of[i] == segment_of[i - 1])) {
+      shared = node.shared_saved_bytes.at(b, s);
+      shared_freed = std::min(shared, std::max(freed, graph.nodes[i - 1].freed_by_input.at(b, s)));
+    }
     switch (decision(i)) {
       case MemoryDecision::Offload:
-        details.offload_bytes += saved;
+        details.offload_bytes += saved - shared;
         offloads[k] = true;
         [[fallthrough]];
       case MemoryDecision::Keep:
-        held[k] += saved;
-        held_freed[k] += freed;
+        held[k] += saved - shared;
+        held_freed[k] += freed - shared_freed;
         break;
       case MemoryDecision::Recompute: {
         recomputes[k] = true;
         stage.recompute += forward;
-        rebuilt[k] += saved;
-        rebuilt_freed[k] += freed;
-        segment_bytes = (segment_of[i] != i ? segment_bytes : 0) + saved;
+        rebuilt[k] += saved - shared;
+        rebuilt_freed[k] += freed - shared_freed;
+        segment_bytes = (segment_of[i] != i ? segment_bytes : 0) + saved - shared;
         largest_segment[k] = std::max(largest_segment[k], segment_bytes);
         break;
       }

@@ -66,6 +66,7 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
   ops.tied_to.resize(n);
   ops.layer.resize(n);
   ops.output.resize(n);
+  bool shares = false;
   for (int i = 0; i < n; ++i) {
     const OperatorNode& node = graph.nodes[i];
     ops.forward[i] = operator_time(graph, node, Pass::Forward, shape);
@@ -77,6 +78,11 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
     ops.tied_to[i] = node.tied_to;
     ops.layer[i] = node.layer;
     ops.output[i] = node.output_bytes.at(shape.microbatch_size, shape.seq_len);
+    shares = shares || !node.shared_saved_bytes.is_zero();
+  }
+  if (shares) {
+    ops.shared.resize(n);
+    for (int i = 0; i < n; ++i) ops.shared[i] = graph.nodes[i].shared_saved_bytes.at(shape.microbatch_size, shape.seq_len);
   }
   for (const TensorEdge& edge : graph.edges)
     ops.inputs[edge.to].push_back({edge.from, edge.bytes.at(shape.microbatch_size, shape.seq_len)});
@@ -210,6 +216,12 @@ struct GreedyState {
   bool is(int v, MemoryDecision m) const { return v >= begin && v < end && d[v - begin] == m; }
   // Whether a recomputed v continues the segment of a recomputed v - 1.
   bool continues(int v) const { return continues_segment(ops, begin, v, is(v - 1, MemoryDecision::Recompute)); }
+  // The saved tensors of v+1 that are v's too: held once while both keep or rebuild them together.
+  double shared_with_next(int v) const { return v + 1 < end ? ops.saved[v + 1] - ops.saved_once(begin, v + 1) : 0; }
+  // What v's decision m holds that no neighbour deciding the same holds too.
+  double held_alone(int v, MemoryDecision m) const {
+    return (is(v - 1, m) ? ops.saved_once(begin, v) : ops.saved[v]) - (is(v + 1, m) ? shared_with_next(v) : 0);
+  }
   StageMemoryPlan evaluate() const { return evaluate_stage_memory(ops, begin, end, context, d); }
 };
 
@@ -224,8 +236,9 @@ double take_hidden_offloads(GreedyState& s, double deficit) {
   std::sort(order.begin(), order.end(), [&](int a, int b) { return s.ops.saved[a] > s.ops.saved[b]; });
   for (int v : order) {
     if (deficit <= 0) break;
-    const double bytes = s.ops.saved[v];
-    const double gain = k * bytes - (offloaded_held(s.offloaded + bytes, s.context) - offloaded_held(s.offloaded, s.context));
+    const double bytes = s.held_alone(v, MemoryDecision::Offload);
+    const double gain =
+        k * s.held_alone(v, MemoryDecision::Keep) - (offloaded_held(s.offloaded + bytes, s.context) - offloaded_held(s.offloaded, s.context));
     if (offload_penalty(s.offloaded + bytes, s.context) > 0 || gain <= 0) continue;
     s.d[v - s.begin] = MemoryDecision::Offload;
     s.offloaded += bytes;
@@ -250,13 +263,13 @@ SegmentProfile profile_segments(const GreedyState& s) {
     const int i = v - s.begin;
     const bool continues = s.continues(v);
     p.start[i] = continues ? p.start[i - 1] : v;
-    p.into[i] = (continues ? p.into[i - 1] : 0) + s.ops.saved[v];
+    p.into[i] = continues ? p.into[i - 1] + s.ops.saved_once(s.begin, v) : s.ops.saved[v];
     p.largest = std::max(p.largest, p.into[i]);
   }
   for (int v = s.end - 1; v >= s.begin; --v)
     if (s.is(v, MemoryDecision::Recompute))
       p.from[v - s.begin] = s.ops.saved[v] + (s.is(v + 1, MemoryDecision::Recompute) && s.continues(v + 1)
-                                                   ? p.from[v + 1 - s.begin]
+                                                   ? p.from[v + 1 - s.begin] - s.shared_with_next(v)
                                                    : 0);
   return p;
 }
@@ -301,9 +314,12 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
   const SegmentProfile segments = profile_segments(s);
   for (int a = s.begin; a < s.end; ++a) {
     if (!s.is(a, MemoryDecision::Keep)) continue;
-    if (can_offload(ops, a, context))
-      consider(k * ops.saved[a] - (offloaded_held(s.offloaded + ops.saved[a], context) - offloaded_held(s.offloaded, context)),
-               offload_penalty(s.offloaded + ops.saved[a], context) - penalty_now, a, a, true);
+    if (can_offload(ops, a, context)) {
+      const double moved = s.held_alone(a, MemoryDecision::Offload);
+      consider(k * s.held_alone(a, MemoryDecision::Keep) -
+                   (offloaded_held(s.offloaded + moved, context) - offloaded_held(s.offloaded, context)),
+               offload_penalty(s.offloaded + moved, context) - penalty_now, a, a, true);
+    }
     if (!context.allow_recompute) continue;
     // A chain stays within a's layer: a longer one is two segments, i.e. two moves.
     const bool joins_left = s.continues(a);
@@ -312,8 +328,9 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
     double kept = 0, chain = 0, checkpoints = 0, compute = 0, moved = 0;
     for (int b = a; b < s.end && b < a + kLongestChain && s.is(b, MemoryDecision::Keep) && (b == a || ops.same_layer(b - 1, b));
          ++b) {
-      kept += k * ops.saved[b];
-      chain += ops.saved[b];
+      // What b holds besides a predecessor kept (before the move) or rebuilt with it (after).
+      kept += k * (b > a || s.is(a - 1, MemoryDecision::Keep) ? ops.saved_once(s.begin, b) : ops.saved[b]);
+      chain += b > a || joins_left ? ops.saved_once(s.begin, b) : ops.saved[b];
       const double read = checkpoint_bound(ops, b, start);
       checkpoints += checkpoint_copies * read;
       if (context.offload_checkpoints) moved += read;
@@ -325,9 +342,12 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
       if (joins_right)
         for (const OperatorTable::InEdge& in : ops.inputs[b + 1])
           if (in.from == b) freed_successor += k * in.bytes;
-      const double merged = left + chain + (joins_right ? segments.from[b + 1 - s.begin] : 0);
+      const double merged =
+          left + chain + (joins_right ? segments.from[b + 1 - s.begin] - s.shared_with_next(b) : 0);
       const double rebuilt = context.split_backward ? chain : std::max(0.0, merged - segments.largest);
-      consider(kept + freed_successor - rebuilt - checkpoints, cost, a, b, false, rebuilt);
+      // A kept successor no longer shares what b saved.
+      const double unshared = s.is(b + 1, MemoryDecision::Keep) ? k * s.shared_with_next(b) : 0;
+      consider(kept + freed_successor - unshared - rebuilt - checkpoints, cost, a, b, false, rebuilt);
     }
   }
   return best.a >= 0 ? best : climb;
@@ -436,6 +456,17 @@ void keep_pareto(std::vector<int>& set, const std::vector<Point>& arena) {
 constexpr size_t kMaxParetoPoints = 4096;
 constexpr size_t kAutoParetoPoints = 64;
 
+// The dynamic programs' Pareto sets, by how the last operator holds what it saves: points that differ
+// there differ in what the next operator adds. Offloaded points join the kept ones unless the next
+// operator shares saved tensors with the last (then only keeping both holds them once).
+constexpr int kKeptSet = 0, kRecomputedSet = 1, kOffloadedSet = 2, kSets = 3;
+
+// What keeping or offloading v adds per micro-batch after the point `base`: its saved bytes, less
+// those a predecessor that decided the same already holds.
+double held_bytes(const OperatorTable& ops, int begin, int v, const Point& base, MemoryDecision decision) {
+  return base.decision == decision ? ops.saved_once(begin, v) : ops.saved[v];
+}
+
 // A kept or offloaded operator closes any open segment and adds `memory` bytes held on the device
 // and `offload` bytes whose copies are charged at the end.
 Point closed_step(const Point& base, double memory, double offload, MemoryDecision decision) {
@@ -456,10 +487,11 @@ Point recompute_step(const OperatorTable& ops, int begin, int v, const StageCont
   Point p = base;
   p.start = continues ? base.start : v;
   add_checkpoints(checkpoint_bytes(ops, v, p.start), context, p.memory, p.offload);
+  const double bytes = continues ? ops.saved_once(begin, v) : ops.saved[v];
   if (context.split_backward) {
-    p.memory += ops.saved[v];
+    p.memory += bytes;
   } else {
-    p.open = (continues ? base.open : 0) + ops.saved[v];
+    p.open = (continues ? base.open : 0) + bytes;
     p.largest = std::max(base.largest, p.open);
   }
   p.recompute += ops.forward[v];
@@ -478,34 +510,39 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
   const double bound = greedy.fits ? greedy.added_time() : kInfinity;
   std::vector<double> least_rest(n + 1, 0);
   for (int v = end - 1; v >= begin; --v) {
-    double least = k * ops.saved[v];
-    if (context.allow_recompute) least = std::min(least, context.split_backward ? ops.saved[v] : 0.0);
-    if (can_offload(ops, v, context)) least = std::min(least, ops.saved[v]);  // at least one copy
+    double least = k * ops.saved_once(begin, v);
+    if (context.allow_recompute) least = std::min(least, context.split_backward ? ops.saved_once(begin, v) : 0.0);
+    if (can_offload(ops, v, context)) least = std::min(least, ops.saved_once(begin, v));  // at least one copy
     least_rest[v - begin] = least_rest[v - begin + 1] + least;
   }
 
   bool exact = true;
   std::vector<Point> arena;
   arena.push_back({fixed.static_memory + fixed.workspace, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep});
-  std::vector<int> sets[2] = {{0}, {}};  // by whether the last operator is recomputed
+  std::vector<int> sets[kSets] = {{0}, {}, {}};
   for (int v = begin; v < end; ++v) {
-    std::vector<int> next[2];
+    std::vector<int> next[kSets];
     const double rest = least_rest[v - begin + 1];
-    for (int previous = 0; previous < 2; ++previous)
+    const bool next_shares = v + 1 < end && ops.saved_once(begin, v + 1) < ops.saved[v + 1];
+    for (int previous = 0; previous < kSets; ++previous)
       for (int from : sets[previous]) {
         const Point base = arena[from];
-        auto push = [&](Point p, int recomputed) {
+        auto push = [&](Point p, int set) {
           p.parent = from;
           if (p.memory + p.largest + p.offload + rest > context.budget * (1 + 1e-12)) return;
           if (objective(p, context) > bound * (1 + 1e-12) + 1e-300) return;
           arena.push_back(p);
-          next[recomputed].push_back(static_cast<int>(arena.size()) - 1);
+          next[set].push_back(static_cast<int>(arena.size()) - 1);
         };
-        push(closed_step(base, k * ops.saved[v], 0, MemoryDecision::Keep), 0);
-        if (context.allow_recompute) push(recompute_step(ops, begin, v, context, base, previous == 1), 1);
-        if (can_offload(ops, v, context)) push(closed_step(base, 0, ops.saved[v], MemoryDecision::Offload), 0);
+        push(closed_step(base, k * held_bytes(ops, begin, v, base, MemoryDecision::Keep), 0, MemoryDecision::Keep),
+             kKeptSet);
+        if (context.allow_recompute)
+          push(recompute_step(ops, begin, v, context, base, previous == kRecomputedSet), kRecomputedSet);
+        if (can_offload(ops, v, context))
+          push(closed_step(base, 0, held_bytes(ops, begin, v, base, MemoryDecision::Offload), MemoryDecision::Offload),
+               next_shares ? kOffloadedSet : kKeptSet);
       }
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < kSets; ++r) {
       keep_pareto(next[r], arena);
       if (next[r].size() > max_points) {
         exact = false;
@@ -517,7 +554,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
     }
   }
   int best = -1;
-  for (int r = 0; r < 2; ++r)
+  for (int r = 0; r < kSets; ++r)
     for (int i : sets[r]) {
       const Point& p = arena[i];
       if (p.memory + p.largest + offloaded_held(p.offload, context, p.largest) > context.budget) continue;
@@ -550,31 +587,37 @@ std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin
   thread_local std::vector<Point> arena;  // reused: the partitioner calls this for many ranges
   arena.clear();
   arena.push_back({0, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep});
-  std::vector<int> sets[2] = {{0}, {}};  // by whether the last operator is recomputed
+  std::vector<int> sets[kSets] = {{0}, {}, {}};
   for (int v = begin; v < end; ++v) {
-    std::vector<int> next[2];
-    for (int previous = 0; previous < 2; ++previous)
+    std::vector<int> next[kSets];
+    const bool next_shares = v + 1 < end && ops.saved_once(stage_begin, v + 1) < ops.saved[v + 1];
+    for (int previous = 0; previous < kSets; ++previous)
       for (int from : sets[previous]) {
         const Point base = arena[from];
-        auto push = [&](Point p, int recomputed) {
+        auto push = [&](Point p, int set) {
           p.parent = from;
           p.memory += o * p.offload;  // offloaded checkpoints (the base point carries none)
           p.recompute = p.offload = 0;
           arena.push_back(p);
-          next[recomputed].push_back(static_cast<int>(arena.size()) - 1);
+          next[set].push_back(static_cast<int>(arena.size()) - 1);
         };
-        push(closed_step(base, k * ops.saved[v], 0, MemoryDecision::Keep), 0);
-        if (context.allow_recompute) push(recompute_step(ops, stage_begin, v, context, base, previous == 1), 1);
-        if (can_offload(ops, v, context)) push(closed_step(base, o * ops.saved[v], 0, MemoryDecision::Offload), 0);
+        push(closed_step(base, k * held_bytes(ops, stage_begin, v, base, MemoryDecision::Keep), 0, MemoryDecision::Keep),
+             kKeptSet);
+        if (context.allow_recompute)
+          push(recompute_step(ops, stage_begin, v, context, base, previous == kRecomputedSet), kRecomputedSet);
+        if (can_offload(ops, v, context))
+          push(closed_step(base, o * held_bytes(ops, stage_begin, v, base, MemoryDecision::Offload), 0,
+                           MemoryDecision::Offload),
+               next_shares ? kOffloadedSet : kKeptSet);
       }
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < kSets; ++r) {
       keep_pareto(next[r], arena);
       if (next[r].size() > kMaxParetoPoints) next[r].resize(kMaxParetoPoints);  // the least memory so far
       sets[r].swap(next[r]);
     }
   }
-  std::vector<int> ends = sets[0];
-  ends.insert(ends.end(), sets[1].begin(), sets[1].end());
+  std::vector<int> ends;
+  for (const std::vector<int>& set : sets) ends.insert(ends.end(), set.begin(), set.end());
   std::sort(ends.begin(), ends.end(), [&](int a, int b) {
     return std::pair(arena[a].largest, arena[a].memory) < std::pair(arena[b].largest, arena[b].memory);
   });
@@ -593,7 +636,8 @@ std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin
 bool same_shape(const OperatorTable& ops, int stage_begin, int a, int b, int n, const StageContext& context) {
   for (int i = 0; i < n; ++i) {
     const int u = a + i, v = b + i;
-    if (ops.saved[u] != ops.saved[v] || can_offload(ops, u, context) != can_offload(ops, v, context) ||
+    if (ops.saved[u] != ops.saved[v] || ops.saved_once(stage_begin, u) != ops.saved_once(stage_begin, v) ||
+        can_offload(ops, u, context) != can_offload(ops, v, context) ||
         ops.inputs[u].size() != ops.inputs[v].size())
       return false;
     for (size_t j = 0; j < ops.inputs[u].size(); ++j) {
@@ -727,16 +771,19 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
   double kept = 0, offloaded = 0, checkpoints = 0, rebuilt_all = 0, segment = 0, largest_segment = 0;
   int segment_start = begin;
   for (int v = begin; v < end; ++v) {
+    auto previous_is = [&](MemoryDecision m) { return v > begin && decisions[v - 1 - begin] == m; };
     switch (decisions[v - begin]) {
-      case MemoryDecision::Keep: kept += ops.saved[v]; break;
-      case MemoryDecision::Offload: offloaded += ops.saved[v]; break;
+      case MemoryDecision::Keep: kept += previous_is(MemoryDecision::Keep) ? ops.saved_once(begin, v) : ops.saved[v]; break;
+      case MemoryDecision::Offload:
+        offloaded += previous_is(MemoryDecision::Offload) ? ops.saved_once(begin, v) : ops.saved[v];
+        break;
       case MemoryDecision::Recompute: {
-        const bool continues =
-            continues_segment(ops, begin, v, v > begin && decisions[v - 1 - begin] == MemoryDecision::Recompute);
-        segment = (continues ? segment : 0) + ops.saved[v];
+        const bool continues = continues_segment(ops, begin, v, previous_is(MemoryDecision::Recompute));
+        const double bytes = continues ? ops.saved_once(begin, v) : ops.saved[v];
+        segment = (continues ? segment : 0) + bytes;
         if (!continues) segment_start = v;
         largest_segment = std::max(largest_segment, segment);
-        rebuilt_all += ops.saved[v];
+        rebuilt_all += bytes;
         checkpoints += checkpoint_bytes(ops, v, segment_start);
         plan.recompute_time += ops.forward[v];
         break;

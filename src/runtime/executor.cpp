@@ -275,11 +275,17 @@ struct Executor::State {
   }
 
   // Brings the byte counts of one micro-batch up to date: saved tensors of operators whose share is on
-  // the host count there, everything else (saved tensors, checkpoints) on the device.
+  // the host count there, everything else (saved tensors, checkpoints) on the device. A tensor that
+  // two operators save (softmax and P V both save the probabilities) counts once.
   void account(const Local& l, Micro& m) {
     int64_t device = 0, host = 0;
+    std::vector<const c10::TensorImpl*> counted;
     for (size_t i = 0; i < m.saved.size(); ++i)
-      (m.offloaded && l.offloaded_op[i] ? host : device) += m.saved[i].bytes();
+      for (const at::Tensor& t : m.saved[i].tensors) {
+        if (!t.defined() || std::find(counted.begin(), counted.end(), t.unsafeGetTensorImpl()) != counted.end()) continue;
+        counted.push_back(t.unsafeGetTensorImpl());
+        (m.offloaded && l.offloaded_op[i] ? host : device) += t.numel() * static_cast<int64_t>(t.element_size());
+      }
     for (const at::Tensor& t : m.checkpoints)
       if (t.defined())
         (m.offloaded && l.offload_checkpoints ? host : device) += t.numel() * static_cast<int64_t>(t.element_size());

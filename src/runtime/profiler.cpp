@@ -106,6 +106,22 @@ ShapePolynomial rescaled(const ShapePolynomial& analytic, double measured, const
   return (measured / at) * analytic;
 }
 
+// The bytes of v's saved tensors that v - 1 saves too, where v - 1 feeds v in the same layer (the
+// cost graph's shared_saved_bytes).
+int64_t shared_saved_bytes(const ModelPlan& plan, const std::vector<Saved>& saved, int v) {
+  if (v == 0 || plan.graph.nodes[v].layer != plan.graph.nodes[v - 1].layer ||
+      std::find(plan.inputs[v].begin(), plan.inputs[v].end(), v - 1) == plan.inputs[v].end())
+    return 0;
+  int64_t bytes = 0;
+  for (const at::Tensor& t : saved[v].tensors)
+    for (const at::Tensor& u : saved[v - 1].tensors)
+      if (t.defined() && u.defined() && t.unsafeGetTensorImpl() == u.unsafeGetTensorImpl()) {
+        bytes += t.numel() * static_cast<int64_t>(t.element_size());
+        break;
+      }
+  return bytes;
+}
+
 }  // namespace
 
 CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
@@ -166,6 +182,7 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
     node.backward_input.time = median(i);
     node.backward_weight.time = median(w);
     node.saved_bytes = rescaled(node.saved_bytes, static_cast<double>(saved[v].bytes()), shape);
+    node.shared_saved_bytes = rescaled(node.shared_saved_bytes, static_cast<double>(shared_saved_bytes(plan, saved, v)), shape);
     // The executor frees what an operator without parameters saved when I ends; the rest at W.
     node.freed_by_input = op.has_parameters() ? ShapePolynomial{} : node.saved_bytes;
     node.output_bytes =

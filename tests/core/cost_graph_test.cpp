@@ -90,6 +90,35 @@ TEST(CostGraphFormat, RoundTripsHandWrittenAndZooGraphs) {
     const CostGraph graph = build_model_graph(find_model(name), find_hardware("A100-80GB"), {.flash_attention = true});
     EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), name), graph) << name;
   }
+  // Without fused attention Llama's P V product shares the softmax's probabilities.
+  const CostGraph llama = build_model_graph(find_model("llama2-7b"), find_hardware("A100-80GB"), {});
+  EXPECT_EQ(parse_cost_graph(cost_graph_to_json(llama), "llama"), llama);
+}
+
+TEST(CostGraphFormat, SharedSavedBytesNameTheTensorsTheOperatorBeforeSaves) {
+  const std::string shared = R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0},
+     "saved_bytes": {"per_token": 2}, "shared_saved_bytes": {"per_token": 1})";
+  const CostGraph graph = parse_cost_graph(with(R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0})", shared), "g.json");
+  EXPECT_EQ(graph.nodes[2].shared_saved_bytes, per_token(1));
+  EXPECT_TRUE(graph.nodes[1].shared_saved_bytes.is_zero());
+  EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), "again"), graph);
+}
+
+TEST(CostGraphErrors, SharedSavedBytesNeedAFeedingNeighbourThatSavesThem) {
+  const std::string c_saves = R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0})";
+  // c saves 256 bytes at the reference shape (2 x 128 tokens) and b 32,776.
+  EXPECT_EQ(error_of(with(c_saves, c_saves + R"(, "saved_bytes": {"per_token": 1}, "shared_saved_bytes": {"per_token": 2})")),
+            "g.json: nodes[2] ('c'): shared_saved_bytes 512 exceed what it saves (256) or what 'b' before it saves "
+            "(32776) at the reference shape");
+  EXPECT_EQ(error_of(with("\"kind\": \"linear\",", "\"kind\": \"linear\", \"shared_saved_bytes\": {\"per_token\": 1},")),
+            "g.json: nodes[0] ('a'): shared_saved_bytes 256 but no node comes before it");
+  EXPECT_EQ(error_of(with("\"freed_by_input\": {\"per_token_seq\": 1},",
+                          "\"freed_by_input\": {\"per_token_seq\": 1}, \"shared_saved_bytes\": 8,")),
+            "g.json: nodes[1] ('b'): shares saved tensors with 'a' before it, which is in another layer");
+  std::string unfed = with(c_saves, c_saves + R"(, "saved_bytes": {"per_token": 1}, "shared_saved_bytes": 8)");
+  const std::string b_to_c = R"({"from": "b", "to": "c", "bytes": {"per_token": 4}},)";
+  unfed.erase(unfed.find(b_to_c), b_to_c.size());
+  EXPECT_EQ(error_of(unfed), "g.json: nodes[2] ('c'): shares saved tensors with 'b' before it, which does not feed it");
 }
 
 TEST(CostGraphScaling, PowerRuleScalesByExponents) {

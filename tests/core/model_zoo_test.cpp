@@ -89,6 +89,21 @@ TEST(ModelZoo, FlashAttentionDropsTheQuadraticTerm) {
   for (const OperatorNode& node : graph.nodes) EXPECT_EQ(node.saved_bytes.per_token_seq, 0) << node.name;
 }
 
+// Without dropout the softmax and the P V product save the same probabilities: held once, the
+// quadratic term is 2as^2b bytes (Korthikanti's softmax output alone) instead of 4as^2b.
+TEST(ModelZoo, WithoutDropoutTheProbabilitiesAreSavedOnce) {
+  const CostGraph llama = build("llama2-7b");
+  const int softmax = find_node(llama, "layer.3.softmax"), weighted = find_node(llama, "layer.3.attention_v");
+  ASSERT_EQ(weighted, softmax + 1);
+  EXPECT_EQ(llama.nodes[weighted].shared_saved_bytes, llama.nodes[softmax].saved_bytes);
+  double quadratic = 0;  // bytes per b*s^2, held once
+  for (const OperatorNode& node : llama.nodes)
+    if (node.layer == llama.nodes[softmax].layer) quadratic += node.saved_bytes.per_token_seq - node.shared_saved_bytes.per_token_seq;
+  EXPECT_EQ(quadratic, 2 * 32);
+  // With dropout the P V product saves the dropped-out copy: nothing is shared.
+  for (const OperatorNode& node : build("gpt3-1.3b").nodes) EXPECT_TRUE(node.shared_saved_bytes.is_zero()) << node.name;
+}
+
 // Narayanan et al. 2021: a layer's forward is 24*b*s*h^2*(1 + s/(6h)) FLOPs of matrix products.
 TEST(ModelZoo, LayerFlopsFollowMegatronFormula) {
   for (const char* name : {"gpt3-1.3b", "gpt3-175b"}) {

@@ -157,6 +157,36 @@ TEST(Partitioner, StopsEarlyWithAFeasiblePartition) {
   for (const StageResult& stage : early.stages) EXPECT_TRUE(stage.memory.fits);
 }
 
+// A tensor two operators save counts once, and only where both are in the stage: in the search's
+// keep-everything shortcut and in the stage plans alike.
+TEST(Partitioner, SharedTensorsCountOnceWithinAStage) {
+  OperatorTable ops;
+  ops.forward = {1, 1, 1, 1};
+  ops.backward = {2, 2, 2, 2};
+  ops.saved = {10, 40, 30, 20};
+  ops.shared = {0, 0, 25, 0};  // c saves 25 of b's bytes too
+  ops.workspace = ops.parameters = {0, 0, 0, 0};
+  ops.tied_to = {kNotTied, kNotTied, kNotTied, kNotTied};
+  ops.inputs = {{}, {{0, 1}}, {{1, 1}}, {{2, 1}}};
+  // Dawn's bottleneck: 6 (forward and backward) where keeping everything fits, 7 where an operator
+  // must be recomputed.
+  auto dawn_bottleneck = [&](std::vector<int> in_flight, std::vector<double> budget, std::vector<char> cuts = {}) {
+    PartitionProblem problem = problem_of(ops, std::move(in_flight), 0, 0, 4);
+    problem.budget = std::move(budget);
+    problem.cut_allowed = std::move(cuts);
+    const PartitionResult r = partition_model(problem, PartitionMethod::Dawn);
+    EXPECT_TRUE(r.fits);
+    return r.bottleneck;
+  };
+  const std::vector<char> none_inside{1, 0, 0, 0, 1};
+  EXPECT_EQ(dawn_bottleneck({2}, {150}, none_inside), 12);  // 2 x (10 + 40 + 30 - 25 + 20)
+  EXPECT_EQ(dawn_bottleneck({2}, {149.5}, none_inside), 13);  // d recomputed: 2 x (55 + 1) + 20
+  // Cut between b and c: the second stage holds c's 30 whole.
+  const std::vector<char> only_the_middle{1, 0, 1, 0, 1};
+  EXPECT_EQ(dawn_bottleneck({3, 2}, {150, 100}, only_the_middle), 6);
+  EXPECT_EQ(dawn_bottleneck({3, 2}, {150, 99.5}, only_the_middle), 7);
+}
+
 TEST(Partitioner, StagesAreContiguousAndCoverTheGraph) {
   std::mt19937 rng(3);
   const PartitionProblem problem = problem_of(random_ops(rng, 40), one_f_one_b(4), 1e9);

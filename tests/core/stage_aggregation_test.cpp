@@ -7,6 +7,7 @@
 #include "flexpipe/core/error.h"
 #include "flexpipe/core/model_zoo.h"
 #include "flexpipe/core/stage_aggregation.h"
+#include "flexpipe/core/stage_memory.h"
 
 namespace flexpipe {
 namespace {
@@ -170,6 +171,39 @@ TEST(StageAggregation, RecomputeSegmentsEndAtKeptOperatorsLayersAndStages) {
             (std::vector<int>{0, 1, 1, 3, 4}));
   EXPECT_EQ(error_of([&] { recompute_segments(g, one, std::vector<D>(4, D::Keep)); }),
             "recompute segments of 'hand': 4 decisions and 5 stage entries for 5 operators");
+}
+
+// attn saves ln's 2 bytes per token too: held once where both hold them alike, and released at I
+// only when both release them then (ln has parameters and releases at W).
+TEST(StageAggregation, TensorsTwoOperatorsSaveCountOnceWhereBothHoldThemAlike) {
+  CostGraph g = hand_graph();
+  g.nodes[2].shared_saved_bytes = per_token(2);
+  validate_cost_graph(g, "hand");
+  const Partition partition = partition_from_sizes(g, std::vector<int>{1, 2, 2});  // ln and attn together
+  using D = MemoryDecision;
+  auto stage1 = [&](std::vector<D> decisions) {
+    AggregationOptions options = options_at(2, 10);  // 20 tokens
+    options.decisions = std::move(decisions);
+    return aggregate_stages(g, partition, options);
+  };
+  const StageCosts kept = stage1({D::Keep, D::Keep, D::Keep, D::Keep, D::Keep}).table.stages[1];
+  EXPECT_EQ(kept.activation_bytes, (2 + 5 - 2) * 20);
+  EXPECT_EQ(kept.freed_by_input, 3 * 20);  // attn's own; the shared 40 stay with ln until W
+  const StageCosts rebuilt = stage1({D::Keep, D::Recompute, D::Recompute, D::Keep, D::Keep}).table.stages[1];
+  EXPECT_EQ(rebuilt.activation_bytes, 100);
+  EXPECT_EQ(rebuilt.rebuilt_peak_bytes, 100);
+  EXPECT_EQ(rebuilt.freed_by_input, 60);
+  // Held two ways they are two tensors: ln keeps its 40, attn rebuilds its 100 from ln's output (80).
+  const StageCosts mixed = stage1({D::Keep, D::Keep, D::Recompute, D::Keep, D::Keep}).table.stages[1];
+  EXPECT_EQ(mixed.activation_bytes, 100);
+  EXPECT_EQ(mixed.checkpoint_bytes, 80 + 40);
+  EXPECT_EQ(stage1({D::Keep, D::Offload, D::Offload, D::Keep, D::Keep}).details[1].offload_bytes, 100);
+  // The partitioner's model agrees.
+  const OperatorTable ops = make_operator_table(g, {2, 10});
+  StageContext one;
+  one.in_flight = 1;
+  EXPECT_EQ(evaluate_stage_memory(ops, 1, 3, one, {D::Keep, D::Keep}).activation_memory, 100);
+  EXPECT_EQ(evaluate_stage_memory(ops, 1, 3, one, {D::Recompute, D::Recompute}).activation_memory, 80 + 100);
 }
 
 // A stage's workspace is its largest operator's: operators run one at a time.

@@ -98,6 +98,31 @@ TEST(StageMemory, WholeBackwardRebuildsOneSegmentAtATime) {
                    3 * (40 + 8 + 17) + 40);
 }
 
+TEST(StageMemory, TensorsTwoOperatorsSaveCountOnceWhereBothHoldThemAlike) {
+  // c's 30 saved bytes include 25 that b saves too (softmax and P V both save the probabilities).
+  OperatorTable ops = chain();
+  ops.shared = {0, 0, 25, 0};
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, context(3), {K, K, K, K}).activation_memory, 3 * (10 + 40 + 5 + 20));
+  // b and c rebuilt in one segment: 45 bytes rebuilt, a's output (8) kept for it.
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, context(3), {K, R, R, K}).activation_memory, 3 * (30 + 8) + 45);
+  // Held two ways, they are two tensors: c rebuilds its 30 from b's output (6) while b keeps its 40,
+  // or b rebuilds its 40 from a's output (8) while c keeps its 30.
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, context(3), {K, K, R, K}).activation_memory, 3 * (70 + 6) + 30);
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, context(3), {K, R, K, K}).activation_memory, 3 * (60 + 8) + 40);
+  // Both offloaded: 45 bytes move (3 copies on the device, as below).
+  const StageMemoryPlan moved = evaluate_stage_memory(ops, 0, 4, context(6, kInfinity, 10, 30), {K, O, O, K});
+  EXPECT_DOUBLE_EQ(moved.offload_bytes, 45);
+  EXPECT_DOUBLE_EQ(moved.activation_memory, 6 * 30 + 3 * 45);
+  // In a stage that starts at c, b's tensors are on another device.
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 2, 4, context(3), {K, K}).activation_memory, 3 * (30 + 20));
+  // The solvers see it: with 230 bytes for activations, keeping everything (225) fits with nothing added.
+  for (MemorySolver solver : {MemorySolver::Exact, MemorySolver::Greedy}) {
+    const StageMemoryPlan plan = optimize_stage_memory(ops, 0, 4, context(3, 48 + 7 + 230), solver);
+    EXPECT_TRUE(plan.fits);
+    EXPECT_EQ(plan.decisions, (std::vector<D>{K, K, K, K}));
+  }
+}
+
 TEST(StageMemory, OffloadKeepsCopiesInFlightAndCostsWhatTheReloadCannotHide) {
   // k = 6, bandwidth 10 bytes/unit, period 30: a forward slot is 10; b and c (70 bytes) take 7 to move.
   // On the device: the one just made, the one reloaded, and one slot's worth on its way out: 3 copies.
@@ -273,6 +298,48 @@ TEST(StageMemory, ExactSolverEqualsBruteForce) {
   }
   EXPECT_GT(feasible, 100);
   EXPECT_GT(offloading_checkpoints, 10);  // the optimum often offloads them
+}
+
+// The same with neighbours that save shared tensors: the dynamic programs must tell a kept, an
+// offloaded and a recomputed predecessor apart.
+TEST(StageMemory, ExactSolverEqualsBruteForceWithSharedTensors) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> share(0, 1);
+  int feasible = 0, sharing_optima = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 3 + trial % 6;
+    OperatorTable ops = random_ops(rng, n);
+    if (trial % 3 != 0)
+      for (int v = 0; v < n; ++v) ops.layer.push_back(v / (2 + trial % 3));
+    ops.shared.assign(n, 0);
+    for (int v = 1; v < n; ++v)
+      if (ops.same_layer(v - 1, v) && rng() % 2 == 0) ops.shared[v] = share(rng) * std::min(ops.saved[v - 1], ops.saved[v]);
+    const int begin = trial % 2;
+    StageContext c = context(1 + trial % 5, 0, trial % 3 == 1 ? 0 : 20, 1 + trial % 4);
+    c.split_backward = trial % 4 == 3;
+    const StageMemoryPlan keep = evaluate_stage_memory(ops, begin, n, c, std::vector<D>(n - begin, K));
+    c.budget = keep.memory * (0.4 + 0.1 * (trial % 6));
+    const double expected = brute_force(ops, begin, n, c);
+    const StageMemoryPlan exact = optimize_stage_memory(ops, begin, n, c, MemorySolver::Exact);
+    ASSERT_EQ(exact.fits, expected < kInfinity) << "trial " << trial;
+    if (c.host_bandwidth == 0) {
+      EXPECT_NEAR(least_stage_memory(ops, begin, n, c).memory, least_memory_brute_force(ops, begin, n, c),
+                  1e-9 * c.budget)
+          << "trial " << trial;
+    }
+    if (!exact.fits) continue;
+    ++feasible;
+    EXPECT_NEAR(exact.added_time(), expected, 1e-9 * (1 + expected)) << "trial " << trial;
+    // Where the optimum holds a shared pair alike, counting the pair twice would cost it memory.
+    for (int v = begin + 1; v < n; ++v)
+      sharing_optima += ops.shared[v] > 0 && exact.decisions[v - begin] == exact.decisions[v - 1 - begin];
+    const StageMemoryPlan greedy = optimize_stage_memory(ops, begin, n, c, MemorySolver::Greedy);
+    if (greedy.fits) {
+      EXPECT_GE(greedy.added_time(), expected - 1e-9) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(feasible, 80);
+  EXPECT_GT(sharing_optima, 50);
 }
 
 }  // namespace

@@ -260,6 +260,21 @@ TEST(Executor, OffloadMovesOnlyTheOperatorsDecidedOffload) {
   EXPECT_EQ(2 * all[0].steps[0].peak_offloaded_bytes, keep[0].steps[0].peak_saved_bytes);
 }
 
+TEST(Executor, ATensorTwoOperatorsSaveMovesAndCountsOnce) {
+  // Layer 0's softmax (node 6) and P V (node 7) both save the probabilities, [2, 4 heads, 8, 8] in
+  // float64; P V saves the fused QKV [2, 8, 48] besides. Offloaded together, the probabilities move
+  // once (one micro-batch on the host at a time, as above).
+  const Schedule schedule = add_memory_actions(make_builtin("1f1b", {2, 4}), {0, 0}, {1, 0});
+  const ModelPlan plan = plan_for(sizes({15, 15}));
+  ASSERT_EQ(plan.graph.nodes[6].kind, "softmax");
+  std::vector<MemoryDecision> decisions(kNodes, MemoryDecision::Keep);
+  decisions[6] = decisions[7] = MemoryDecision::Offload;
+  const auto moved = train(schedule, plan, 1, adamw(), {}, decisions);
+  const int64_t probabilities = 2 * 4 * 8 * 8 * 8, qkv = 2 * 8 * 48 * 8;
+  EXPECT_EQ(moved[0].steps[0].peak_offloaded_bytes, probabilities + qkv);
+  EXPECT_LT(difference(moved, plan, 4, 1, adamw()), 1e-12);
+}
+
 TEST(Executor, OffloadedCheckpointsComeBackForTheRebuild) {
   // 1F1B on 2 ranks, both stages recomputed whole. Stage 0 (the embedding layer and block 0)
   // rebuilds block 0 from one checkpoint, the embeddings' sum [2, 8, 16] in float64; stage 1 rebuilds

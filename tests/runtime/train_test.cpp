@@ -145,6 +145,11 @@ TEST_F(Train, ProfileWritesACostGraphTheSimulatorReads) {
   // per sequence, 16 bytes per token and key.
   EXPECT_EQ(g["nodes"][5]["name"], "layer.0.scores");
   EXPECT_GE(g["nodes"][5]["workspace_bytes"]["per_token_seq"].get<double>(), 16);
+  // The softmax and P V save the same probabilities: measured as shared, once.
+  EXPECT_EQ(g["nodes"][6]["name"], "layer.0.softmax");
+  EXPECT_EQ(g["nodes"][7]["name"], "layer.0.attention_v");
+  EXPECT_DOUBLE_EQ(g["nodes"][7]["shared_saved_bytes"]["per_token_seq"].get<double>(), 16);
+  EXPECT_EQ(g["nodes"][7]["shared_saved_bytes"], g["nodes"][6]["saved_bytes"]);
   EXPECT_NE(profile.out.find("workspace"), std::string::npos);
   const Outcome simulate = flexpipe("simulate zb-h1 -p 2 --model " + graph.string() + " --microbatch-size 2 --json");
   ASSERT_EQ(simulate.exit_code, 0) << simulate.err;

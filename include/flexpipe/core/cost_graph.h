@@ -86,6 +86,12 @@ struct OperatorNode {
   PassCost backward_weight;  // gradient with respect to the parameters (W)
   ShapePolynomial saved_bytes;      // kept by the forward for the backward
   ShapePolynomial freed_by_input;   // part of saved_bytes released when I ends; the rest when W ends
+  // Part of saved_bytes that is the very tensors the previous node saves too (softmax and the P V
+  // product both save the probabilities). The previous node must feed this one, in the same layer
+  // (so the partitioner's layers choose independently). Held once while
+  // both nodes keep what they save, both offload it, or both rebuild it in one recompute segment;
+  // released when neither node holds it any more.
+  ShapePolynomial shared_saved_bytes;
   ShapePolynomial output_bytes;     // the operator's full output
   ShapePolynomial workspace_bytes;  // transient, during its own passes only
   friend bool operator==(const OperatorNode&, const OperatorNode&) = default;
@@ -146,7 +152,8 @@ const char* layer_role_name(LayerRole role);  // "embedding", "transformer", "mt
 // Checks the invariants every consumer relies on; throws Error starting with `origin` and naming the
 // node, edge or layer at fault: unique names, valid indices, no self-loops or duplicate edges, no cycle
 // (the cycle is spelled out), nodes in topological order, freed_by_input <= saved_bytes at the
-// reference shape, hardware present when a node scales by roofline.
+// reference shape, shared_saved_bytes at most what the node and the previous one (which must feed it)
+// save, hardware present when a node scales by roofline.
 void validate_cost_graph(const CostGraph& graph, const std::string& origin);
 
 // JSON file I/O. Syntax errors name FILE:LINE:COL; other errors the JSON path (nodes[3].forward.time).

@@ -25,12 +25,16 @@ struct OperatorTable {
     double bytes = 0;
   };
   std::vector<double> forward, backward, saved, workspace, parameters;
+  std::vector<double> shared;               // per node, saved bytes shared with node - 1; empty: none
   std::vector<double> output;               // per node, its output's bytes; empty: unbounded
   std::vector<std::vector<InEdge>> inputs;  // per node, its producers (an edge each)
   std::vector<int> tied_to;                 // kNotTied or the owner node
   std::vector<int> layer;                   // per node; empty: every node in one layer
   int size() const { return static_cast<int>(forward.size()); }
   bool same_layer(int u, int v) const { return layer.empty() || layer[u] == layer[v]; }
+  // What v saves besides the tensors v - 1 saves too, when both hold theirs the same way (kept,
+  // offloaded, or rebuilt in one segment) and v - 1 is in the stage (v > begin).
+  double saved_once(int begin, int v) const { return saved[v] - (v > begin && !shared.empty() ? shared[v] : 0); }
 };
 OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape);
 
@@ -83,6 +87,8 @@ struct StageMemoryPlan {
 
 // The memory of [begin, end) with the given decisions (one per operator of the range), by the model:
 //   static + max workspace + k*(kept + checkpoints) + rebuilt + copies(offloaded) * offloaded,
+// with tensors two neighbouring operators both save counted once where both keep them, both offload
+// them or both rebuild them in one segment,
 // where rebuilt is the largest recompute segment of one micro-batch (whole backward) or all its
 // recomputed operators (split backward), and checkpoints are, per segment, the stage's tensors it
 // reads from before it (each once, at most its producer's output). With context.offload_checkpoints
