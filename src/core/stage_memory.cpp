@@ -217,7 +217,7 @@ struct GreedyState {
   // Whether a recomputed v continues the segment of a recomputed v - 1.
   bool continues(int v) const { return continues_segment(ops, begin, v, is(v - 1, MemoryDecision::Recompute)); }
   // The saved tensors of v+1 that are v's too: held once while both keep or rebuild them together.
-  double shared_with_next(int v) const { return v + 1 < end ? ops.saved[v + 1] - ops.saved_once(begin, v + 1) : 0; }
+  double shared_with_next(int v) const { return v + 1 < end ? ops.shared_in_stage(begin, v + 1) : 0; }
   // What v's decision m holds that no neighbour deciding the same holds too.
   double held_alone(int v, MemoryDecision m) const {
     return (is(v - 1, m) ? ops.saved_once(begin, v) : ops.saved[v]) - (is(v + 1, m) ? shared_with_next(v) : 0);
@@ -236,9 +236,10 @@ double take_hidden_offloads(GreedyState& s, double deficit) {
   std::sort(order.begin(), order.end(), [&](int a, int b) { return s.ops.saved[a] > s.ops.saved[b]; });
   for (int v : order) {
     if (deficit <= 0) break;
-    const double bytes = s.held_alone(v, MemoryDecision::Offload);
+    const bool sharing = !s.ops.shared.empty();
+    const double bytes = sharing ? s.held_alone(v, MemoryDecision::Offload) : s.ops.saved[v];
     const double gain =
-        k * s.held_alone(v, MemoryDecision::Keep) - (offloaded_held(s.offloaded + bytes, s.context) - offloaded_held(s.offloaded, s.context));
+        k * (sharing ? s.held_alone(v, MemoryDecision::Keep) : s.ops.saved[v]) - (offloaded_held(s.offloaded + bytes, s.context) - offloaded_held(s.offloaded, s.context));
     if (offload_penalty(s.offloaded + bytes, s.context) > 0 || gain <= 0) continue;
     s.d[v - s.begin] = MemoryDecision::Offload;
     s.offloaded += bytes;
@@ -285,7 +286,10 @@ struct GreedyMove {
 // move saves anything (the first recomputed segment at k = 1 rebuilds what it stops keeping), the
 // climb: the recompute chain that would save most per time once the largest segment is paid for,
 // which later chains then save against. None (a < 0) when nothing is left to try.
-GreedyMove best_move(const GreedyState& s, double deficit) {
+// Instantiated without sharing too: where no operator shares saved tensors (most graphs) the shared
+// terms vanish from the partitioner's hottest loop.
+template <bool Sharing>
+GreedyMove best_move_of(const GreedyState& s, double deficit) {
   constexpr int kLongestChain = 24;
   const OperatorTable& ops = s.ops;
   const StageContext& context = s.context;
@@ -293,7 +297,8 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
   GreedyMove best, climb;
   double best_cost = kInfinity, best_ratio = 0, climb_ratio = 0;
   bool best_closes = false;
-  auto consider = [&](double gain, double cost, int a, int b, bool offload, double rebuilt = 0) {
+  // Inlined: it runs for every chain the inner loop prices (the partitioner's hot path).
+  auto consider = [&](double gain, double cost, int a, int b, bool offload, double rebuilt = 0) __attribute__((always_inline)) {
     if (gain <= 0) {
       if (offload || gain + rebuilt <= 0 || cost <= 0) return;
       const double ratio = (gain + rebuilt) / cost;
@@ -315,8 +320,8 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
   for (int a = s.begin; a < s.end; ++a) {
     if (!s.is(a, MemoryDecision::Keep)) continue;
     if (can_offload(ops, a, context)) {
-      const double moved = s.held_alone(a, MemoryDecision::Offload);
-      consider(k * s.held_alone(a, MemoryDecision::Keep) -
+      const double moved = Sharing ? s.held_alone(a, MemoryDecision::Offload) : ops.saved[a];
+      consider(k * (Sharing ? s.held_alone(a, MemoryDecision::Keep) : ops.saved[a]) -
                    (offloaded_held(s.offloaded + moved, context) - offloaded_held(s.offloaded, context)),
                offload_penalty(s.offloaded + moved, context) - penalty_now, a, a, true);
     }
@@ -329,8 +334,10 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
     for (int b = a; b < s.end && b < a + kLongestChain && s.is(b, MemoryDecision::Keep) && (b == a || ops.same_layer(b - 1, b));
          ++b) {
       // What b holds besides a predecessor kept (before the move) or rebuilt with it (after).
-      kept += k * (b > a || s.is(a - 1, MemoryDecision::Keep) ? ops.saved_once(s.begin, b) : ops.saved[b]);
-      chain += b > a || joins_left ? ops.saved_once(s.begin, b) : ops.saved[b];
+      const double shared = Sharing ? ops.shared_in_stage(s.begin, b) : 0;
+      const double shared_next = Sharing ? s.shared_with_next(b) : 0;
+      kept += k * (ops.saved[b] - (b > a || s.is(a - 1, MemoryDecision::Keep) ? shared : 0));
+      chain += ops.saved[b] - (b > a || joins_left ? shared : 0);
       const double read = checkpoint_bound(ops, b, start);
       checkpoints += checkpoint_copies * read;
       if (context.offload_checkpoints) moved += read;
@@ -342,15 +349,18 @@ GreedyMove best_move(const GreedyState& s, double deficit) {
       if (joins_right)
         for (const OperatorTable::InEdge& in : ops.inputs[b + 1])
           if (in.from == b) freed_successor += k * in.bytes;
-      const double merged =
-          left + chain + (joins_right ? segments.from[b + 1 - s.begin] - s.shared_with_next(b) : 0);
+      const double merged = left + chain + (joins_right ? segments.from[b + 1 - s.begin] - shared_next : 0);
       const double rebuilt = context.split_backward ? chain : std::max(0.0, merged - segments.largest);
       // A kept successor no longer shares what b saved.
-      const double unshared = s.is(b + 1, MemoryDecision::Keep) ? k * s.shared_with_next(b) : 0;
+      const double unshared = s.is(b + 1, MemoryDecision::Keep) ? k * shared_next : 0;
       consider(kept + freed_successor - unshared - rebuilt - checkpoints, cost, a, b, false, rebuilt);
     }
   }
   return best.a >= 0 ? best : climb;
+}
+
+GreedyMove best_move(const GreedyState& s, double deficit) {
+  return s.ops.shared.empty() ? best_move_of<false>(s, deficit) : best_move_of<true>(s, deficit);
 }
 
 // Moves chosen early can be made redundant by later, larger ones: gives back the segments whose
@@ -770,16 +780,18 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
   plan.static_memory = fixed.static_memory;
   double kept = 0, offloaded = 0, checkpoints = 0, rebuilt_all = 0, segment = 0, largest_segment = 0;
   int segment_start = begin;
+  const bool sharing = !ops.shared.empty();
   for (int v = begin; v < end; ++v) {
-    auto previous_is = [&](MemoryDecision m) { return v > begin && decisions[v - 1 - begin] == m; };
-    switch (decisions[v - begin]) {
-      case MemoryDecision::Keep: kept += previous_is(MemoryDecision::Keep) ? ops.saved_once(begin, v) : ops.saved[v]; break;
-      case MemoryDecision::Offload:
-        offloaded += previous_is(MemoryDecision::Offload) ? ops.saved_once(begin, v) : ops.saved[v];
-        break;
+    const MemoryDecision decision = decisions[v - begin];
+    const bool as_previous = v > begin && decisions[v - 1 - begin] == decision;
+    // Tensors v shares with v - 1 are held once when both decided alike (and, rebuilt, in one segment).
+    const double shared = sharing && as_previous ? ops.shared_in_stage(begin, v) : 0;
+    switch (decision) {
+      case MemoryDecision::Keep: kept += ops.saved[v] - shared; break;
+      case MemoryDecision::Offload: offloaded += ops.saved[v] - shared; break;
       case MemoryDecision::Recompute: {
-        const bool continues = continues_segment(ops, begin, v, previous_is(MemoryDecision::Recompute));
-        const double bytes = continues ? ops.saved_once(begin, v) : ops.saved[v];
+        const bool continues = continues_segment(ops, begin, v, as_previous);
+        const double bytes = ops.saved[v] - (continues ? shared : 0);
         segment = (continues ? segment : 0) + bytes;
         if (!continues) segment_start = v;
         largest_segment = std::max(largest_segment, segment);

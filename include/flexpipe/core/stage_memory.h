@@ -32,9 +32,11 @@ struct OperatorTable {
   std::vector<int> layer;                   // per node; empty: every node in one layer
   int size() const { return static_cast<int>(forward.size()); }
   bool same_layer(int u, int v) const { return layer.empty() || layer[u] == layer[v]; }
+  // The saved bytes v shares with v - 1 when v - 1 is in the stage (v > begin).
+  double shared_in_stage(int begin, int v) const { return v > begin && !shared.empty() ? shared[v] : 0; }
   // What v saves besides the tensors v - 1 saves too, when both hold theirs the same way (kept,
-  // offloaded, or rebuilt in one segment) and v - 1 is in the stage (v > begin).
-  double saved_once(int begin, int v) const { return saved[v] - (v > begin && !shared.empty() ? shared[v] : 0); }
+  // offloaded, or rebuilt in one segment) and v - 1 is in the stage.
+  double saved_once(int begin, int v) const { return saved[v] - shared_in_stage(begin, v); }
 };
 OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape);
 
