@@ -145,13 +145,34 @@ double transfer_time(double offload_bytes, const StageContext& context) {
   return context.host_bandwidth > 0 ? offload_bytes / context.host_bandwidth : kInfinity;
 }
 
+// The warm-up's k forwards run back to back, one per forward time f at best. Where a transfer takes
+// longer than f the copies queue on the host link: after the k-th forward, k - floor((k - 1) f / t)
+// of them have not left (the one going out included). Deep pipelines (k in the tens) pile up most.
+double warm_up_backlog(double t, const StageContext& context) {
+  if (!(t > context.forward_time)) return 0;
+  const double k = context.in_flight;
+  return k - std::floor((k - 1) * context.forward_time / t + 1e-12);
+}
+
 // Copies on the device while a backward runs: the one reloaded for it, the one just made and those
 // still on their way out (the transfer spans `slots` forward slots), when the reload starts a compute
 // action ahead. A reload right before R (checkpoint offload) starts with the newest one's offload and
 // takes as long, so R finds only transfers older than one slot still going out: `slots` copies in all.
+// At the first backward, the warm-up's backlog and that backward's reload.
 double offload_copies(double offload_bytes, const StageContext& context) {
-  const double slots = std::max(1.0, std::ceil(transfer_time(offload_bytes, context) / forward_slot(context) - 1e-12));
-  return std::min<double>(context.in_flight, context.offload_checkpoints ? slots : 2 + slots);
+  const double t = transfer_time(offload_bytes, context);
+  const double slots = std::max(1.0, std::ceil(t / forward_slot(context) - 1e-12));
+  const double steady = context.offload_checkpoints ? slots : 2 + slots;
+  return std::min<double>(context.in_flight, std::max(steady, 1 + warm_up_backlog(t, context)));
+}
+
+// The context with the stage's forward time where the caller left it out.
+StageContext with_forward_time(const OperatorTable& ops, int begin, int end, StageContext context) {
+  if (context.forward_time < 0) {
+    context.forward_time = 0;
+    for (int v = begin; v < end; ++v) context.forward_time += ops.forward[v];
+  }
+  return context;
 }
 
 // The offloaded bytes' share of the peak. `rebuilt`: what the backward rebuilds besides (0 when not
@@ -756,21 +777,28 @@ bool can_offload_checkpoints(const StageContext& context) {
   return context.allow_offload && context.allow_recompute && context.host_bandwidth > 0 && context.in_flight > 1;
 }
 
-StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context) {
+StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& stage_context) {
+  if (begin < 0 || end > ops.size() || begin > end)
+    throw Error(fmt::format("operator range [{}, {}) outside the graph's {} operators", begin, end, ops.size()));
+  const StageContext context = with_forward_time(ops, begin, end, stage_context);
   return either_way(context,
                     [&](const StageContext& c) { return least_memory_holding_checkpoints_one_way(ops, begin, end, c); });
 }
 
-StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
+StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& stage_context,
                                       MemorySolver solver) {
+  if (begin < 0 || end > ops.size() || begin > end)
+    throw Error(fmt::format("operator range [{}, {}) outside the graph's {} operators", begin, end, ops.size()));
+  const StageContext context = with_forward_time(ops, begin, end, stage_context);
   return either_way(context,
                     [&](const StageContext& c) { return optimize_holding_checkpoints_one_way(ops, begin, end, c, solver); });
 }
 
-StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
+StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& stage_context,
                                       const std::vector<MemoryDecision>& decisions) {
   if (begin < 0 || end > ops.size() || begin > end)
     throw Error(fmt::format("operator range [{}, {}) outside the graph's {} operators", begin, end, ops.size()));
+  const StageContext context = with_forward_time(ops, begin, end, stage_context);
   if (static_cast<int>(decisions.size()) != end - begin)
     throw Error(fmt::format("{} memory decisions for a stage of {} operators", decisions.size(), end - begin));
   const double k = context.in_flight;

@@ -136,6 +136,16 @@ TEST(StageMemory, OffloadKeepsCopiesInFlightAndCostsWhatTheReloadCannotHide) {
   // Never more copies than micro-batches in flight.
   EXPECT_DOUBLE_EQ(evaluate_stage_memory(chain(), 0, 4, context(3, kInfinity, 10, 15), {K, O, O, K}).activation_memory,
                    3 * 30 + 3 * 70);
+  // A deep pipeline's warm-up: 16 forwards of 10 units back to back, each offloading 70 bytes at 1
+  // byte per unit. The transfers queue: after the 16th forward only floor(15 * 10 / 70) = 2 have left,
+  // so 14 are still on the device, and the first backward reloads one more: 15 copies, where the
+  // steady state alone (a slot of 100) would say 3.
+  const StageContext deep = context(16, kInfinity, 1, 300);
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(chain(), 0, 4, deep, {K, O, O, K}).activation_memory, 16 * 30 + 15 * 70);
+  // Forwards paced at 35 units (a slower stage before it) let floor(15 * 35 / 70) = 7 leave.
+  StageContext paced = deep;
+  paced.forward_time = 35;
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(chain(), 0, 4, paced, {K, O, O, K}).activation_memory, 16 * 30 + 10 * 70);
   // Without a host link offloading is impossible.
   EXPECT_FALSE(evaluate_stage_memory(chain(), 0, 4, context(4, kInfinity, 0, 4), {K, O, K, K}).fits);
 }

@@ -46,6 +46,9 @@ struct StageContext {
   double budget = kInfinity;      // bytes this stage may use
   double host_bandwidth = 0;      // bytes per time unit; 0: no offloading
   double period = 0;              // the pipeline's steady-state period (the target bottleneck time)
+  // The stage's forward per micro-batch, the fastest pace of the warm-up's forwards; negative: the
+  // sum of the range's forward times (what the model's entry points fill in).
+  double forward_time = -1;
   double bytes_per_parameter = 16;  // weights + gradients + optimizer state
   bool allow_recompute = true;
   bool allow_offload = true;
