@@ -63,7 +63,8 @@ std::vector<int> one_f_one_b(int p) {
 // The theorem of docs/partitioner.md, checked: on every small graph the binary search finds the
 // bottleneck exhaustive search finds, with memory tight enough that stages must recompute or offload.
 TEST(Partitioner, BinarySearchEqualsExhaustiveSearch) {
-  std::mt19937 rng(11);
+  std::mt19937 rng(11), share_rng(5);
+  std::uniform_real_distribution<double> share(0, 1);
   int memory_bound = 0;
   const int trials = kSanitized ? 15 : 60;
   for (int trial = 0; trial < trials; ++trial) {
@@ -71,6 +72,11 @@ TEST(Partitioner, BinarySearchEqualsExhaustiveSearch) {
     const bool offload = trial % 4 == 3;
     const int n = offload ? 8 + trial % 7 : 10 + trial % 21;  // up to 30 operators
     OperatorTable ops = random_ops(rng, n);
+    if (trial % 5 == 2) {  // neighbours that save shared tensors (a stage's cost still grows with its range)
+      ops.shared.assign(n, 0);
+      for (int v = 1; v < n; ++v)
+        if (share_rng() % 2 == 0) ops.shared[v] = share(share_rng) * std::min(ops.saved[v - 1], ops.saved[v]);
+    }
     double total = 0;
     for (int v = 0; v < n; ++v) total += ops.saved[v];
     // Between a quarter and the whole of what 1F1B's first stage would hold with an even split.
