@@ -61,7 +61,7 @@ struct ShowOptions {
 
 struct Row {
   std::string name, kind;
-  double forward = 0, backward_input = 0, backward_weight = 0, flops = 0, saved = 0, parameters = 0;
+  double forward = 0, backward_input = 0, backward_weight = 0, flops = 0, saved = 0, shared = 0, parameters = 0;
   int operators = 0;
 };
 
@@ -88,7 +88,10 @@ void show(const ShowOptions& o) {
     row->backward_input += node.backward_input.time;
     row->backward_weight += node.backward_weight.time;
     row->flops += node.forward.flops.at(shape.microbatch_size, shape.seq_len);
-    row->saved += node.saved_bytes.at(shape.microbatch_size, shape.seq_len);
+    // A layer holds what two of its operators both save once (shared_saved_bytes stay in a layer).
+    const double shared = node.shared_saved_bytes.at(shape.microbatch_size, shape.seq_len);
+    row->saved += node.saved_bytes.at(shape.microbatch_size, shape.seq_len) - (o.layers ? shared : 0);
+    if (!o.layers) row->shared = shared;
     row->parameters += node.parameters;
     ++row->operators;
   }
@@ -109,6 +112,7 @@ void show(const ShowOptions& o) {
                                    {"backward_weight", row.backward_weight}, {"forward_flops", row.flops},
                                    {"saved_bytes", row.saved}, {"parameters", row.parameters}};
       if (o.layers) entry["operators"] = row.operators;
+      if (row.shared > 0) entry["shared_saved_bytes"] = row.shared;
       list.push_back(entry);
     }
     fmt::print("{}\n", out.dump(2));

@@ -48,6 +48,25 @@ TEST_F(ModelCli, ShowListsOperatorsOrLayers) {
   EXPECT_EQ(layers.out.find("attention_v"), std::string::npos);
 }
 
+// Llama's P V product saves the softmax's probabilities too: the operator row says so, and the
+// layer row holds them once.
+TEST_F(ModelCli, ShowCountsSharedSavedTensorsOncePerLayer) {
+  const Outcome operators = flexpipe("model show llama2-7b --json");
+  ASSERT_EQ(operators.exit_code, 0) << operators.err;
+  const Outcome layers = flexpipe("model show llama2-7b --json --layers");
+  ASSERT_EQ(layers.exit_code, 0) << layers.err;
+  double saved = 0, shared = 0;
+  const nlohmann::json nodes = nlohmann::json::parse(operators.out)["nodes"];
+  for (const auto& node : nodes)
+    if (node["name"].get<std::string>().starts_with("layer.0.")) {
+      saved += node["saved_bytes"].get<double>();
+      shared += node.value("shared_saved_bytes", 0.0);
+    }
+  // 32 heads x 4096^2 positions x 2 bytes.
+  EXPECT_EQ(shared, 32.0 * 4096 * 4096 * 2);
+  EXPECT_EQ(nlohmann::json::parse(layers.out)["layers"][1]["saved_bytes"].get<double>(), saved - shared);
+}
+
 TEST_F(ModelCli, ExportWritesAGraphThatReadsBack) {
   const fs::path file = dir_ / "llama.json";
   const Outcome run = flexpipe("model export llama2-7b --flash-attention -o " + file.string());
