@@ -2,6 +2,7 @@
 // solver against brute force over every keep / recompute / offload assignment.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -275,6 +276,27 @@ double brute_force(const OperatorTable& ops, int begin, int end, const StageCont
   return best;
 }
 
+// One stage: the exact solver's answer against brute force, the least-memory program against brute
+// force where nothing offloads, and the greedy never below the optimum. The exact plan when it fits.
+std::optional<StageMemoryPlan> expect_solvers_agree(const OperatorTable& ops, int begin, int n, const StageContext& c,
+                                                    int trial) {
+  const double expected = brute_force(ops, begin, n, c);
+  const StageMemoryPlan exact = optimize_stage_memory(ops, begin, n, c, MemorySolver::Exact);
+  EXPECT_EQ(exact.fits, expected < kInfinity) << "trial " << trial;
+  if (c.host_bandwidth == 0) {
+    EXPECT_NEAR(least_stage_memory(ops, begin, n, c).memory, least_memory_brute_force(ops, begin, n, c), 1e-9 * c.budget)
+        << "trial " << trial;
+  }
+  if (!exact.fits || expected == kInfinity) return std::nullopt;
+  EXPECT_NEAR(exact.added_time(), expected, 1e-9 * (1 + expected)) << "trial " << trial;
+  EXPECT_LE(exact.memory, c.budget);
+  const StageMemoryPlan greedy = optimize_stage_memory(ops, begin, n, c, MemorySolver::Greedy);
+  if (greedy.fits) {
+    EXPECT_GE(greedy.added_time(), expected - 1e-9) << "trial " << trial;
+  }
+  return exact;
+}
+
 TEST(StageMemory, ExactSolverEqualsBruteForce) {
   std::mt19937 rng(7);
   int feasible = 0, offloading_checkpoints = 0;
@@ -286,25 +308,11 @@ TEST(StageMemory, ExactSolverEqualsBruteForce) {
     const int begin = trial % 2;
     StageContext c = context(1 + trial % 6, 0, trial % 3 == 0 ? 0 : 20, 1 + trial % 4);
     c.split_backward = trial % 4 == 1;
-    const StageMemoryPlan keep = evaluate_stage_memory(ops, begin, n, c, std::vector<D>(n - begin, K));
-    c.budget = keep.memory * (0.35 + 0.1 * (trial % 6));
-    const double expected = brute_force(ops, begin, n, c);
-    const StageMemoryPlan exact = optimize_stage_memory(ops, begin, n, c, MemorySolver::Exact);
-    ASSERT_EQ(exact.fits, expected < kInfinity) << "trial " << trial;
-    if (!exact.fits) continue;
+    c.budget = evaluate_stage_memory(ops, begin, n, c, std::vector<D>(n - begin, K)).memory * (0.35 + 0.1 * (trial % 6));
+    const std::optional<StageMemoryPlan> exact = expect_solvers_agree(ops, begin, n, c, trial);
+    if (!exact) continue;
     ++feasible;
-    EXPECT_NEAR(exact.added_time(), expected, 1e-9 * (1 + expected)) << "trial " << trial;
-    if (c.host_bandwidth == 0) {
-      EXPECT_NEAR(least_stage_memory(ops, begin, n, c).memory, least_memory_brute_force(ops, begin, n, c),
-                  1e-9 * c.budget)
-          << "trial " << trial;
-    }
-    EXPECT_LE(exact.memory, c.budget);
-    offloading_checkpoints += exact.offload_checkpoints;
-    const StageMemoryPlan greedy = optimize_stage_memory(ops, begin, n, c, MemorySolver::Greedy);
-    if (greedy.fits) {
-      EXPECT_GE(greedy.added_time(), expected - 1e-9) << "trial " << trial;
-    }
+    offloading_checkpoints += exact->offload_checkpoints;
   }
   EXPECT_GT(feasible, 100);
   EXPECT_GT(offloading_checkpoints, 10);  // the optimum often offloads them
@@ -327,26 +335,13 @@ TEST(StageMemory, ExactSolverEqualsBruteForceWithSharedTensors) {
     const int begin = trial % 2;
     StageContext c = context(1 + trial % 5, 0, trial % 3 == 1 ? 0 : 20, 1 + trial % 4);
     c.split_backward = trial % 4 == 3;
-    const StageMemoryPlan keep = evaluate_stage_memory(ops, begin, n, c, std::vector<D>(n - begin, K));
-    c.budget = keep.memory * (0.4 + 0.1 * (trial % 6));
-    const double expected = brute_force(ops, begin, n, c);
-    const StageMemoryPlan exact = optimize_stage_memory(ops, begin, n, c, MemorySolver::Exact);
-    ASSERT_EQ(exact.fits, expected < kInfinity) << "trial " << trial;
-    if (c.host_bandwidth == 0) {
-      EXPECT_NEAR(least_stage_memory(ops, begin, n, c).memory, least_memory_brute_force(ops, begin, n, c),
-                  1e-9 * c.budget)
-          << "trial " << trial;
-    }
-    if (!exact.fits) continue;
+    c.budget = evaluate_stage_memory(ops, begin, n, c, std::vector<D>(n - begin, K)).memory * (0.4 + 0.1 * (trial % 6));
+    const std::optional<StageMemoryPlan> exact = expect_solvers_agree(ops, begin, n, c, trial);
+    if (!exact) continue;
     ++feasible;
-    EXPECT_NEAR(exact.added_time(), expected, 1e-9 * (1 + expected)) << "trial " << trial;
     // Where the optimum holds a shared pair alike, counting the pair twice would cost it memory.
     for (int v = begin + 1; v < n; ++v)
-      sharing_optima += ops.shared[v] > 0 && exact.decisions[v - begin] == exact.decisions[v - 1 - begin];
-    const StageMemoryPlan greedy = optimize_stage_memory(ops, begin, n, c, MemorySolver::Greedy);
-    if (greedy.fits) {
-      EXPECT_GE(greedy.added_time(), expected - 1e-9) << "trial " << trial;
-    }
+      sharing_optima += ops.shared[v] > 0 && exact->decisions[v - begin] == exact->decisions[v - 1 - begin];
   }
   EXPECT_GT(feasible, 80);
   EXPECT_GT(sharing_optima, 50);
