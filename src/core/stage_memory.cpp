@@ -255,12 +255,12 @@ double take_hidden_offloads(GreedyState& s, double deficit) {
   for (int v = s.begin; v < s.end; ++v)
     if (can_offload(s.ops, v, s.context)) order.push_back(v);
   std::sort(order.begin(), order.end(), [&](int a, int b) { return s.ops.saved[a] > s.ops.saved[b]; });
+  const bool sharing = !s.ops.shared.empty();
   for (int v : order) {
     if (deficit <= 0) break;
-    const bool sharing = !s.ops.shared.empty();
     const double bytes = sharing ? s.held_alone(v, MemoryDecision::Offload) : s.ops.saved[v];
-    const double gain =
-        k * (sharing ? s.held_alone(v, MemoryDecision::Keep) : s.ops.saved[v]) - (offloaded_held(s.offloaded + bytes, s.context) - offloaded_held(s.offloaded, s.context));
+    const double kept = sharing ? s.held_alone(v, MemoryDecision::Keep) : s.ops.saved[v];
+    const double gain = k * kept - (offloaded_held(s.offloaded + bytes, s.context) - offloaded_held(s.offloaded, s.context));
     if (offload_penalty(s.offloaded + bytes, s.context) > 0 || gain <= 0) continue;
     s.d[v - s.begin] = MemoryDecision::Offload;
     s.offloaded += bytes;
@@ -319,7 +319,8 @@ GreedyMove best_move_of(const GreedyState& s, double deficit) {
   double best_cost = kInfinity, best_ratio = 0, climb_ratio = 0;
   bool best_closes = false;
   // Inlined: it runs for every chain the inner loop prices (the partitioner's hot path).
-  auto consider = [&](double gain, double cost, int a, int b, bool offload, double rebuilt = 0) __attribute__((always_inline)) {
+  auto consider = [&](double gain, double cost, int a, int b, bool offload,
+                      double rebuilt = 0) __attribute__((always_inline)) {
     if (gain <= 0) {
       if (offload || gain + rebuilt <= 0 || cost <= 0) return;
       const double ratio = (gain + rebuilt) / cost;
