@@ -109,7 +109,7 @@ class StageCost {
     for (int v = 0; v < n; ++v) {
       compute_[v + 1] = compute_[v] + ops.forward[v] + ops.backward[v];
       saved_[v + 1] = saved_[v] + ops.saved[v];
-      shared_[v + 1] = shared_[v] + (ops.saved[v] - ops.saved_once(0, v));
+      shared_[v + 1] = shared_[v] + ops.shared_in_stage(0, v);
       parameters_[v + 1] = parameters_[v] + ops.parameters[v];
       if (ops.tied_to[v] != kNotTied) tied_.push_back(v);
     }

@@ -531,6 +531,24 @@ Point recompute_step(const OperatorTable& ops, int begin, int v, const StageCont
   return p;
 }
 
+// The ways operator v extends the point `base` of Pareto set `base_set`: kept, recomputed where
+// allowed, offloaded where it can be; `push(point, set)` receives each with the set it joins.
+// Operators [begin, end) are the range the program walks; begin is the stage's first.
+template <class Push>
+void extend(const OperatorTable& ops, int begin, int end, int v, const StageContext& context, const Point& base,
+            int base_set, Push&& push) {
+  push(closed_step(base, context.in_flight * held_bytes(ops, begin, v, base, MemoryDecision::Keep), 0,
+                   MemoryDecision::Keep),
+       kKeptSet);
+  if (context.allow_recompute)
+    push(recompute_step(ops, begin, v, context, base, base_set == kRecomputedSet), kRecomputedSet);
+  if (can_offload(ops, v, context)) {
+    const bool next_shares = v + 1 < end && ops.shared_in_stage(begin, v + 1) > 0;
+    push(closed_step(base, 0, held_bytes(ops, begin, v, base, MemoryDecision::Offload), MemoryDecision::Offload),
+         next_shares ? kOffloadedSet : kKeptSet);
+  }
+}
+
 StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const StageContext& context,
                             size_t max_points) {
   const int n = end - begin;
@@ -555,7 +573,6 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
   for (int v = begin; v < end; ++v) {
     std::vector<int> next[kSets];
     const double rest = least_rest[v - begin + 1];
-    const bool next_shares = v + 1 < end && ops.saved_once(begin, v + 1) < ops.saved[v + 1];
     for (int previous = 0; previous < kSets; ++previous)
       for (int from : sets[previous]) {
         const Point base = arena[from];
@@ -566,13 +583,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
           arena.push_back(p);
           next[set].push_back(static_cast<int>(arena.size()) - 1);
         };
-        push(closed_step(base, k * held_bytes(ops, begin, v, base, MemoryDecision::Keep), 0, MemoryDecision::Keep),
-             kKeptSet);
-        if (context.allow_recompute)
-          push(recompute_step(ops, begin, v, context, base, previous == kRecomputedSet), kRecomputedSet);
-        if (can_offload(ops, v, context))
-          push(closed_step(base, 0, held_bytes(ops, begin, v, base, MemoryDecision::Offload), MemoryDecision::Offload),
-               next_shares ? kOffloadedSet : kKeptSet);
+        extend(ops, begin, end, v, context, base, previous, push);
       }
     for (int r = 0; r < kSets; ++r) {
       keep_pareto(next[r], arena);
@@ -615,32 +626,24 @@ struct LayerOption {
 // offloaded copies are charged at once, as if transfers were fast.
 std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin, int begin, int end,
                                        const StageContext& context) {
-  const double k = context.in_flight, o = std::min(context.in_flight, context.offload_checkpoints ? 1 : 3);
+  const double o = std::min(context.in_flight, context.offload_checkpoints ? 1 : 3);
   thread_local std::vector<Point> arena;  // reused: the partitioner calls this for many ranges
   arena.clear();
   arena.push_back({0, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep});
   std::vector<int> sets[kSets] = {{0}, {}, {}};
   for (int v = begin; v < end; ++v) {
     std::vector<int> next[kSets];
-    const bool next_shares = v + 1 < end && ops.saved_once(stage_begin, v + 1) < ops.saved[v + 1];
     for (int previous = 0; previous < kSets; ++previous)
       for (int from : sets[previous]) {
         const Point base = arena[from];
         auto push = [&](Point p, int set) {
           p.parent = from;
-          p.memory += o * p.offload;  // offloaded checkpoints (the base point carries none)
+          p.memory += o * p.offload;  // what v offloads (the base point carries none), at once
           p.recompute = p.offload = 0;
           arena.push_back(p);
           next[set].push_back(static_cast<int>(arena.size()) - 1);
         };
-        push(closed_step(base, k * held_bytes(ops, stage_begin, v, base, MemoryDecision::Keep), 0, MemoryDecision::Keep),
-             kKeptSet);
-        if (context.allow_recompute)
-          push(recompute_step(ops, stage_begin, v, context, base, previous == kRecomputedSet), kRecomputedSet);
-        if (can_offload(ops, v, context))
-          push(closed_step(base, o * held_bytes(ops, stage_begin, v, base, MemoryDecision::Offload), 0,
-                           MemoryDecision::Offload),
-               next_shares ? kOffloadedSet : kKeptSet);
+        extend(ops, stage_begin, end, v, context, base, previous, push);
       }
     for (int r = 0; r < kSets; ++r) {
       keep_pareto(next[r], arena);
