@@ -284,11 +284,9 @@ struct Executor::State {
       for (const at::Tensor& t : m.saved[i].tensors) {
         if (!t.defined() || std::find(counted.begin(), counted.end(), t.unsafeGetTensorImpl()) != counted.end()) continue;
         counted.push_back(t.unsafeGetTensorImpl());
-        (m.offloaded && l.offloaded_op[i] ? host : device) += t.numel() * static_cast<int64_t>(t.element_size());
+        (m.offloaded && l.offloaded_op[i] ? host : device) += tensor_bytes(t);
       }
-    for (const at::Tensor& t : m.checkpoints)
-      if (t.defined())
-        (m.offloaded && l.offload_checkpoints ? host : device) += t.numel() * static_cast<int64_t>(t.element_size());
+    for (const at::Tensor& t : m.checkpoints) (m.offloaded && l.offload_checkpoints ? host : device) += tensor_bytes(t);
     track(device - m.saved_bytes, host - m.offloaded_bytes);
     m.saved_bytes = device;
     m.offloaded_bytes = host;

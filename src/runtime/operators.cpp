@@ -346,7 +346,7 @@ std::vector<int64_t> linear_sizes(const std::string& name, const OperatorShape& 
 int64_t Saved::bytes() const {
   int64_t total = 0;
   for (const at::Tensor& t : tensors)
-    if (t.defined()) total += t.numel() * static_cast<int64_t>(t.element_size());
+    total += tensor_bytes(t);
   return total;
 }
 

@@ -24,6 +24,9 @@ struct MicroBatchData {
   at::Tensor targets;
 };
 
+// A tensor's data in bytes; 0 when it is undefined.
+inline int64_t tensor_bytes(const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
 // What one operator's forward keeps for its backward.
 struct Saved {
   std::vector<at::Tensor> tensors;

@@ -115,8 +115,8 @@ int64_t shared_saved_bytes(const ModelPlan& plan, const std::vector<Saved>& save
   int64_t bytes = 0;
   for (const at::Tensor& t : saved[v].tensors)
     for (const at::Tensor& u : saved[v - 1].tensors)
-      if (t.defined() && u.defined() && t.unsafeGetTensorImpl() == u.unsafeGetTensorImpl()) {
-        bytes += t.numel() * static_cast<int64_t>(t.element_size());
+      if (t.defined() && t.unsafeGetTensorImpl() == u.unsafeGetTensorImpl()) {
+        bytes += tensor_bytes(t);
         break;
       }
   return bytes;
@@ -186,7 +186,7 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
     // The executor frees what an operator without parameters saved when I ends; the rest at W.
     node.freed_by_input = op.has_parameters() ? ShapePolynomial{} : node.saved_bytes;
     node.output_bytes =
-        rescaled(node.output_bytes, static_cast<double>(values[v].numel() * values[v].element_size()), shape);
+        rescaled(node.output_bytes, static_cast<double>(tensor_bytes(values[v])), shape);
     node.workspace_bytes = rescaled(node.output_bytes, static_cast<double>(workspace), shape);
   }
   return graph;
