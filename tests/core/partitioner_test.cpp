@@ -163,8 +163,9 @@ TEST(Partitioner, StopsEarlyWithAFeasiblePartition) {
   for (const StageResult& stage : early.stages) EXPECT_TRUE(stage.memory.fits);
 }
 
-// A tensor two operators save counts once, and only where both are in the stage: in the search's
-// keep-everything shortcut and in the stage plans alike.
+// A tensor two operators save counts once, and only where both are in the stage, in the plans the
+// search answers with. (An error in its keep-everything shortcut alone would not show here: the
+// answer's stages are solved again; BinarySearchEqualsExhaustiveSearch covers the search's choices.)
 TEST(Partitioner, SharedTensorsCountOnceWithinAStage) {
   OperatorTable ops;
   ops.forward = {1, 1, 1, 1};
