@@ -163,9 +163,9 @@ TEST(Partitioner, StopsEarlyWithAFeasiblePartition) {
   for (const StageResult& stage : early.stages) EXPECT_TRUE(stage.memory.fits);
 }
 
-// A tensor two operators save counts once, and only where both are in the stage, in the plans the
-// search answers with. (An error in its keep-everything shortcut alone would not show here: the
-// answer's stages are solved again; BinarySearchEqualsExhaustiveSearch covers the search's choices.)
+// A tensor two operators save counts once, and only where both are in the stage: in the plans the
+// search answers with, and in its keep-everything shortcut, which solves no stage where keeping
+// everything fits (evaluations count the stages it had to solve).
 TEST(Partitioner, SharedTensorsCountOnceWithinAStage) {
   OperatorTable ops;
   ops.forward = {1, 1, 1, 1};
@@ -177,21 +177,29 @@ TEST(Partitioner, SharedTensorsCountOnceWithinAStage) {
   ops.inputs = {{}, {{0, 1}}, {{1, 1}}, {{2, 1}}};
   // Dawn's bottleneck: 6 (forward and backward) where keeping everything fits, 7 where an operator
   // must be recomputed.
-  auto dawn_bottleneck = [&](std::vector<int> in_flight, std::vector<double> budget, std::vector<char> cuts = {}) {
+  auto dawn = [&](std::vector<int> in_flight, std::vector<double> budget, std::vector<char> cuts) {
     PartitionProblem problem = problem_of(ops, std::move(in_flight), 0, 0, 4);
     problem.budget = std::move(budget);
     problem.cut_allowed = std::move(cuts);
     const PartitionResult r = partition_model(problem, PartitionMethod::Dawn);
     EXPECT_TRUE(r.fits);
-    return r.bottleneck;
+    return r;
   };
   const std::vector<char> none_inside{1, 0, 0, 0, 1};
-  EXPECT_EQ(dawn_bottleneck({2}, {150}, none_inside), 12);  // 2 x (10 + 40 + 30 - 25 + 20)
-  EXPECT_EQ(dawn_bottleneck({2}, {149.5}, none_inside), 13);  // d recomputed: 2 x (55 + 1) + 20
+  const PartitionResult kept = dawn({2}, {150}, none_inside);  // 2 x (10 + 40 + 30 - 25 + 20)
+  EXPECT_EQ(kept.bottleneck, 12);
+  EXPECT_EQ(kept.evaluations, 0);
+  const PartitionResult recomputed = dawn({2}, {149.5}, none_inside);  // d recomputed: 2 x (55 + 1) + 20
+  EXPECT_EQ(recomputed.bottleneck, 13);
+  EXPECT_GT(recomputed.evaluations, 0);
   // Cut between b and c: the second stage holds c's 30 whole.
   const std::vector<char> only_the_middle{1, 0, 1, 0, 1};
-  EXPECT_EQ(dawn_bottleneck({3, 2}, {150, 100}, only_the_middle), 6);
-  EXPECT_EQ(dawn_bottleneck({3, 2}, {150, 99.5}, only_the_middle), 7);
+  const PartitionResult split = dawn({3, 2}, {150, 100}, only_the_middle);
+  EXPECT_EQ(split.bottleneck, 6);
+  EXPECT_EQ(split.evaluations, 0);
+  const PartitionResult tighter = dawn({3, 2}, {150, 99.5}, only_the_middle);
+  EXPECT_EQ(tighter.bottleneck, 7);
+  EXPECT_GT(tighter.evaluations, 0);
 }
 
 TEST(Partitioner, StagesAreContiguousAndCoverTheGraph) {
