@@ -2,8 +2,8 @@
 // table: the step a partition search repeats. Target: under 50 ms together.
 #include <benchmark/benchmark.h>
 
-#include "flexpipe/core/model_zoo.h"
-#include "flexpipe/core/stage_aggregation.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/costs/stage_aggregation.h"
 
 namespace {
 

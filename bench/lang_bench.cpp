@@ -3,8 +3,9 @@
 
 #include <filesystem>
 
-#include "flexpipe/core/schedule_io.h"
+#include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/lang/program.h"
+#include "flexpipe/support/files.h"
 
 namespace {
 

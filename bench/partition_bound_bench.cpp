@@ -14,13 +14,13 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/core/builtin_schedules.h"
-#include "flexpipe/core/hardware.h"
-#include "flexpipe/core/lowering.h"
-#include "flexpipe/core/memory_actions.h"
-#include "flexpipe/core/model_zoo.h"
-#include "flexpipe/core/simulator.h"
-#include "flexpipe/core/stage_aggregation.h"
+#include "flexpipe/schedules/builtin.h"
+#include "flexpipe/costs/hardware.h"
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/ir/memory_actions.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/sim/simulator.h"
+#include "flexpipe/costs/stage_aggregation.h"
 
 using namespace flexpipe;
 

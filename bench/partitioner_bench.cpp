@@ -3,10 +3,10 @@
 // exact stage solver on one stage.
 #include <benchmark/benchmark.h>
 
-#include "flexpipe/core/builtin_schedules.h"
-#include "flexpipe/core/hardware.h"
-#include "flexpipe/core/model_zoo.h"
-#include "flexpipe/core/partitioner.h"
+#include "flexpipe/schedules/builtin.h"
+#include "flexpipe/costs/hardware.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/partition/partitioner.h"
 
 namespace flexpipe {
 namespace {

@@ -17,13 +17,13 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/core/builtin_schedules.h"
-#include "flexpipe/core/exact_schedule.h"
-#include "flexpipe/core/hardware.h"
-#include "flexpipe/core/lowering.h"
-#include "flexpipe/core/model_zoo.h"
-#include "flexpipe/core/schedule_search.h"
-#include "flexpipe/core/trainable_model.h"
+#include "flexpipe/schedules/builtin.h"
+#include "flexpipe/search/exact_schedule.h"
+#include "flexpipe/costs/hardware.h"
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/search/search.h"
+#include "flexpipe/train/trainable_model.h"
 
 namespace {
 

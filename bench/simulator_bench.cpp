@@ -4,11 +4,11 @@
 
 #include <benchmark/benchmark.h>
 
-#include "flexpipe/core/costs.h"
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/lowering.h"
-#include "flexpipe/core/schedule.h"
-#include "flexpipe/core/simulator.h"
+#include "flexpipe/costs/cost_table.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/ir/schedule.h"
+#include "flexpipe/sim/simulator.h"
 
 namespace flexpipe {
 namespace {

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/validator.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/validate/validator.h"
 #include "flexpipe/lang/parameters.h"
 #include "flexpipe/lang/program.h"
 #include "flexpipe/lang/writer.h"

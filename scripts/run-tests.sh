@@ -15,7 +15,8 @@ BUILD_DIR=build-asan bash scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_
 # Under the sanitizers each process start costs about 0.3 s, so rather than ctest's one process per
 # test each executable runs whole, split into two gtest shards side by side.
 failed=0
-for tests in core_tests cli_tests; do
+for tests in ir validate lang schedules costs sim views partition search interop train cli; do
+  tests=${tests}_tests
   pids=()
   for shard in 0 1; do
     (cd build-asan && GTEST_TOTAL_SHARDS=2 GTEST_SHARD_INDEX=$shard timeout 1200 "./$tests" --gtest_brief=1 \

@@ -9,8 +9,8 @@
 #include <ATen/ATen.h>
 
 #include "executor.h"
-#include "flexpipe/core/trainable_model.h"
-#include "flexpipe/lang/library.h"
+#include "flexpipe/train/trainable_model.h"
+#include "flexpipe/schedules/library.h"
 
 namespace flexpipe::runtime {
 namespace {

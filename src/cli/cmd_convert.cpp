@@ -1,7 +1,7 @@
 // flexpipe convert: between PyTorch's CSV (either lettering), FlexPipe's schedule JSON and programs,
 // and between the compute-only and the compute+comms forms.
-#include "flexpipe/core/lowering.h"
-#include "flexpipe/core/schedule_io.h"
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/interop/schedule_io.h"
 #include "options.h"
 
 namespace flexpipe::cli {

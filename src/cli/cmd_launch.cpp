@@ -3,7 +3,7 @@
 // only turns the command line into validated LaunchOptions.
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
+#include "flexpipe/support/error.h"
 #include "launcher.h"
 #include "options.h"
 

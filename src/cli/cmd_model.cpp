@@ -6,12 +6,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/hardware.h"
-#include "flexpipe/core/megatron_layout.h"
-#include "flexpipe/core/model_zoo.h"
-#include "flexpipe/core/schedule_io.h"
-#include "flexpipe/core/stage_aggregation.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/costs/hardware.h"
+#include "flexpipe/interop/megatron_layout.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/costs/stage_aggregation.h"
+#include "flexpipe/support/files.h"
+#include "flexpipe/interop/cost_graph_json.h"
 #include "options.h"
 
 namespace flexpipe::cli {

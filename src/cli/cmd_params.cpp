@@ -4,9 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/schedule_io.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/lang/parameters.h"
+#include "flexpipe/support/files.h"
 #include "options.h"
 
 namespace flexpipe::cli {

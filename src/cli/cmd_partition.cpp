@@ -5,13 +5,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/hardware.h"
-#include "flexpipe/core/lowering.h"
-#include "flexpipe/core/partition_plan.h"
-#include "flexpipe/core/partitioner.h"
-#include "flexpipe/core/schedule_io.h"
-#include "flexpipe/core/simulator.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/costs/hardware.h"
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/partition/plan.h"
+#include "flexpipe/partition/partitioner.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/files.h"
+#include "flexpipe/interop/partition_plan_json.h"
 #include "options.h"
 
 namespace flexpipe::cli {

@@ -2,7 +2,7 @@
 // cost graph, which `simulate --model FILE`, the partitioner and `train --schedule auto` read.
 #include <fmt/format.h>
 
-#include "flexpipe/core/trainable_model.h"
+#include "flexpipe/train/trainable_model.h"
 #include "options.h"
 #include "runtime_loader.h"
 #include "training_options.h"

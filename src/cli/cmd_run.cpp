@@ -3,7 +3,7 @@
 // and before any rank talks to another.
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
+#include "flexpipe/support/error.h"
 #include "runtime_loader.h"
 #include "training_options.h"
 

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flexpipe/core/builtin_schedules.h"
+#include "flexpipe/schedules/builtin.h"
 #include "options.h"
 
 namespace flexpipe::cli {

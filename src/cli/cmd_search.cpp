@@ -8,12 +8,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/hardware.h"
-#include "flexpipe/core/partition_plan.h"
-#include "flexpipe/core/schedule_io.h"
-#include "flexpipe/core/schedule_search.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/costs/hardware.h"
+#include "flexpipe/partition/plan.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/search/search.h"
 #include "flexpipe/lang/writer.h"
+#include "flexpipe/support/files.h"
+#include "flexpipe/interop/cost_table_json.h"
+#include "flexpipe/interop/partition_plan_json.h"
 #include "options.h"
 
 namespace flexpipe::cli {

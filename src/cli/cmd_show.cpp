@@ -2,14 +2,15 @@
 // SVG, trace), or, for a program, where each action came from.
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/lowering.h"
-#include "flexpipe/core/pytorch_csv.h"
-#include "flexpipe/core/schedule_io.h"
-#include "flexpipe/core/schedule_json.h"
-#include "flexpipe/core/simulator.h"
-#include "flexpipe/core/views.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/interop/pytorch_csv.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/interop/schedule_json.h"
+#include "flexpipe/sim/simulator.h"
+#include "flexpipe/views/views.h"
 #include "flexpipe/lang/writer.h"
+#include "flexpipe/support/files.h"
 #include "options.h"
 
 namespace flexpipe::cli {

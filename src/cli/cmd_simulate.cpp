@@ -1,10 +1,11 @@
 // flexpipe simulate: time and memory of a schedule under a cost table.
 #include <fmt/format.h>
 
-#include "flexpipe/core/lowering.h"
-#include "flexpipe/core/schedule_io.h"
-#include "flexpipe/core/simulator.h"
-#include "flexpipe/core/views.h"
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/sim/simulator.h"
+#include "flexpipe/views/views.h"
+#include "flexpipe/support/files.h"
 #include "options.h"
 
 namespace flexpipe::cli {

@@ -11,10 +11,12 @@
 
 #include <unistd.h>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/schedule_io.h"
-#include "flexpipe/core/schedule_search.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/search/search.h"
 #include "flexpipe/lang/writer.h"
+#include "flexpipe/support/files.h"
+#include "flexpipe/interop/cost_graph_json.h"
 #include "launcher.h"
 #include "runtime_loader.h"
 #include "training_options.h"

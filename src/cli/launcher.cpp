@@ -27,7 +27,7 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
+#include "flexpipe/support/error.h"
 
 extern char** environ;
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
+#include "flexpipe/support/error.h"
 #include "options.h"
 
 int main(int argc, char** argv) {

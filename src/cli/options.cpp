@@ -4,10 +4,11 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/schedule_io.h"
-#include "flexpipe/core/validator.h"
-#include "flexpipe/lang/library.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/validate/validator.h"
+#include "flexpipe/schedules/library.h"
+#include "flexpipe/interop/cost_table_json.h"
 
 namespace flexpipe::cli {
 

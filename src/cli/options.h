@@ -8,12 +8,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "flexpipe/core/cost_graph.h"
-#include "flexpipe/core/costs.h"
-#include "flexpipe/core/partition_plan.h"
-#include "flexpipe/core/schedule.h"
-#include "flexpipe/core/stage_aggregation.h"
-#include "flexpipe/core/validator.h"
+#include "flexpipe/costs/cost_graph.h"
+#include "flexpipe/costs/cost_table.h"
+#include "flexpipe/partition/plan.h"
+#include "flexpipe/ir/schedule.h"
+#include "flexpipe/costs/stage_aggregation.h"
+#include "flexpipe/validate/validator.h"
 #include "flexpipe/lang/program.h"
 
 namespace flexpipe::cli {

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe::cli {
 

@@ -2,9 +2,10 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/partition_plan.h"
-#include "flexpipe/runtime/rank_env.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/partition/plan.h"
+#include "flexpipe/train/rank_env.h"
+#include "flexpipe/interop/partition_plan_json.h"
 
 namespace flexpipe::cli {
 

@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "flexpipe/core/trainable_model.h"
+#include "flexpipe/train/trainable_model.h"
 #include "flexpipe/runtime/run_request.h"
 #include "options.h"
 

@@ -7,8 +7,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/schedule_io.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/support/files.h"
 
 namespace flexpipe::runtime {
 

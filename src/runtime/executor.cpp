@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/lowering.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/ir/lowering.h"
 
 namespace flexpipe::runtime {
 

@@ -11,7 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "flexpipe/core/schedule.h"
+#include "flexpipe/ir/schedule.h"
 #include "flexpipe/runtime/run_request.h"
 #include "hooks.h"
 #include "model_plan.h"

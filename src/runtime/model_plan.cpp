@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/trainable_model.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/train/trainable_model.h"
 
 namespace flexpipe::runtime {
 

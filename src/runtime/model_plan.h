@@ -8,9 +8,9 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "flexpipe/core/cost_graph.h"
-#include "flexpipe/core/model_zoo.h"
-#include "flexpipe/core/stage_aggregation.h"
+#include "flexpipe/costs/cost_graph.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/costs/stage_aggregation.h"
 #include "operators.h"
 
 namespace flexpipe::runtime {

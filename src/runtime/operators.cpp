@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "flexpipe/core/error.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe::runtime {
 

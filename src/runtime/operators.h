@@ -14,7 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "flexpipe/core/cost_graph.h"
+#include "flexpipe/costs/cost_graph.h"
 
 namespace flexpipe::runtime {
 

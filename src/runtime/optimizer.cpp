@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe::runtime {
 

@@ -4,10 +4,12 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/schedule_io.h"
-#include "flexpipe/core/trainable_model.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/train/trainable_model.h"
 #include "flexpipe/runtime/entry.h"
+#include "flexpipe/support/files.h"
+#include "flexpipe/interop/cost_graph_json.h"
 #include "profiler.h"
 
 namespace flexpipe::runtime {

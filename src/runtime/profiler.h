@@ -4,7 +4,7 @@
 // and the transient workspace of its passes (a counting allocator's high-water mark) — and returns the model's cost graph with those measurements in place of the analytic
 // estimates, as DawnPiper profiles before it partitions. The simulator, the partitioner and
 // `train --schedule auto` read it like any cost graph.
-#include "flexpipe/core/cost_graph.h"
+#include "flexpipe/costs/cost_graph.h"
 #include "model_plan.h"
 
 namespace flexpipe::runtime {

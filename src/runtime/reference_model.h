@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "data_source.h"
-#include "flexpipe/core/lr_schedule.h"
+#include "flexpipe/train/lr_schedule.h"
 #include "model_plan.h"
 #include "optimizer.h"
 

@@ -10,7 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "flexpipe/runtime/rank_env.h"
+#include "flexpipe/train/rank_env.h"
 
 namespace flexpipe::runtime {
 

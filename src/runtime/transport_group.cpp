@@ -1,6 +1,6 @@
 #include <fmt/format.h>
 
-#include "flexpipe/core/error.h"
+#include "flexpipe/support/error.h"
 #include "transport.h"
 
 namespace flexpipe::runtime {

@@ -7,7 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
-#include "flexpipe/core/cost_graph.h"
+#include "flexpipe/costs/cost_graph.h"
+#include "flexpipe/interop/cost_graph_json.h"
 
 namespace {
 

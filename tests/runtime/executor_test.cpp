@@ -8,12 +8,12 @@
 #include <ATen/ATen.h>
 
 #include "executor.h"
-#include "flexpipe/core/builtin_schedules.h"
-#include "flexpipe/core/error.h"
-#include "flexpipe/core/memory_actions.h"
-#include "flexpipe/core/schedule_io.h"
-#include "flexpipe/core/trainable_model.h"
-#include "flexpipe/lang/library.h"
+#include "flexpipe/schedules/builtin.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/ir/memory_actions.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/train/trainable_model.h"
+#include "flexpipe/schedules/library.h"
 #include "reference_model.h"
 
 namespace flexpipe::runtime {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "flexpipe/core/trainable_model.h"
+#include "flexpipe/train/trainable_model.h"
 #include "model_plan.h"
 #include "operators.h"
 #include "reference_model.h"

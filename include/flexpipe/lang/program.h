@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "flexpipe/core/schedule.h"
-#include "flexpipe/core/validator.h"
+#include "flexpipe/ir/schedule.h"
+#include "flexpipe/validate/validator.h"
 
 namespace flexpipe {
 

@@ -4,7 +4,7 @@
 // schedule equal to the original (operator==).
 #include <string>
 
-#include "flexpipe/core/schedule.h"
+#include "flexpipe/ir/schedule.h"
 
 namespace flexpipe {
 

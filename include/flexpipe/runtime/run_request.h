@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "flexpipe/core/model_zoo.h"
-#include "flexpipe/core/schedule.h"
-#include "flexpipe/core/stage_aggregation.h"
-#include "flexpipe/runtime/rank_env.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/ir/schedule.h"
+#include "flexpipe/costs/stage_aggregation.h"
+#include "flexpipe/train/rank_env.h"
 
 namespace flexpipe::runtime {
 

@@ -1,0 +1,159 @@
+#pragma once
+// A fine-grained cost graph: operators (not layers) with forward, input-gradient and weight-gradient
+// costs, the bytes they save for the backward, and the tensors that flow between them. Stage cuts may
+// fall anywhere, inside a transformer block included, and memory decisions are taken per operator.
+// File format: docs/cost-graph.md (JSON, "format": "flexpipe-cost-graph", "version": 1).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace flexpipe {
+
+// A quantity that depends on the micro-batch size b and the sequence length s:
+//   fixed + per_sample*b + per_token*b*s + per_token_seq*b*s^2.
+// Every FLOP and byte count of a transformer is exactly of this form (linear layers scale with b*s,
+// attention scores with b*s^2, a pooler with b, parameters not at all).
+struct ShapePolynomial {
+  double fixed = 0;
+  double per_sample = 0;
+  double per_token = 0;
+  double per_token_seq = 0;
+
+  double at(double microbatch_size, double seq_len) const {
+    return fixed + microbatch_size * (per_sample + seq_len * (per_token + seq_len * per_token_seq));
+  }
+  bool is_zero() const { return fixed == 0 && per_sample == 0 && per_token == 0 && per_token_seq == 0; }
+  ShapePolynomial& operator+=(const ShapePolynomial& other);
+  friend ShapePolynomial operator+(ShapePolynomial a, const ShapePolynomial& b) { return a += b; }
+  friend ShapePolynomial operator*(double factor, ShapePolynomial p);
+  friend bool operator==(const ShapePolynomial&, const ShapePolynomial&) = default;
+};
+
+// Constructors that read like the formulas they encode.
+inline ShapePolynomial fixed_amount(double value) { return {value, 0, 0, 0}; }
+inline ShapePolynomial per_sample(double value) { return {0, value, 0, 0}; }
+inline ShapePolynomial per_token(double value) { return {0, 0, value, 0}; }
+inline ShapePolynomial per_token_seq(double value) { return {0, 0, 0, value}; }
+
+// One pass of an operator: its time at the graph's reference shape, and its FLOPs and bytes moved
+// (HBM traffic) as functions of the shape.
+struct PassCost {
+  double time = 0;
+  ShapePolynomial flops;
+  ShapePolynomial bytes;
+  friend bool operator==(const PassCost&, const PassCost&) = default;
+};
+
+enum class Pass : uint8_t { Forward, BackwardInput, BackwardWeight };
+
+// How an operator's times change with the shape.
+//   Roofline: time(b,s) = time_ref * roof(b,s) / roof(b0,s0), roof = max(flops/flop_rate, bytes/byte_rate)
+//             with the graph's rates: exact for FLOP- and byte-derived costs.
+//   Power:    time(b,s) = time_ref * (b/b0)^batch_exponent * (s/s0)^sequence_exponent: for measured
+//             times (profiles) where only the trend is known.
+enum class ScalingRule : uint8_t { Roofline, Power };
+
+struct Scaling {
+  ScalingRule rule = ScalingRule::Roofline;
+  double batch_exponent = 1;     // Power only
+  double sequence_exponent = 1;  // Power only
+  friend bool operator==(const Scaling&, const Scaling&) = default;
+};
+
+// What a layer is to Megatron's layout string: E, t, m, L (anchors.md §2.2). Other: none of them.
+enum class LayerRole : uint8_t { Embedding, Transformer, Mtp, Loss, Other };
+
+struct LayerInfo {
+  std::string name;
+  LayerRole role = LayerRole::Other;
+  friend bool operator==(const LayerInfo&, const LayerInfo&) = default;
+};
+
+inline constexpr int kNoLayer = -1;
+inline constexpr int kNotTied = -1;
+
+struct OperatorNode {
+  std::string name;
+  std::string kind;            // "linear", "layernorm", "softmax", ...: free text for reports
+  int layer = kNoLayer;        // index into CostGraph::layers
+  double parameters = 0;       // count; bytes come from the data type chosen at aggregation
+  double active_parameters = 0;  // used per token (MoE experts: top-k of them); equals parameters otherwise
+  int tied_to = kNotTied;      // shares its parameters with that earlier node (tied embeddings)
+  Scaling scaling;
+  PassCost forward;
+  PassCost backward_input;   // gradient with respect to the inputs (I)
+  PassCost backward_weight;  // gradient with respect to the parameters (W)
+  ShapePolynomial saved_bytes;      // kept by the forward for the backward
+  ShapePolynomial freed_by_input;   // part of saved_bytes released when I ends; the rest when W ends
+  // Part of saved_bytes that is the very tensors the previous node saves too (softmax and the P V
+  // product both save the probabilities). The previous node must feed this one, in the same layer
+  // (so the partitioner's layers choose independently). Held once while
+  // both nodes keep what they save, both offload it, or both rebuild it in one recompute segment;
+  // released when neither node holds it any more.
+  ShapePolynomial shared_saved_bytes;
+  ShapePolynomial output_bytes;     // the operator's full output
+  ShapePolynomial workspace_bytes;  // transient, during its own passes only
+  friend bool operator==(const OperatorNode&, const OperatorNode&) = default;
+};
+
+// A tensor read by `to` from `from`. Edges from one producer carry its whole output or disjoint parts
+// of it: what crosses a cut from one producer is the smaller of its output and the sum of its edges.
+struct TensorEdge {
+  int from = 0;
+  int to = 0;
+  ShapePolynomial bytes;
+  friend bool operator==(const TensorEdge&, const TensorEdge&) = default;
+};
+
+// Effective (achievable) rates of the device the times were computed for, per time unit.
+struct RooflineRates {
+  std::string name;
+  double flop_rate = 0;  // FLOP per time unit
+  double byte_rate = 0;  // bytes per time unit
+  friend bool operator==(const RooflineRates&, const RooflineRates&) = default;
+};
+
+struct Shape {
+  double microbatch_size = 1;
+  double seq_len = 1;
+  friend bool operator==(const Shape&, const Shape&) = default;
+};
+
+// Nodes are stored in a topological order (every edge goes from a lower to a higher index); that
+// order is the one "contiguous operator ranges" refer to.
+struct CostGraph {
+  std::string name;
+  std::string time_unit = "ms";
+  Shape reference;                       // the shape the stored times are for
+  std::optional<RooflineRates> hardware;  // needed by Roofline nodes
+  std::vector<LayerInfo> layers;
+  std::vector<OperatorNode> nodes;
+  std::vector<TensorEdge> edges;
+  friend bool operator==(const CostGraph&, const CostGraph&) = default;
+};
+
+const PassCost& pass_cost(const OperatorNode& node, Pass pass);
+// The node's time for one pass at shape (b, s), by its scaling rule.
+double operator_time(const CostGraph& graph, const OperatorNode& node, Pass pass, const Shape& shape);
+// max(flops / flop_rate, bytes / byte_rate) at the given shape.
+double roofline_time(const PassCost& cost, const RooflineRates& rates, const Shape& shape);
+
+// Parameters counted once (tied copies excluded), and those used per token.
+double total_parameters(const CostGraph& graph);
+double total_active_parameters(const CostGraph& graph);
+
+int find_node(const CostGraph& graph, const std::string& name);  // -1 when absent
+// The nodes of one directed cycle among `edges` over `num_nodes` nodes, in edge order; empty when the
+// edges form a DAG.
+std::vector<int> find_cycle(int num_nodes, const std::vector<TensorEdge>& edges);
+const char* layer_role_name(LayerRole role);  // "embedding", "transformer", "mtp", "loss", "other"
+
+// Checks the invariants every consumer relies on; throws Error starting with `origin` and naming the
+// node, edge or layer at fault: unique names, valid indices, no self-loops or duplicate edges, no cycle
+// (the cycle is spelled out), nodes in topological order, freed_by_input <= saved_bytes at the
+// reference shape, shared_saved_bytes at most what the node and the previous one (which must feed it)
+// save, hardware present when a node scales by roofline.
+void validate_cost_graph(const CostGraph& graph, const std::string& origin);
+
+}  // namespace flexpipe

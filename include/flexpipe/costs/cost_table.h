@@ -1,0 +1,85 @@
+#pragma once
+// The stage cost table the simulator reads: time and memory of each stage's actions, the bytes that
+// cross each stage boundary, the links between devices and the memory each device has.
+// File format: docs/cost-table.md (JSON, "format": "flexpipe-costs", "version": 1).
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace flexpipe {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// Costs of one model chunk (stage within a pipeline), per micro-batch.
+struct StageCosts {
+  double forward = 1;          // F
+  double backward_input = 1;   // I
+  double backward_weight = 1;  // W
+  double backward = 2;         // B (full backward); usually I + W
+  double recompute = 1;        // R; usually F
+  double optimizer = 0;        // OPT, once per step
+  double activation_bytes = 1;  // saved by F for the backward, held until the backward ends
+  double freed_by_input = 0;    // part of activation_bytes released when I ends; the rest when W ends
+  double checkpoint_bytes = 0;  // kept from F to R when the stage recomputes (its input)
+  double parameter_bytes = 0;
+  double gradient_bytes = 0;
+  double optimizer_bytes = 0;
+  double output_bytes = 0;      // forward output sent to the next stage (and its gradient sent back)
+  // What OFFLOAD moves to the host per micro-batch, capped by what the (stage, micro-batch) holds when
+  // it is posted; infinity: everything it holds.
+  double offload_bytes = kInfinity;
+  // What R's rebuild holds at once when the backward is whole (B): the rebuild goes segment by
+  // segment inside it, so the largest recompute segment. Infinity: activation_bytes, as when split.
+  double rebuilt_peak_bytes = kInfinity;
+  // What a recomputed micro-batch holds from R until its backward ends (checkpoints aside).
+  double rebuilt_bytes(bool split_backward) const {
+    return split_backward ? activation_bytes : std::min(activation_bytes, rebuilt_peak_bytes);
+  }
+  // Transient memory while one of the stage's computations (F, R, B, I, W) runs: its largest
+  // operator's, such as the loss's fp32 copy of the logits.
+  double workspace_bytes = 0;
+  friend bool operator==(const StageCosts&, const StageCosts&) = default;
+};
+
+struct Link {
+  double latency = 0;
+  double bandwidth = kInfinity;  // bytes per time unit
+  double transfer_time(double bytes) const { return latency + (bytes > 0 ? bytes / bandwidth : 0.0); }
+  friend bool operator==(const Link&, const Link&) = default;
+};
+
+struct LinkOverride {
+  int src = 0;
+  int dst = 0;
+  Link link;
+  friend bool operator==(const LinkOverride&, const LinkOverride&) = default;
+};
+
+struct CostTable {
+  std::vector<StageCosts> stages;     // one per model chunk
+  Link link;                          // between any two devices unless overridden
+  std::vector<LinkOverride> pairs;    // per directed device pair
+  Link host_link;                     // device <-> host, for OFFLOAD / RELOAD
+  std::vector<double> memory_capacity;  // per device; empty: unlimited; one value: every device
+  double overlap_ratio = 1.0;  // an Overlap F&B unit takes overlap_ratio * (F + B)
+  std::string time_unit = "unit";
+  std::string memory_unit = "unit";
+
+  const Link& link_between(int src, int dst) const;
+  double capacity(int device) const;  // kInfinity when unlimited
+  friend bool operator==(const CostTable&, const CostTable&) = default;
+};
+
+// The `--uniform-costs F,I,W[,COMM]` shorthand: every stage takes F, I, W (B = I + W, R = F), holds
+// 1 unit of activation memory from F until its backward ends, parameters count 0, and every
+// transfer takes COMM.
+CostTable uniform_costs(int stages_per_pipeline, double forward, double backward_input,
+                        double backward_weight, double comm = 0);
+// Parses "F,I,W[,COMM]"; throws Error naming the bad field.
+CostTable parse_uniform_costs(const std::string& text, int stages_per_pipeline);
+
+// Checks that the table fits a schedule with this many chunks and devices; throws Error otherwise.
+void check_cost_table(const CostTable& costs, int stages_per_pipeline, int devices, const std::string& origin);
+
+}  // namespace flexpipe

@@ -1,0 +1,26 @@
+#pragma once
+// The schedule library: every built-in schedule as a program of the language
+// (examples/schedules/NAME.fps, compiled into the binary). Built-in names are served from these
+// programs; the C++ generators (builtin_schedules.h) check parameters and serve as test oracles.
+#include <string_view>
+#include <vector>
+
+#include "flexpipe/schedules/builtin.h"
+#include "flexpipe/lang/program.h"
+
+namespace flexpipe {
+
+struct LibraryProgram {
+  std::string_view name;  // the built-in's canonical name, e.g. "zb-h1"
+  std::string_view text;  // the program
+};
+
+const std::vector<LibraryProgram>& library_programs();
+const LibraryProgram* find_library_program(std::string_view name);
+
+// The built-in `name` compiled from its library program with p, m (and v where the schedule takes
+// it), after the same parameter checks and messages as make_builtin. Throws Error for unknown names
+// and impossible parameters.
+CompiledProgram compile_builtin(std::string_view name, ScheduleParams params);
+
+}  // namespace flexpipe

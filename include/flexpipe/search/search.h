@@ -1,0 +1,123 @@
+#pragma once
+// The automated scheduler: given a model's cost graph, devices, a memory limit and a batch, find the
+// fastest schedule that fits, across placements (loop with 1-4 chunks per device, V-shape,
+// bidirectional), stage partitions (compute-balanced, DawnPiper's), whole or split
+// backward, per-device in-flight limits, where W runs, per-stage recompute / offload and, when the
+// global batch allows, the micro-batch count. Every candidate is simulated with the model's costs;
+// candidates whose lower bound cannot beat the best so far are skipped. Anytime and multithreaded.
+// Method and measurements: docs/search.md.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "flexpipe/costs/cost_graph.h"
+#include "flexpipe/search/list_scheduler.h"
+#include "flexpipe/search/bound.h"
+#include "flexpipe/sim/simulator.h"
+#include "flexpipe/costs/stage_aggregation.h"
+
+namespace flexpipe {
+
+// One way to cut the global batch: m micro-batches of `microbatch_size` samples.
+struct BatchSplit {
+  int microbatches = 0;
+  double microbatch_size = 1;
+  friend bool operator==(const BatchSplit&, const BatchSplit&) = default;
+};
+
+// A partition to search with, e.g. a plan from `flexpipe partition` (partition_plan.h): its operator
+// ranges and per-operator decisions, used on every placement with its stage count at its micro-batch
+// size.
+struct GivenPartition {
+  std::string name;  // for reports: "plan.json"
+  Partition partition;
+  std::vector<MemoryDecision> decisions;  // per graph node; empty: keep everything
+  std::vector<char> offload_checkpoints;  // per stage; empty: none (PlannedStage::offload_checkpoints)
+  double microbatch_size = 1;
+};
+
+struct SearchProblem {
+  CostGraph graph;
+  int devices = 0;
+  std::vector<BatchSplit> batches;  // at least one; more when the global batch allows several
+  double seq_len = 0;               // 0: the graph's reference
+  double memory_limit = kInfinity;  // bytes per device
+  // Byte sizes and links; its shape, decisions and capacity are set per candidate.
+  AggregationOptions aggregation;
+  int max_chunks = 4;               // loop placements with 1..max_chunks stages per device
+  bool v_shape = true;              // also the V-shaped placement (2 stages per device)
+  bool bidirectional = true;        // also DualPipe's pair of pipelines in opposite directions
+  bool memory_choices = true;       // also per-stage recompute / offload (else everything is kept)
+  std::vector<GivenPartition> partitions;
+};
+
+struct SearchProgress {
+  double seconds = 0;
+  int64_t evaluated = 0;
+  int64_t pruned = 0;
+  double best_makespan = kInfinity;
+  std::string best;  // the best candidate's description
+  std::string phase;
+};
+
+struct SearchOptions {
+  double time_budget = 10;  // seconds of wall time, preparation included
+  int threads = 1;
+  // Called (serialized) on every improvement and about every 0.5 s.
+  std::function<void(const SearchProgress&)> progress;
+  bool local_search = true;  // phase 2: hill climbing from the best candidates of phase 1
+  bool partitioner = true;   // DawnPiper's plans as partitions (needs the memory limit to matter)
+  bool builtin_candidates = true;  // a built-in may be the answer (else they are only reported)
+  // Small instances (p <= 4, m <= 8, at most 8 stages, 16 when m <= p): branch and bound
+  // (exact_schedule.h) over every per-device order of each placement with everything kept, from the
+  // best so far.
+  bool exact = true;
+  // Stop after this many simulations as well (0: no cap; with a cap, phases no longer share the
+  // budget by time). With one thread, no branch and bound (its limits are times) and a cap reached
+  // before the budget, every run gives the same answer (train --schedule auto needs that: each rank
+  // searches for itself).
+  int64_t max_evaluations = 0;
+};
+
+// A simulated candidate: a built-in or one the search generated.
+struct ScheduleCandidateReport {
+  std::string name;      // built-in name, or "search"
+  std::string family;    // how it was made: placement, partition, memory decisions, policy
+  std::string skipped;   // a built-in that does not run at these parameters: why; "" otherwise
+  Schedule schedule;     // compute-only, with R / OFFLOAD / RELOAD where the stages recompute or offload
+  CostTable costs;
+  Partition partition;
+  std::vector<MemoryDecision> decisions;  // per graph node
+  BatchSplit batch;
+  double makespan = kInfinity;
+  double bubble_ratio = 0;
+  double lower_bound = 0;  // the simulator's, for this schedule and costs
+  std::vector<double> peak_memory;  // per device
+  bool fits = false;
+};
+
+struct SearchResult {
+  bool found = false;                      // some candidate fits the memory limit
+  ScheduleCandidateReport best;            // the fastest that fits (else the smallest footprint)
+  std::vector<ScheduleCandidateReport> builtins;  // one per built-in, at the first batch split
+  std::string infeasible;                  // when nothing fits: what would be needed
+  // No schedule in the space is faster: the least, over the placements and partitions searched (and
+  // the built-ins'), of the largest of each device's work plus the time its first input needs to
+  // arrive, and one micro-batch's path, with everything kept.
+  double lower_bound = 0;
+  int64_t evaluated = 0;                   // candidates simulated
+  int64_t pruned = 0;                      // skipped by the lower bound
+  int64_t stalled = 0;                     // policies that could not place every action
+  double seconds = 0;
+  bool exhausted = false;                  // the search ended before its budget
+  // The exact phase proved that no per-device order (micro-batches in order within a stage) of any
+  // placement and partition searched, with everything kept, beats the answer: branch and bound on
+  // the small ones, the lower bound on the others.
+  bool proven_optimal = false;
+  std::vector<std::pair<double, double>> history;  // (seconds, best makespan) at each improvement
+};
+
+SearchResult search_schedules(const SearchProblem& problem, const SearchOptions& options = {});
+
+}  // namespace flexpipe

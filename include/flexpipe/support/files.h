@@ -1,0 +1,10 @@
+#pragma once
+// Whole-file reads and atomic writes, with errors that name the file.
+#include <string>
+
+namespace flexpipe {
+
+std::string read_text_file(const std::string& path);  // throws Error "PATH: cannot read: REASON"
+void write_text_file(const std::string& path, const std::string& text);  // atomic: temp file, rename
+
+}  // namespace flexpipe

@@ -1,0 +1,95 @@
+#include "json_reader.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "flexpipe/support/error.h"
+
+namespace flexpipe::detail {
+
+using nlohmann::json;
+
+namespace {
+
+// nlohmann reports the 1-based index of the last byte it read; turn it into line and column.
+std::pair<int, int> line_and_column(const std::string& text, size_t byte, ColumnUnit unit) {
+  const size_t end = std::min(byte > 0 ? byte - 1 : 0, text.size());
+  int line = 1, column = 1;
+  for (size_t i = 0; i < end; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else if (unit == ColumnUnit::Byte || (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+// nlohmann's message without its own "[json.exception...] parse error at line L, column C: " prefix.
+std::string syntax_reason(const json::parse_error& error) {
+  std::string_view message = error.what();
+  const size_t prefix = message.find("parse error");
+  if (prefix != std::string_view::npos) {
+    const size_t colon = message.find(": ", prefix);
+    if (colon != std::string_view::npos) message.remove_prefix(colon + 2);
+  }
+  return std::string(message);
+}
+
+}  // namespace
+
+json parse_json_text(const std::string& text, const std::string& origin, std::string_view label, ColumnUnit unit) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& error) {
+    const auto [line, column] = line_and_column(text, error.byte, unit);
+    throw Error(located(origin, line, column, fmt::format("{}: {}", label, syntax_reason(error))));
+  }
+}
+
+std::string describe_json(const json& value) {
+  if (value.is_object()) return "an object";
+  if (value.is_array()) return "an array";
+  return value.dump();
+}
+
+std::string json_child(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
+}
+
+std::string json_element(const std::string& path, size_t index) { return fmt::format("{}[{}]", path, index); }
+
+void JsonPathReader::fail(const std::string& path, const std::string& message) const {
+  throw Error(located(origin_, 0, 0, path.empty() ? message : fmt::format("{}: {}", path, message)));
+}
+
+void JsonPathReader::require_object(const json& value, const std::string& path) const {
+  if (!value.is_object()) fail(path, fmt::format("expected an object, got {}", describe_json(value)));
+}
+
+void JsonPathReader::only_known_keys(const json& object, const std::string& path,
+                                     std::span<const std::string_view> known) const {
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string list;
+    for (std::string_view k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
+    fail(json_child(path, key), fmt::format("unknown key (known keys: {})", list));
+  }
+}
+
+double JsonPathReader::number(const json& value, const std::string& path) const {
+  if (!value.is_number()) fail(path, fmt::format("expected a number, got {}", describe_json(value)));
+  const double result = value.get<double>();
+  if (result < 0) fail(path, fmt::format("must not be negative, got {}", value.dump()));
+  return result;
+}
+
+std::string JsonPathReader::text(const json& value, const std::string& path) const {
+  if (!value.is_string()) fail(path, fmt::format("expected a string, got {}", describe_json(value)));
+  return value.get<std::string>();
+}
+
+}  // namespace flexpipe::detail

@@ -1,0 +1,87 @@
+// The project's file helpers: whole-file reads, and writes that never leave a half-written file.
+#include "flexpipe/support/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "flexpipe/support/error.h"
+
+namespace flexpipe {
+
+namespace {
+
+[[noreturn]] void fail_errno(const std::string& path, const char* what, int error) {
+  throw Error(fmt::format("{}: cannot {}: {}", path, what, std::strerror(error)));
+}
+
+// Closes the descriptor on every path out, errors included.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+std::string read_text_file(const std::string& path) {
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail_errno(path, "read", errno);
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) fail_errno(path, "read", errno);
+  if (S_ISDIR(info.st_mode)) fail_errno(path, "read", EISDIR);
+  std::string text;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail_errno(path, "read", errno);
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  return text;
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  // Readers see the old file or the new one, never a half-written one.
+  const std::string temporary = path + ".tmp";
+  FileDescriptor fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
+  if (fd.get() < 0) fail_errno(path, "write", errno);
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd.get(), text.data() + written, text.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error = errno;
+      ::unlink(temporary.c_str());
+      fail_errno(path, "write", error);
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::close(fd.release()) != 0 || ::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    fail_errno(path, "write", error);
+  }
+}
+
+}  // namespace flexpipe

@@ -1,0 +1,215 @@
+// The cost graph format: reading, writing, scaling rules and every error message.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "flexpipe/costs/cost_graph.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/interop/cost_graph_json.h"
+
+namespace flexpipe {
+namespace {
+
+// Three operators, a residual edge a -> c, one power-scaled node.
+const char* kSmallGraph = R"({
+  "format": "flexpipe-cost-graph", "version": 1, "name": "small", "time_unit": "ms",
+  "reference": {"microbatch_size": 2, "seq_len": 128},
+  "hardware": {"name": "toy", "flop_rate": 1000, "byte_rate": 100},
+  "layers": [{"name": "first", "role": "embedding"}, {"name": "second", "role": "transformer"}],
+  "nodes": [
+    {"name": "a", "kind": "linear", "layer": "first", "parameters": 10,
+     "forward": {"time": 4, "flops": {"per_token": 8}, "bytes": 2},
+     "saved_bytes": {"per_token": 2}, "output_bytes": {"per_token": 4}},
+    {"name": "b", "layer": "second", "scaling": {"rule": "power", "batch_exponent": 1, "sequence_exponent": 2},
+     "forward": {"time": 3}, "backward_input": {"time": 6},
+     "saved_bytes": {"per_token_seq": 1, "per_sample": 4}, "freed_by_input": {"per_token_seq": 1},
+     "output_bytes": {"per_token": 4}, "workspace_bytes": 64},
+    {"name": "c", "layer": "second", "parameters": 6, "active_parameters": 3, "tied_to": "a",
+     "backward_weight": {"time": 1, "flops": 5, "bytes": 0}}
+  ],
+  "edges": [{"from": "a", "to": "b", "bytes": {"per_token": 4}}, {"from": "b", "to": "c", "bytes": {"per_token": 4}},
+            {"from": "a", "to": "c", "bytes": {"per_token": 4}}]
+})";
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_cost_graph(text, "g.json");
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+// kSmallGraph with one substring replaced.
+std::string with(const std::string& from, const std::string& to) {
+  std::string text = kSmallGraph;
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(ShapePolynomial, EvaluatesEachTerm) {
+  const ShapePolynomial p{1, 2, 3, 4};
+  EXPECT_EQ(p.at(2, 10), 1 + 2 * 2 + 3 * 2 * 10 + 4 * 2 * 100);
+  EXPECT_EQ(2 * p + p, (ShapePolynomial{3, 6, 9, 12}));
+  EXPECT_TRUE(ShapePolynomial{}.is_zero());
+}
+
+TEST(CostGraphFormat, ReadsEveryField) {
+  const CostGraph graph = parse_cost_graph(kSmallGraph, "g.json");
+  EXPECT_EQ(graph.name, "small");
+  EXPECT_EQ(graph.reference, (Shape{2, 128}));
+  ASSERT_TRUE(graph.hardware);
+  EXPECT_EQ(graph.hardware->byte_rate, 100);
+  ASSERT_EQ(graph.nodes.size(), 3u);
+  EXPECT_EQ(graph.layers[1].role, LayerRole::Transformer);
+  const OperatorNode& a = graph.nodes[0];
+  EXPECT_EQ(a.kind, "linear");
+  EXPECT_EQ(a.layer, 0);
+  EXPECT_EQ(a.forward.flops, per_token(8));
+  EXPECT_EQ(a.forward.bytes, fixed_amount(2));
+  EXPECT_EQ(a.active_parameters, 10);  // defaults to parameters
+  EXPECT_EQ(a.scaling.rule, ScalingRule::Roofline);
+  const OperatorNode& b = graph.nodes[1];
+  EXPECT_EQ(b.scaling, (Scaling{ScalingRule::Power, 1, 2}));
+  EXPECT_EQ(b.saved_bytes, (ShapePolynomial{0, 4, 0, 1}));
+  EXPECT_EQ(b.workspace_bytes, fixed_amount(64));
+  const OperatorNode& c = graph.nodes[2];
+  EXPECT_EQ(c.tied_to, 0);
+  EXPECT_EQ(c.active_parameters, 3);
+  EXPECT_EQ(graph.edges.size(), 3u);
+  EXPECT_EQ(graph.edges[2].from, 0);
+  EXPECT_EQ(graph.edges[2].to, 2);
+  EXPECT_EQ(total_parameters(graph), 10);  // the tied copy counts once
+}
+
+TEST(CostGraphFormat, RoundTripsHandWrittenAndZooGraphs) {
+  const CostGraph small = parse_cost_graph(kSmallGraph, "g.json");
+  EXPECT_EQ(parse_cost_graph(cost_graph_to_json(small), "again"), small);
+  for (const char* name : {"llama2-7b", "t5-large", "mixtral-8x7b"}) {
+    const CostGraph graph = build_model_graph(find_model(name), find_hardware("A100-80GB"), {.flash_attention = true});
+    EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), name), graph) << name;
+  }
+  // Without fused attention Llama's P V product shares the softmax's probabilities.
+  const CostGraph llama = build_model_graph(find_model("llama2-7b"), find_hardware("A100-80GB"), {});
+  EXPECT_EQ(parse_cost_graph(cost_graph_to_json(llama), "llama"), llama);
+}
+
+TEST(CostGraphFormat, SharedSavedBytesNameTheTensorsTheOperatorBeforeSaves) {
+  const std::string shared = R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0},
+     "saved_bytes": {"per_token": 2}, "shared_saved_bytes": {"per_token": 1})";
+  const CostGraph graph = parse_cost_graph(with(R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0})", shared), "g.json");
+  EXPECT_EQ(graph.nodes[2].shared_saved_bytes, per_token(1));
+  EXPECT_TRUE(graph.nodes[1].shared_saved_bytes.is_zero());
+  EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), "again"), graph);
+}
+
+TEST(CostGraphErrors, SharedSavedBytesNeedAFeedingNeighbourThatSavesThem) {
+  const std::string c_saves = R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0})";
+  // c saves 256 bytes at the reference shape (2 x 128 tokens) and b 32,776.
+  EXPECT_EQ(error_of(with(c_saves, c_saves + R"(, "saved_bytes": {"per_token": 1}, "shared_saved_bytes": {"per_token": 2})")),
+            "g.json: nodes[2] ('c'): shared_saved_bytes 512 exceed what it saves (256) or what 'b' before it saves "
+            "(32776) at the reference shape");
+  EXPECT_EQ(error_of(with("\"kind\": \"linear\",", "\"kind\": \"linear\", \"shared_saved_bytes\": {\"per_token\": 1},")),
+            "g.json: nodes[0] ('a'): shared_saved_bytes 256 but no node comes before it");
+  EXPECT_EQ(error_of(with("\"freed_by_input\": {\"per_token_seq\": 1},",
+                          "\"freed_by_input\": {\"per_token_seq\": 1}, \"shared_saved_bytes\": 8,")),
+            "g.json: nodes[1] ('b'): shares saved tensors with 'a' before it, which is in another layer");
+  std::string unfed = with(c_saves, c_saves + R"(, "saved_bytes": {"per_token": 1}, "shared_saved_bytes": 8)");
+  const std::string b_to_c = R"({"from": "b", "to": "c", "bytes": {"per_token": 4}},)";
+  unfed.erase(unfed.find(b_to_c), b_to_c.size());
+  EXPECT_EQ(error_of(unfed), "g.json: nodes[2] ('c'): shares saved tensors with 'b' before it, which does not feed it");
+}
+
+TEST(CostGraphScaling, PowerRuleScalesByExponents) {
+  const CostGraph graph = parse_cost_graph(kSmallGraph, "g.json");
+  const OperatorNode& b = graph.nodes[1];
+  EXPECT_EQ(operator_time(graph, b, Pass::Forward, {2, 128}), 3);
+  EXPECT_EQ(operator_time(graph, b, Pass::Forward, {4, 256}), 3 * 2 * 4);
+  EXPECT_EQ(operator_time(graph, b, Pass::BackwardInput, {1, 64}), 6 * 0.5 * 0.25);
+}
+
+TEST(CostGraphScaling, RooflineRuleIsExactForFlopAndByteCosts) {
+  const CostGraph graph = parse_cost_graph(kSmallGraph, "g.json");
+  const OperatorNode& a = graph.nodes[0];
+  // Reference: max(8*256/1000, 2/100) = 2.048, stored as 4: times scale by the roofline's ratio.
+  EXPECT_DOUBLE_EQ(operator_time(graph, a, Pass::Forward, {4, 128}), 4 * (8.0 * 512 / 1000) / (8.0 * 256 / 1000));
+  // A time with no FLOPs or bytes behind it stays fixed.
+  CostGraph fixed = graph;
+  fixed.nodes[0].forward.flops = {};
+  fixed.nodes[0].forward.bytes = {};
+  EXPECT_EQ(operator_time(fixed, fixed.nodes[0], Pass::Forward, {8, 8}), 4);
+  // Zoo graphs: the time at another shape equals the roofline of that shape.
+  const CostGraph gpt = build_model_graph(find_model("gpt3-1.3b"), find_hardware("H100-80GB"));
+  for (const OperatorNode& node : gpt.nodes)
+    EXPECT_DOUBLE_EQ(operator_time(gpt, node, Pass::Forward, {4, 512}), roofline_time(node.forward, *gpt.hardware, {4, 512}))
+        << node.name;
+}
+
+TEST(CostGraphErrors, SyntaxErrorsNameLineAndColumn) {
+  EXPECT_EQ(error_of("{\n  \"format\": \"flexpipe-cost-graph\",\n  \"version\": 1,,\n}"),
+            "g.json:3:16: invalid JSON: syntax error while parsing object key - unexpected ','; expected string literal");
+}
+
+TEST(CostGraphErrors, HeaderErrors) {
+  EXPECT_EQ(error_of("[1]"), "g.json: expected a JSON object at the top level, got an array");
+  EXPECT_EQ(error_of(R"({"version": 1})"),
+            "g.json: format: missing (a cost graph starts with \"format\": \"flexpipe-cost-graph\")");
+  EXPECT_EQ(error_of(with("\"version\": 1", "\"version\": 2")),
+            "g.json: version: unsupported version 2 (this build reads version 1)");
+  EXPECT_EQ(error_of(with("\"name\": \"small\"", "\"nmae\": \"small\"")),
+            "g.json: nmae: unknown key (known keys: format, version, name, time_unit, reference, hardware, layers, "
+            "nodes, edges)");
+  EXPECT_EQ(error_of(with("\"seq_len\": 128", "\"seq_len\": 0")), "g.json: reference.seq_len: must be positive, got 0");
+}
+
+TEST(CostGraphErrors, NodeFieldErrorsNameTheJsonPath) {
+  EXPECT_EQ(error_of(with("\"time\": 4", "\"time\": -4")), "g.json: nodes[0].forward.time: must not be negative, got -4");
+  EXPECT_EQ(error_of(with("{\"per_token\": 8}", "{\"per_tokn\": 8}")),
+            "g.json: nodes[0].forward.flops.per_tokn: unknown key (known keys: fixed, per_sample, per_token, per_token_seq)");
+  EXPECT_EQ(error_of(with("\"bytes\": 2", "\"bytes\": \"2\"")),
+            "g.json: nodes[0].forward.bytes: expected a number or an object of shape terms, got \"2\"");
+  EXPECT_EQ(error_of(with("\"rule\": \"power\"", "\"rule\": \"cubic\"")),
+            "g.json: nodes[1].scaling.rule: expected \"roofline\" or \"power\", got \"cubic\"");
+  EXPECT_EQ(error_of(with("\"layer\": \"first\"", "\"layer\": \"zeroth\"")),
+            "g.json: nodes[0].layer: unknown layer 'zeroth' (define it in \"layers\")");
+  EXPECT_EQ(error_of(with("\"tied_to\": \"a\"", "\"tied_to\": \"z\"")), "g.json: nodes[2].tied_to: unknown node 'z'");
+  EXPECT_EQ(error_of(with("{\"name\": \"b\"", "{\"name\": \"a\"")), "g.json: nodes[1].name: 'a' is already the name of nodes[0]");
+  EXPECT_EQ(error_of(with("\"freed_by_input\": {\"per_token_seq\": 1}", "\"freed_by_input\": {\"per_token_seq\": 2}")),
+            "g.json: nodes[1] ('b'): freed_by_input 65536 exceeds saved_bytes 32776 at the reference shape");
+  EXPECT_EQ(error_of(with("\"active_parameters\": 3", "\"active_parameters\": 7")),
+            "g.json: nodes[2] ('c'): active_parameters 7 exceed parameters 6");
+  EXPECT_EQ(error_of(with("\"role\": \"embedding\"", "\"role\": \"head\"")),
+            "g.json: layers[0].role: expected one of embedding, transformer, mtp, loss, other; got \"head\"");
+}
+
+TEST(CostGraphErrors, RooflineNeedsHardwareRates) {
+  std::string text = kSmallGraph;
+  text.erase(text.find("\"hardware\""), std::string("\"hardware\": {\"name\": \"toy\", \"flop_rate\": 1000, \"byte_rate\": 100},").size());
+  EXPECT_EQ(error_of(text), "g.json: nodes[0] ('a'): scales by roofline but the graph names no hardware rates");
+}
+
+TEST(CostGraphErrors, DanglingEdgesCyclesAndOrder) {
+  EXPECT_EQ(error_of(with("{\"from\": \"b\", \"to\": \"c\"", "{\"from\": \"b\", \"to\": \"d\"")),
+            "g.json: edges[1].to: unknown node 'd' (dangling edge)");
+  EXPECT_EQ(error_of(with("{\"from\": \"b\", \"to\": \"c\"", "{\"to\": \"c\"")),
+            "g.json: edges[1].from: missing (an edge names its \"from\" and \"to\" nodes)");
+  EXPECT_EQ(error_of(with("{\"from\": \"b\", \"to\": \"c\"", "{\"from\": \"b\", \"to\": \"b\"")),
+            "g.json: edges[1] ('b' -> 'b'): an operator cannot feed itself (cycle)");
+  EXPECT_EQ(error_of(with("{\"from\": \"a\", \"to\": \"c\"", "{\"from\": \"a\", \"to\": \"b\"")),
+            "g.json: edges[2] ('a' -> 'b'): duplicate edge");
+  EXPECT_EQ(error_of(with("{\"from\": \"a\", \"to\": \"c\"", "{\"from\": \"c\", \"to\": \"a\"")),
+            "g.json: the graph has a cycle: 'b' -> 'c' -> 'a' -> 'b'");
+  std::string backwards = kSmallGraph;
+  backwards.replace(backwards.find("\"edges\""), std::string::npos, "\"edges\": [{\"from\": \"b\", \"to\": \"a\"}]}");
+  EXPECT_EQ(error_of(backwards), "g.json: edges[0] ('b' -> 'a'): 'a' is listed before 'b'; list the nodes in a topological order");
+}
+
+TEST(CostGraphErrors, ZooGraphsAreValid) {
+  for (const ModelConfig& config : model_zoo())
+    EXPECT_NO_THROW(validate_cost_graph(build_model_graph(config, find_hardware("H200-141GB")), config.name));
+}
+
+}  // namespace
+}  // namespace flexpipe

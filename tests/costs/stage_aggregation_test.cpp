@@ -1,0 +1,284 @@
+// Per-stage aggregation on a hand-computed graph and on zoo graphs.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "flexpipe/support/error.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/costs/stage_aggregation.h"
+#include "flexpipe/partition/stage_memory.h"
+
+namespace flexpipe {
+namespace {
+
+// embed -> ln -> attn -> add -> head, with the residual embed -> add. Times scale with b*s from the
+// reference (1, 10); memory is per token.
+CostGraph hand_graph() {
+  CostGraph g;
+  g.name = "hand";
+  g.reference = {1, 10};
+  auto node = [&](const char* name, double f, double i, double w, double saved, double freed, double params) {
+    OperatorNode n;
+    n.name = name;
+    n.scaling = {ScalingRule::Power, 1, 1};
+    n.forward.time = f;
+    n.backward_input.time = i;
+    n.backward_weight.time = w;
+    n.saved_bytes = per_token(saved);
+    n.freed_by_input = per_token(freed);
+    n.output_bytes = per_token(4);
+    n.parameters = n.active_parameters = params;
+    n.forward.flops = per_token(f);
+    g.nodes.push_back(n);
+  };
+  node("embed", 1, 0, 0.5, 1, 0, 100);
+  node("ln", 2, 1, 1, 2, 0, 10);
+  node("attn", 4, 3, 0, 5, 5, 0);
+  node("add", 1, 0, 0, 0, 0, 0);
+  node("head", 3, 2, 2, 3, 1, 50);
+  g.nodes[4].tied_to = 0;
+  for (auto [from, to] : {std::pair{0, 1}, {1, 2}, {2, 3}, {0, 3}, {3, 4}}) g.edges.push_back({from, to, per_token(4)});
+  validate_cost_graph(g, "hand");
+  return g;
+}
+
+AggregationOptions options_at(double b, double s) {
+  AggregationOptions options;
+  options.shape = {b, s};
+  options.host_link = {0.5, 50};
+  options.device_link = {0.1, 1000};
+  return options;
+}
+
+std::string error_of(auto&& action) {
+  try {
+    action();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "no error";
+}
+
+TEST(StageAggregation, HandComputedContiguousRanges) {
+  const CostGraph g = hand_graph();
+  const std::vector<int> sizes{2, 2, 1};
+  const StageAggregate result = aggregate_stages(g, partition_from_sizes(g, sizes), options_at(2, 10));
+  ASSERT_EQ(result.table.stages.size(), 3u);
+  const StageCosts& s0 = result.table.stages[0];
+  const StageCosts& s1 = result.table.stages[1];
+  const StageCosts& s2 = result.table.stages[2];
+  // Times double (b*s = 20 against 10); memory is per token (20 tokens).
+  EXPECT_EQ(s0, (StageCosts{6, 2, 3, 5, 0, 0, 60, 0, 0, 220, 220, 1320, 160}));
+  EXPECT_EQ(s1, (StageCosts{10, 6, 0, 6, 0, 0, 100, 100, 0, 0, 0, 0, 80}));
+  // The head's tied copy of the embedding is held by the last stage.
+  EXPECT_EQ(s2, (StageCosts{6, 4, 4, 8, 0, 0, 60, 20, 0, 100, 100, 600, 0}));
+  EXPECT_EQ(result.details[1].input_bytes, 160);  // ln's output and the residual both cross cut 0
+  for (const StageCosts& stage : result.table.stages) EXPECT_EQ(stage.workspace_bytes, 0);
+  EXPECT_EQ(result.details[2].parameters, 50);
+  EXPECT_EQ(result.details[0].forward_flops, (1 + 2) * 20);
+  EXPECT_EQ(result.table.link, (Link{0.1, 1000}));
+  EXPECT_EQ(result.table.memory_unit, "bytes");
+  EXPECT_EQ(result.table.time_unit, "ms");
+}
+
+TEST(StageAggregation, RecomputeKeepsCheckpointsAndOffloadCountsBytes) {
+  const CostGraph g = hand_graph();
+  AggregationOptions options = options_at(2, 10);
+  options.decisions = {MemoryDecision::Keep, MemoryDecision::Recompute, MemoryDecision::Offload, MemoryDecision::Keep,
+                       MemoryDecision::Keep};
+  const StageAggregate result = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options);
+  const StageCosts& s0 = result.table.stages[0];
+  EXPECT_EQ(s0.recompute, 4);          // ln's forward at b*s = 20
+  EXPECT_EQ(s0.activation_bytes, 40);  // what R rebuilds: ln's saved bytes
+  EXPECT_EQ(s0.freed_by_input, 0);
+  EXPECT_EQ(s0.checkpoint_bytes, 80 + 20);  // ln's input (embed's output) + embed's own saved bytes
+  const StageCosts& s1 = result.table.stages[1];
+  EXPECT_EQ(s1.activation_bytes, 100);  // offloaded bytes are still allocated by F
+  EXPECT_EQ(result.details[1].offload_bytes, 100);
+  EXPECT_EQ(result.details[1].offload_time, 0.5 + 100.0 / 50);
+  EXPECT_EQ(result.details[0].offload_bytes, 0);
+  // The table tells the simulator's OFFLOAD what to move: attn's bytes in stage 1; stages without an
+  // offloaded operator keep the default (everything held).
+  EXPECT_EQ(s1.offload_bytes, 100);
+  EXPECT_EQ(s0.offload_bytes, kInfinity);
+  EXPECT_EQ(result.table.stages[2].offload_bytes, kInfinity);
+}
+
+TEST(StageAggregation, OffloadedCheckpointsAddToWhatOffloadMoves) {
+  const CostGraph g = hand_graph();
+  AggregationOptions options = options_at(2, 10);
+  options.decisions = {MemoryDecision::Keep, MemoryDecision::Recompute, MemoryDecision::Offload, MemoryDecision::Keep,
+                       MemoryDecision::Keep};
+  options.offload_checkpoints = {1, 1, 0};
+  const StageAggregate result = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options);
+  // Stage 0 recomputes ln from embed's output (80 bytes): OFFLOAD moves that checkpoint; F still
+  // keeps it and embed's saved bytes until then.
+  EXPECT_EQ(result.table.stages[0].checkpoint_bytes, 80 + 20);
+  EXPECT_EQ(result.table.stages[0].offload_bytes, 80);
+  EXPECT_EQ(result.details[0].offload_bytes, 80);
+  EXPECT_EQ(result.details[0].offload_time, 0.5 + 80.0 / 50);
+  // Stage 1 recomputes nothing: only its offloaded operator moves.
+  EXPECT_EQ(result.table.stages[1].offload_bytes, 100);
+  EXPECT_EQ(result.table.stages[2].offload_bytes, kInfinity);
+  options.offload_checkpoints = {1, 1};
+  EXPECT_EQ(error_of([&] { aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options); }),
+            "2 checkpoint offload flags for the 3 stages of the partition");
+}
+
+TEST(StageAggregation, FullStageRecomputeCheckpointsExactlyTheStageInputs) {
+  const CostGraph g = hand_graph();
+  AggregationOptions options = options_at(2, 10);
+  options.decisions.assign(5, MemoryDecision::Keep);
+  options.decisions[2] = options.decisions[3] = MemoryDecision::Recompute;
+  const StageAggregate result = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options);
+  const StageCosts& s1 = result.table.stages[1];
+  EXPECT_EQ(s1.recompute, s1.forward);
+  EXPECT_EQ(s1.checkpoint_bytes, result.details[1].input_bytes);
+  EXPECT_EQ(s1.activation_bytes, 100);
+}
+
+TEST(StageAggregation, RecomputeSegmentsStayWithinLayers) {
+  CostGraph g = hand_graph();
+  for (const char* name : {"embedding", "block", "head"}) g.layers.push_back({name, LayerRole::Other});
+  for (int v = 0; v < 5; ++v) g.nodes[v].layer = v == 0 ? 0 : v < 3 ? 1 : 2;
+  validate_cost_graph(g, "hand");
+  AggregationOptions options = options_at(2, 10);  // 20 tokens
+  options.decisions.assign(5, MemoryDecision::Recompute);
+  const StageCosts s = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{5}), options).table.stages[0];
+  // Segments {embed} 20, {ln, attn} 40 + 100, {add, head} 0 + 60: a whole backward holds 140 at once.
+  EXPECT_EQ(s.activation_bytes, 220);
+  EXPECT_EQ(s.rebuilt_peak_bytes, 140);
+  // Checkpoints: embed's output (80), read by ln and add in other segments, kept once; attn's (80),
+  // read by add; head reads add in its own segment.
+  EXPECT_EQ(s.checkpoint_bytes, 160);
+}
+
+// The segment rule itself: a kept operator, a layer boundary and a stage boundary each end a segment.
+TEST(StageAggregation, RecomputeSegmentsEndAtKeptOperatorsLayersAndStages) {
+  CostGraph g = hand_graph();
+  for (const char* name : {"embedding", "block", "head"}) g.layers.push_back({name, LayerRole::Other});
+  for (int v = 0; v < 5; ++v) g.nodes[v].layer = v == 0 ? 0 : v < 4 ? 1 : 2;  // embed | ln attn add | head
+  using D = MemoryDecision;
+  const std::vector<D> all(5, D::Recompute);
+  const Partition one = partition_from_sizes(g, std::vector<int>{5});
+  EXPECT_EQ(recompute_segments(g, one, all), (std::vector<int>{0, 1, 1, 1, 4}));
+  EXPECT_EQ(recompute_segments(g, one, std::vector<D>{D::Keep, D::Recompute, D::Keep, D::Recompute, D::Recompute}),
+            (std::vector<int>{-1, 1, -1, 3, 4}));
+  EXPECT_EQ(recompute_segments(g, one, std::vector<D>{D::Recompute, D::Offload, D::Recompute, D::Recompute, D::Keep}),
+            (std::vector<int>{0, -1, 2, 2, -1}));
+  EXPECT_EQ(recompute_segments(g, partition_from_sizes(g, std::vector<int>{3, 2}), all),
+            (std::vector<int>{0, 1, 1, 3, 4}));
+  EXPECT_EQ(error_of([&] { recompute_segments(g, one, std::vector<D>(4, D::Keep)); }),
+            "recompute segments of 'hand': 4 decisions and 5 stage entries for 5 operators");
+}
+
+// attn saves ln's 2 bytes per token too: held once where both hold them alike, and released at I
+// only when both release them then (ln has parameters and releases at W).
+TEST(StageAggregation, TensorsTwoOperatorsSaveCountOnceWhereBothHoldThemAlike) {
+  CostGraph g = hand_graph();
+  g.nodes[2].shared_saved_bytes = per_token(2);
+  validate_cost_graph(g, "hand");
+  const Partition partition = partition_from_sizes(g, std::vector<int>{1, 2, 2});  // ln and attn together
+  using D = MemoryDecision;
+  auto stage1 = [&](std::vector<D> decisions) {
+    AggregationOptions options = options_at(2, 10);  // 20 tokens
+    options.decisions = std::move(decisions);
+    return aggregate_stages(g, partition, options);
+  };
+  const StageCosts kept = stage1({D::Keep, D::Keep, D::Keep, D::Keep, D::Keep}).table.stages[1];
+  EXPECT_EQ(kept.activation_bytes, (2 + 5 - 2) * 20);
+  EXPECT_EQ(kept.freed_by_input, 3 * 20);  // attn's own; the shared 40 stay with ln until W
+  const StageCosts rebuilt = stage1({D::Keep, D::Recompute, D::Recompute, D::Keep, D::Keep}).table.stages[1];
+  EXPECT_EQ(rebuilt.activation_bytes, 100);
+  EXPECT_EQ(rebuilt.rebuilt_peak_bytes, 100);
+  EXPECT_EQ(rebuilt.freed_by_input, 60);
+  // Held two ways they are two tensors: ln keeps its 40, attn rebuilds its 100 from ln's output (80).
+  const StageCosts mixed = stage1({D::Keep, D::Keep, D::Recompute, D::Keep, D::Keep}).table.stages[1];
+  EXPECT_EQ(mixed.activation_bytes, 100);
+  EXPECT_EQ(mixed.checkpoint_bytes, 80 + 40);
+  EXPECT_EQ(stage1({D::Keep, D::Offload, D::Offload, D::Keep, D::Keep}).details[1].offload_bytes, 100);
+  // The partitioner's model agrees.
+  const OperatorTable ops = make_operator_table(g, {2, 10});
+  StageContext one;
+  one.in_flight = 1;
+  EXPECT_EQ(evaluate_stage_memory(ops, 1, 3, one, {D::Keep, D::Keep}).activation_memory, 100);
+  EXPECT_EQ(evaluate_stage_memory(ops, 1, 3, one, {D::Recompute, D::Recompute}).activation_memory, 80 + 100);
+}
+
+// A stage's workspace is its largest operator's: operators run one at a time.
+TEST(StageAggregation, WorkspaceIsTheLargestOperatorsOfTheStage) {
+  CostGraph g = hand_graph();
+  g.nodes[2].workspace_bytes = per_token(7);  // attn
+  g.nodes[3].workspace_bytes = per_token(2);  // add
+  g.nodes[4].workspace_bytes = per_token(5);  // head
+  const StageAggregate result = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options_at(2, 10));
+  EXPECT_EQ(result.table.stages[0].workspace_bytes, 0);
+  EXPECT_EQ(result.table.stages[1].workspace_bytes, 7 * 20);
+  EXPECT_EQ(result.table.stages[2].workspace_bytes, 5 * 20);
+  EXPECT_EQ(result.details[1].workspace_bytes, 7 * 20);
+}
+
+TEST(StageAggregation, ExplicitSetsAndSharedProducers) {
+  const CostGraph g = hand_graph();
+  const Partition partition = partition_from_sets(g, {{"embed"}, {"ln", "attn", "add"}, {"head"}});
+  EXPECT_EQ(partition.stage_of_node, (std::vector<int>{0, 1, 1, 1, 2}));
+  const StageAggregate result = aggregate_stages(g, partition, options_at(1, 10));
+  // embed feeds ln and add: its one output crosses once.
+  EXPECT_EQ(result.table.stages[0].output_bytes, 40);
+  EXPECT_EQ(result.table.stages[1].output_bytes, 40);
+}
+
+TEST(StageAggregation, EmptyStagesPassTensorsThrough) {
+  const CostGraph g = hand_graph();
+  const StageAggregate result = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{1, 0, 4}), options_at(1, 10));
+  EXPECT_EQ(result.table.stages[1].forward, 0);
+  EXPECT_EQ(result.table.stages[0].output_bytes, 40);
+  EXPECT_EQ(result.table.stages[1].output_bytes, 40);
+}
+
+TEST(StageAggregation, ErrorsNameWhatIsWrong) {
+  const CostGraph g = hand_graph();
+  EXPECT_EQ(error_of([&] { partition_from_sizes(g, std::vector<int>{2, 2}); }),
+            "the stages hold 4 operators but the graph 'hand' has 5");
+  EXPECT_EQ(error_of([&] { partition_from_sets(g, {{"embed", "ln", "head"}, {"attn", "add"}}); }),
+            "the tensor 'add' -> 'head' flows from stage 1 back to stage 0; a pipeline only sends forward");
+  EXPECT_EQ(error_of([&] { partition_from_sets(g, {{"embed", "ln"}, {"attn", "add", "hed"}}); }),
+            "stage 1: unknown operator 'hed'");
+  EXPECT_EQ(error_of([&] { partition_from_sets(g, {{"embed", "ln"}, {"attn", "ln"}}); }),
+            "stage 1: operator 'ln' is already in stage 0");
+  EXPECT_EQ(error_of([&] { partition_from_sets(g, {{"embed", "ln"}, {"attn", "add"}}); }), "operator 'head' is in no stage");
+  AggregationOptions options = options_at(1, 10);
+  options.decisions.assign(3, MemoryDecision::Keep);
+  EXPECT_EQ(error_of([&] { aggregate_stages(g, partition_evenly(g, 2), options); }),
+            "3 memory decisions for the 5 operators of 'hand'");
+}
+
+TEST(StageAggregation, ZooGraphBoundariesCarryTheResidualStream) {
+  const CostGraph g = build_model_graph(find_model("gpt3-1.3b"), find_hardware("H100-80GB"));
+  const double b = 2, s = 1024, h = 2048, a = 16;
+  AggregationOptions options;
+  options.shape = {b, s};
+  const StageAggregate even = aggregate_stages(g, partition_evenly(g, 4), options);
+  // Between layers only the residual stream crosses.
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(even.table.stages[k].output_bytes, 2 * b * s * h) << k;
+  double forward = 0, parameters = 0;
+  for (const StageDetails& d : even.details) parameters += d.parameters;
+  for (const StageCosts& c : even.table.stages) forward += c.forward;
+  double expected_forward = 0;
+  for (const OperatorNode& node : g.nodes) expected_forward += operator_time(g, node, Pass::Forward, {b, s});
+  EXPECT_DOUBLE_EQ(forward, expected_forward);
+  EXPECT_EQ(parameters, total_parameters(g) + 50257.0 * h);  // the last stage's copy of the tied embedding
+  // A cut right after layer 0's softmax: the residual, V and the attention probabilities cross.
+  const int cut = find_node(g, "layer.0.softmax") + 1;
+  const std::vector<int> sizes{cut, static_cast<int>(g.nodes.size()) - cut};
+  const StageAggregate inside = aggregate_stages(g, partition_from_sizes(g, sizes), options);
+  EXPECT_EQ(inside.table.stages[0].output_bytes, 2 * b * s * h + 2 * b * s * h + 2 * a * s * s * b);
+  // The last stage also holds the head's input and the fp32 softmax of the loss.
+  EXPECT_EQ(even.table.stages[3].activation_bytes - even.table.stages[1].activation_bytes,
+            b * s * (2 * h + 8 + 4 * 50257.0 + 2 * h));
+  EXPECT_GT(even.table.stages[0].optimizer, 0);
+}
+
+}  // namespace
+}  // namespace flexpipe
