@@ -1,13 +1,13 @@
 // flexpipe partition: memory-aware stage boundaries at operator granularity (docs/partitioner.md).
-#include <chrono>
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "flexpipe/support/error.h"
 #include "flexpipe/costs/hardware.h"
-#include "flexpipe/ir/lowering.h"
+#include "flexpipe/partition/checked_planner.h"
 #include "flexpipe/partition/plan.h"
 #include "flexpipe/partition/partitioner.h"
 #include "flexpipe/interop/schedule_io.h"
@@ -35,233 +35,52 @@ struct PartitionOptions {
   bool json = false;
 };
 
-struct Outcome {
-  PartitionMethod method;
-  int microbatch_size = 1;
-  int max_microbatch_size = -1;  // -1: not searched
-  PartitionResult result;
-  PartitionPlan plan;
-  SimResult simulated;
-  bool simulated_ok = false;
-  int rounds = 0;      // plans made until the simulation agreed (docs/partitioner.md)
-  // The model found a plan and its simulation fits the limit.
-  bool passes() const { return result.fits && simulated_ok && simulated.fits; }
-  double seconds = 0;  // the partitioner's own time, simulations included
-};
+// The planner for the options, once they are checked: the model built and the schedule loaded.
+CheckedPlanner make_planner(const PartitionOptions& o) {
+  if (!(o.memory_limit > 0)) throw Error("--memory-limit must be a positive number of bytes per device");
+  if (o.model.microbatch_size != std::floor(o.model.microbatch_size))
+    throw Error(fmt::format("--microbatch-size {}: the partitioner plans whole samples", o.model.microbatch_size));
+  CostGraph graph = load_model_graph(o.model);
+  const HardwareProfile& hardware = find_hardware(o.model.hardware);
+  Schedule schedule = load_checked_schedule(o.schedule);
+  if (schedule.stages_per_pipeline > static_cast<int>(graph.nodes.size()))
+    throw Error(fmt::format("the schedule has {} stages but '{}' has only {} operators", schedule.stages_per_pipeline,
+                            graph.name, graph.nodes.size()));
+  PlannerSettings settings;
+  settings.model = o.model.model;
+  settings.schedule = o.schedule.spec;
+  settings.chunks = o.schedule.chunks;
+  settings.microbatch_size = static_cast<int>(o.model.microbatch_size);
+  settings.seq_len = o.model.seq_len;
+  settings.memory_limit = o.memory_limit;
+  settings.host_bandwidth = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
+  settings.host_bandwidth_per_time_unit = per_time_unit(graph, settings.host_bandwidth);
+  settings.solver =
+      o.solver == "exact" ? MemorySolver::Exact : o.solver == "greedy" ? MemorySolver::Greedy : MemorySolver::Auto;
+  settings.max_batch = o.max_batch;
+  settings.max_batch_limit = o.max_batch_limit;
+  return CheckedPlanner(std::move(graph), hardware, std::move(schedule), std::move(settings));
+}
 
-class Partitioner {
- public:
-  explicit Partitioner(const PartitionOptions& o) : o_(o) {
-    if (!(o.memory_limit > 0)) throw Error("--memory-limit must be a positive number of bytes per device");
-    if (o.model.microbatch_size != std::floor(o.model.microbatch_size))
-      throw Error(fmt::format("--microbatch-size {}: the partitioner plans whole samples", o.model.microbatch_size));
-    graph_ = load_model_graph(o.model);
-    hardware_ = &find_hardware(o.model.hardware);
-    schedule_ = load_checked_schedule(o.schedule);
-    if (schedule_.stages_per_pipeline > static_cast<int>(graph_.nodes.size()))
-      throw Error(fmt::format("the schedule has {} stages but '{}' has only {} operators", schedule_.stages_per_pipeline,
-                              graph_.name, graph_.nodes.size()));
-    seq_len_ = o.model.seq_len > 0 ? o.model.seq_len : graph_.reference.seq_len;
-    const double host_per_second = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware_->pcie_bandwidth;
-    host_per_second_ = host_per_second;
-    host_bandwidth_ = per_time_unit(graph_, host_per_second);
-    solver_ = o.solver == "exact" ? MemorySolver::Exact : o.solver == "greedy" ? MemorySolver::Greedy : MemorySolver::Auto;
-  }
-
-  PartitionProblem problem(int microbatch_size) const {
-    PartitionProblem p = make_partition_problem(graph_, {double(microbatch_size), seq_len_}, schedule_, o_.memory_limit,
-                                                host_bandwidth_);
-    p.solver = solver_;
-    return p;
-  }
-
-  // The partitioner's memory model is checked by simulating the plan (with its R / OFFLOAD / RELOAD
-  // actions); a device the simulation finds over the limit gets its stages' budgets lowered by the
-  // excess and the plan is made again, a few rounds at most. With --max-batch, when the model's largest
-  // micro-batch size fails that check, the largest size below it that passes is searched for
-  // (largest_passing_below: passing is not monotone in the size).
-  Outcome run(PartitionMethod method) const {
-    const auto start = std::chrono::steady_clock::now();
-    int b = static_cast<int>(o_.model.microbatch_size);
-    int largest = -1;
-    if (o_.max_batch) {
-      largest = max_microbatch_size([&](int size) { return problem(size); }, method, o_.max_batch_limit);
-      b = std::max(1, largest);
-    }
-    Outcome out = attempt(method, b);
-    if (o_.max_batch && largest > 1 && !out.passes()) {
-      // The model's largest fails the simulation check: search below it on the check itself.
-      Outcome best = out;  // the largest size that passed so far
-      int best_size = 0;
-      const int passes = largest_passing_below(b, [&](int size) {
-        Outcome trial = attempt(method, size);
-        if (!trial.passes()) return false;
-        if (size > best_size) best_size = size, best = std::move(trial);
-        return true;
-      });
-      if (passes > 0) {
-        b = passes;
-        out = std::move(best);
-      }
-    }
-    if (o_.max_batch) out.max_microbatch_size = out.passes() ? b : 0;
-    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    summarize(out);
-    return out;
-  }
-
-  // Dawn's plan is the fastest in simulation of three candidates that pass the simulation check: the
-  // binary search's cuts; the compute-balanced cuts with per-operator decisions; and those cuts with
-  // whole-layer decisions (vPipe's). The search optimizes the partitioner's model, which leaves out
-  // the received inputs that recomputed operators read; the simulation charges them and has the last
-  // word on fit and time.
-  Outcome attempt(PartitionMethod method, int microbatch_size) const {
-    Outcome out = attempt(method, microbatch_size, [&](const PartitionProblem& p) { return partition_model(p, method); });
-    if (method != PartitionMethod::Dawn) return out;
-    auto better = [](const Outcome& a, const Outcome& b) {
-      return a.passes() && (!b.passes() || a.simulated.makespan < b.simulated.makespan);
-    };
-    Outcome balanced = attempt(method, microbatch_size, [](const PartitionProblem& p) {
-      PartitionResult r = evaluate_partition(p, partition_model(p, PartitionMethod::PipeDream).starts(), true);
-      r.method = PartitionMethod::Dawn;
-      return r;
-    });
-    if (better(balanced, out)) out = std::move(balanced);
-    Outcome layered = attempt(method, microbatch_size, [](const PartitionProblem& p) {
-      PartitionResult r = partition_model(p, PartitionMethod::VPipe);
-      r.method = PartitionMethod::Dawn;
-      return r;
-    });
-    if (better(layered, out)) out = std::move(layered);
-    return out;
-  }
-
-  template <class Candidate>
-  Outcome attempt(PartitionMethod method, int microbatch_size, Candidate candidate) const {
-    Outcome out;
-    out.method = method;
-    out.microbatch_size = microbatch_size;
-    PartitionProblem p = problem(microbatch_size);
-    const std::vector<int> sharing = chunks_sharing_device(schedule_);
-    constexpr int kRounds = 6;
-    for (int round = 0; round < kRounds; ++round) {
-      out.result = candidate(p);
-      out.plan = make_plan(out, p);
-      out.simulated_ok = false;
-      if (!out.result.fits) break;
-      AggregationOptions aggregation;
-      aggregation.device_link = {0, link_bandwidth_per_ms(*hardware_, Interconnect::NvLink)};
-      aggregation.host_link = {0, host_bandwidth_};
-      aggregation.memory_capacity = {o_.memory_limit};
-      const AppliedPlan applied = apply_partition_plan(out.plan, graph_, schedule_, aggregation, "partition");
-      out.simulated = simulate(lower(applied.schedule), applied.costs, {.record_timeline = false});
-      out.simulated_ok = true;
-      out.rounds = round + 1;
-      if (out.simulated.fits || (method != PartitionMethod::Dawn && method != PartitionMethod::VPipe)) break;
-      for (int s = 0; s < schedule_.num_stages(); ++s) {
-        const double excess = out.simulated.devices[schedule_.stage_device[s]].peak_memory - o_.memory_limit;
-        const int chunk = schedule_.chunk_of_stage(s);
-        if (excess > 0) p.budget[chunk] = std::min(p.budget[chunk], p.budget[chunk] - excess / sharing[chunk]);
-      }
-    }
-    return out;
-  }
-
-  const CostGraph& graph() const { return graph_; }
-  const Schedule& schedule() const { return schedule_; }
-  double seq_len() const { return seq_len_; }
-
- private:
-  PartitionPlan make_plan(const Outcome& out, const PartitionProblem& p) const {
-    PartitionPlan plan;
-    plan.model = o_.model.model;
-    plan.graph = graph_.name;
-    plan.graph_operators = static_cast<int>(graph_.nodes.size());
-    plan.hardware = hardware_->name;
-    plan.schedule = o_.schedule.spec;
-    plan.devices = schedule_.num_devices;
-    plan.microbatches = schedule_.num_microbatches;
-    plan.chunks = o_.schedule.chunks;
-    plan.shape = {double(out.microbatch_size), seq_len_};
-    plan.memory_limit = o_.memory_limit;
-    plan.host_bandwidth = host_per_second_;
-    plan.method = partition_method_name(out.method);
-    for (size_t s = 0; s < out.result.stages.size(); ++s) {
-      const StageResult& r = out.result.stages[s];
-      PlannedStage stage;
-      stage.operators = r.end - r.begin;
-      for (int v = r.begin; v < r.end; ++v) {
-        const MemoryDecision d = r.memory.decisions[v - r.begin];
-        if (d == MemoryDecision::Recompute) stage.recompute.push_back(graph_.nodes[v].name);
-        if (d == MemoryDecision::Offload) stage.offload.push_back(graph_.nodes[v].name);
-      }
-      stage.offload_checkpoints = r.memory.offload_checkpoints && !stage.recompute.empty();
-      stage.report = {{"first", graph_.nodes[r.begin].name},
-                      {"last", graph_.nodes[r.end - 1].name},
-                      {"in_flight", p.in_flight[s]},
-                      {"budget", p.budget[s]},
-                      {"compute_time", r.compute_time},
-                      {"recompute_time", r.memory.recompute_time},
-                      {"offload_time", r.memory.offload_time},
-                      {"time", r.time},
-                      {"memory", r.memory.memory},
-                      {"static_memory", r.memory.static_memory},
-                      {"activation_memory", r.memory.activation_memory},
-                      {"offload_bytes", r.memory.offload_bytes},
-                      {"checkpoint_bytes", r.memory.checkpoint_bytes},
-                      {"fits", r.memory.fits},
-                      {"exact", r.memory.exact}};
-      plan.stages.push_back(std::move(stage));
-    }
-    return plan;
-  }
-
-  void summarize(Outcome& out) const {
-    nlohmann::json& s = out.plan.summary;
-    s["fits"] = out.passes();
-    s["rounds"] = out.rounds;
-    if (out.max_microbatch_size >= 0) s["max_microbatch_size"] = out.max_microbatch_size;
-    if (out.simulated_ok) {
-      s["bottleneck"] = out.result.bottleneck;
-      s["step_time"] = out.simulated.makespan;
-      nlohmann::json peaks = nlohmann::json::array();
-      for (const DeviceReport& d : out.simulated.devices) peaks.push_back(d.peak_memory);
-      s["peak_memory"] = peaks;
-    }
-    if (!out.result.fits) s["shortfall"] = out.result.shortfall;
-    s["time_unit"] = graph_.time_unit;
-    s["partition_seconds"] = out.seconds;
-  }
-
-  const PartitionOptions& o_;
-  CostGraph graph_;
-  const HardwareProfile* hardware_ = nullptr;
-  Schedule schedule_;
-  double seq_len_ = 1;
-  double host_per_second_ = 0;
-  double host_bandwidth_ = 0;
-  MemorySolver solver_ = MemorySolver::Auto;
-};
-
-std::string does_not_fit(const Outcome& out, const Partitioner& partitioner, const PartitionOptions& o) {
+std::string does_not_fit(const CheckedPlan& out, const CheckedPlanner& planner, const PartitionOptions& o) {
   return fmt::format(
       "{}: '{}' does not fit {} devices with {} each at micro-batch {} under {}: a device needs "
       "{} more even with every recompute and offload the method allows; try more devices, a smaller micro-batch, "
       "a schedule that holds fewer micro-batches (1f1b) or a faster host link",
-      partition_method_name(out.method), partitioner.graph().name, partitioner.schedule().num_devices,
-      gigabytes(o.memory_limit), out.microbatch_size, partitioner.schedule().name, gigabytes(out.result.shortfall));
+      partition_method_name(out.method), planner.graph().name, planner.schedule().num_devices,
+      gigabytes(o.memory_limit), out.microbatch_size, planner.schedule().name, gigabytes(out.result.shortfall));
 }
 
-void print_plan(const Outcome& out, const Partitioner& partitioner, const PartitionOptions& o) {
-  const CostGraph& graph = partitioner.graph();
-  const Schedule& schedule = partitioner.schedule();
+void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const PartitionOptions& o) {
+  const CostGraph& graph = planner.graph();
+  const Schedule& schedule = planner.schedule();
   const std::string unit = graph.time_unit;
   fmt::print("{} on {} devices ({}), {} with m={}, micro-batch {}, sequence {}, limit {} per device\n", graph.name,
              schedule.num_devices, out.plan.hardware, schedule.name, schedule.num_microbatches, out.microbatch_size,
-             partitioner.seq_len(), gigabytes(o.memory_limit));
+             planner.seq_len(), gigabytes(o.memory_limit));
   if (out.max_microbatch_size >= 0) fmt::print("largest micro-batch that fits: {}\n", out.max_microbatch_size);
   if (!out.result.fits) {
-    fmt::print("{}\n", does_not_fit(out, partitioner, o));
+    fmt::print("{}\n", does_not_fit(out, planner, o));
     return;
   }
   fmt::print("method {}: bottleneck {:.4g} {} per micro-batch, simulated step {:.4g} {} ({} in {:.3f} s)\n",
@@ -334,26 +153,26 @@ std::string render_memory_bars(const PartitionResult& before, const PartitionRes
 }
 
 void run(const PartitionOptions& o, int& exit_code) {
-  const Partitioner partitioner(o);
+  const CheckedPlanner planner = make_planner(o);
   if (o.compare) {
-    std::vector<Outcome> outcomes;
+    std::vector<CheckedPlan> outcomes;
     for (PartitionMethod m : {PartitionMethod::Uniform, PartitionMethod::Params, PartitionMethod::PipeDream,
                               PartitionMethod::VPipe, PartitionMethod::Dawn})
-      outcomes.push_back(partitioner.run(m));
+      outcomes.push_back(planner.plan(m));
     if (o.json) {
       nlohmann::json j = nlohmann::json::array();
-      for (const Outcome& out : outcomes) {
+      for (const CheckedPlan& out : outcomes) {
         nlohmann::json entry = nlohmann::json::parse(partition_plan_to_json(out.plan));
         j.push_back(std::move(entry));
       }
       fmt::print("{}\n", nlohmann::json{{"methods", j}}.dump(2));
       return;
     }
-    const std::string unit = partitioner.graph().time_unit;
-    fmt::print("{} on {} devices, {}, limit {} per device\n", partitioner.graph().name,
-               partitioner.schedule().num_devices, partitioner.schedule().name, gigabytes(o.memory_limit));
+    const std::string unit = planner.graph().time_unit;
+    fmt::print("{} on {} devices, {}, limit {} per device\n", planner.graph().name,
+               planner.schedule().num_devices, planner.schedule().name, gigabytes(o.memory_limit));
     fmt::print("{:<10} {:>8} {:>8} {:>14} {:>14} {:>12}\n", "method", "max b", "b", "bottleneck", "step", "peak");
-    for (const Outcome& out : outcomes) {
+    for (const CheckedPlan& out : outcomes) {
       double peak = 0;
       for (const DeviceReport& d : out.simulated.devices) peak = std::max(peak, d.peak_memory);
       fmt::print("{:<10} {:>8} {:>8} {:>14} {:>14} {:>12}\n", partition_method_name(out.method),
@@ -364,18 +183,18 @@ void run(const PartitionOptions& o, int& exit_code) {
     }
     return;
   }
-  const Outcome out = partitioner.run(parse_partition_method(o.method));
+  const CheckedPlan out = planner.plan(parse_partition_method(o.method));
   if (!o.svg.empty()) {
-    const PartitionProblem problem = partitioner.problem(out.microbatch_size);
+    const PartitionProblem problem = planner.problem(out.microbatch_size);
     write_text_file(o.svg, render_memory_bars(partition_model(problem, PartitionMethod::PipeDream), out.result,
                                               problem.budget, partition_method_name(out.method)));
   }
   if (!o.output.empty()) {
-    if (!out.result.fits) throw Error(does_not_fit(out, partitioner, o) + "; no plan written");
+    if (!out.result.fits) throw Error(does_not_fit(out, planner, o) + "; no plan written");
     write_text_file(o.output, partition_plan_to_json(out.plan));
   }
   if (o.json) fmt::print("{}", partition_plan_to_json(out.plan));
-  else print_plan(out, partitioner, o);
+  else print_plan(out, planner, o);
   if (!o.json && !o.output.empty()) fmt::print("wrote {}\n", o.output);
   if (!out.result.fits) exit_code = 1;
 }
