@@ -14,6 +14,7 @@
 #include "flexpipe/sim/simulator.h"
 #include "flexpipe/support/files.h"
 #include "flexpipe/interop/partition_plan_json.h"
+#include "flexpipe/views/memory_bars.h"
 #include "options.h"
 
 namespace flexpipe::cli {
@@ -103,53 +104,12 @@ void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const Par
   fmt::print("simulated peak memory per device: {}\n", peaks);
 }
 
-// Per-stage memory, before (PipeDream's compute-balanced split, everything kept) and after (the plan):
-// stacked bars of static memory and the rest, against the per-stage budget.
-std::string render_memory_bars(const PartitionResult& before, const PartitionResult& after,
-                               const std::vector<double>& budget, const std::string& after_name) {
-  const int stages = static_cast<int>(after.stages.size());
-  double top = 0;
-  for (const PartitionResult* r : {&before, &after})
-    for (const StageResult& stage : r->stages) top = std::max(top, stage.memory.memory);
-  for (double b : budget) top = std::max(top, b);
-  top *= 1.1;
-  const double panel = 400, height = 330, base = 260, left = 50, bar = std::min(48.0, 280.0 / stages);
-  auto y = [&](double bytes) { return base - bytes / top * 220; };
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
-      "font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
-      left + 2 * panel, height);
-  const PartitionResult* results[2] = {&before, &after};
-  const std::string titles[2] = {"compute-balanced split, everything kept", after_name + " plan"};
-  for (int side = 0; side < 2; ++side) {
-    const double x0 = left + side * panel;
-    svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"13\">{}</text>\n", x0, titles[side]);
-    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n", x0, base,
-                       x0 + panel - 30, base);
-    for (int s = 0; s < stages && s < static_cast<int>(results[side]->stages.size()); ++s) {
-      const StageResult& r = results[side]->stages[s];
-      const double x = x0 + 10 + s * (panel - 40) / stages;
-      const double fixed = r.memory.static_memory, total = r.memory.memory;
-      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#9e9e9e\"/>\n", x,
-                         y(fixed), bar, base - y(fixed));
-      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n", x,
-                         y(total), bar, y(fixed) - y(total), total > budget[s] ? "#e15759" : "#4e79a7");
-      svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"black\" "
-                         "stroke-dasharray=\"4 3\"/>\n",
-                         x - 4, y(budget[s]), x + bar + 4, y(budget[s]));
-      svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x + bar / 2,
-                         y(total) - 4, gigabytes(total));
-      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">stage {}</text>\n", x + bar / 2, base + 14, s);
-      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{} ops</text>\n", x + bar / 2, base + 27,
-                         r.end - r.begin);
-    }
-  }
-  svg += fmt::format(
-      "<text x=\"{}\" y=\"{}\">grey: parameters, gradients, optimizer state; blue: activations and workspace "
-      "(red: over the limit)</text>\n<text x=\"{}\" y=\"{}\">dashed: the stage's share of the device's memory "
-      "limit</text>\n</svg>\n",
-      left, height - 22, left, height - 8);
-  return svg;
+// A partition's per-stage memory, each bar labelled with its total.
+MemoryBarPanel memory_bar_panel(std::string title, const PartitionResult& result) {
+  MemoryBarPanel panel{std::move(title), {}};
+  for (const StageResult& r : result.stages)
+    panel.stages.push_back({r.memory.static_memory, r.memory.memory, r.end - r.begin, gigabytes(r.memory.memory)});
+  return panel;
 }
 
 void run(const PartitionOptions& o, int& exit_code) {
@@ -186,8 +146,12 @@ void run(const PartitionOptions& o, int& exit_code) {
   const CheckedPlan out = planner.plan(parse_partition_method(o.method));
   if (!o.svg.empty()) {
     const PartitionProblem problem = planner.problem(out.microbatch_size);
-    write_text_file(o.svg, render_memory_bars(partition_model(problem, PartitionMethod::PipeDream), out.result,
-                                              problem.budget, partition_method_name(out.method)));
+    // Before: PipeDream's compute-balanced split with everything kept.
+    const MemoryBarPanel before = memory_bar_panel("compute-balanced split, everything kept",
+                                                   partition_model(problem, PartitionMethod::PipeDream));
+    const MemoryBarPanel after =
+        memory_bar_panel(std::string(partition_method_name(out.method)) + " plan", out.result);
+    write_text_file(o.svg, render_memory_bars(before, after, problem.budget));
   }
   if (!o.output.empty()) {
     if (!out.result.fits) throw Error(does_not_fit(out, planner, o) + "; no plan written");
