@@ -1,0 +1,157 @@
+// Gradient synchronisation: every copy of a stage (DualPipe's, data parallelism's) sums its gradients, then clips them.
+#include <algorithm>
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "executor_state.h"
+
+namespace flexpipe::runtime {
+
+bool Executor::State::steps_at_opt() const {
+  return schedule.num_pipelines == 1 && options.replicas == 1 && options.max_grad_norm == 0;
+}
+
+std::vector<at::Tensor> Executor::State::gradients_of(Local& l) {
+  std::vector<at::Tensor> grads;
+  for (auto& op : l.module.operators)
+    for (at::Tensor& g : op->gradients()) grads.push_back(g);
+  return grads;
+}
+
+// Stages that compute the same chunk in different pipelines (DualPipe) hold replicas of its
+// parameters: their gradients are summed, in pipeline order on every holder, before the step.
+void Executor::State::synchronise_replicas() {
+  if (schedule.num_pipelines == 1) return;
+  const int pipelines = schedule.num_pipelines;
+  auto tag = [&](int stage) { return kReplicaTags + static_cast<uint32_t>(stage); };
+  std::vector<Pending> incoming(schedule.num_stages());
+  std::vector<Pending> outgoing;
+  std::vector<std::vector<at::Tensor>> sums;
+  for (Local& l : locals) {
+    const at::Tensor mine = pack(gradients_of(l));
+    for (int other : l.replicas) {
+      const int device = schedule.stage_device[other];
+      if (device == rank) continue;
+      Pending p;
+      p.buffer = mine;
+      p.peer = device;
+      p.transfer = transport.post_send(mine, device, tag(l.stage));
+      outgoing.push_back(std::move(p));
+      if (!incoming[other].transfer) {
+        incoming[other].buffer = at::empty_like(mine);
+        incoming[other].peer = device;
+        incoming[other].transfer = transport.post_recv(incoming[other].buffer, device, tag(other));
+      }
+    }
+  }
+  for (Local& l : locals) {
+    at::Tensor sum;
+    for (int pipeline = 0; pipeline < pipelines; ++pipeline) {
+      const int other = l.replicas[pipeline];
+      at::Tensor part;
+      if (schedule.stage_device[other] == rank) {
+        part = pack(gradients_of(local(other)));
+      } else {
+        Pending& p = incoming[other];
+        if (p.transfer) {
+          wait(*p.transfer, fmt::format("rank {}: step {}, gradient exchange of chunk {}: waiting for rank {}", me,
+                                        step, l.chunk, transport.global_rank(p.peer)));
+          p.transfer.reset();
+        }
+        part = p.buffer;
+      }
+      add_to(sum, part);
+    }
+    const std::vector<at::Tensor> grads = gradients_of(l);
+    std::vector<std::vector<int64_t>> shapes;
+    for (const at::Tensor& g : grads) shapes.push_back(g.sizes().vec());
+    sums.push_back(unpack(sum.clone(), shapes));
+  }
+  // What was sent may be a view of the gradients themselves: overwrite them only once it is out.
+  for (Pending& p : outgoing)
+    wait(*p.transfer, fmt::format("rank {}: step {}, gradient exchange: sending to rank {}", me, step,
+                                  transport.global_rank(p.peer)));
+  for (size_t i = 0; i < locals.size(); ++i) {
+    std::vector<at::Tensor> grads = gradients_of(locals[i]);
+    for (size_t j = 0; j < grads.size(); ++j) grads[j].copy_(sums[i][j]);
+  }
+}
+
+// Data parallelism: every replica holds the same stages; their gradients are exchanged and summed
+// in replica order on every holder, so the copies take identical steps.
+void Executor::State::synchronise_data_parallel() {
+  if (options.replicas == 1) return;
+  const int devices = schedule.num_devices;
+  auto tag = [&](int stage) { return kDataParallelTags + static_cast<uint32_t>(stage); };
+  std::vector<Pending> outgoing;
+  std::vector<std::vector<Pending>> incoming(locals.size());
+  for (size_t i = 0; i < locals.size(); ++i) {
+    const at::Tensor mine = pack(gradients_of(locals[i]));
+    incoming[i].resize(options.replicas);
+    for (int r = 0; r < options.replicas; ++r) {
+      if (r == options.replica) continue;
+      const int peer = r * devices + rank;
+      Pending out;
+      out.buffer = mine;
+      out.peer = peer;
+      out.transfer = options.world->post_send(mine, peer, tag(locals[i].stage));
+      outgoing.push_back(std::move(out));
+      Pending& in = incoming[i][r];
+      in.buffer = at::empty_like(mine);
+      in.peer = peer;
+      in.transfer = options.world->post_recv(in.buffer, peer, tag(locals[i].stage));
+    }
+  }
+  std::vector<std::vector<at::Tensor>> sums;
+  for (size_t i = 0; i < locals.size(); ++i) {
+    std::vector<at::Tensor> grads = gradients_of(locals[i]);
+    const at::Tensor mine = pack(grads);
+    at::Tensor sum;
+    for (int r = 0; r < options.replicas; ++r) {
+      if (r == options.replica) {
+        add_to(sum, mine);
+        continue;
+      }
+      Pending& in = incoming[i][r];
+      wait(*in.transfer, fmt::format("rank {}: step {}, data-parallel gradients of stage {}: waiting for rank {}", me,
+                                     step, locals[i].stage, in.peer));
+      add_to(sum, in.buffer);
+    }
+    std::vector<std::vector<int64_t>> shapes;
+    for (const at::Tensor& g : grads) shapes.push_back(g.sizes().vec());
+    sums.push_back(unpack(sum.clone(), shapes));
+  }
+  // What was sent may be a view of the gradients themselves: overwrite them only once it is out.
+  for (Pending& p : outgoing)
+    wait(*p.transfer, fmt::format("rank {}: step {}, data-parallel gradients: sending to rank {}", me, step, p.peer));
+  for (size_t i = 0; i < locals.size(); ++i) {
+    std::vector<at::Tensor> grads = gradients_of(locals[i]);
+    for (size_t j = 0; j < grads.size(); ++j) grads[j].copy_(sums[i][j]);
+  }
+}
+
+// torch.nn.utils.clip_grad_norm_ over the whole model: every chunk counted once (DualPipe's second
+// copy and the other data-parallel replicas hold the same gradients). Returns the norm.
+double Executor::State::clip_gradients() {
+  if (options.max_grad_norm <= 0) return 0;
+  double local = 0;
+  for (Local& l : locals) {
+    if (schedule.pipeline_of_stage(l.stage) != 0) continue;
+    for (const at::Tensor& g : gradients_of(l)) local += g.to(at::kDouble).pow(2).sum().item<double>();
+  }
+  at::Tensor total = at::full({1}, options.replica == 0 ? local : 0.0, at::TensorOptions().dtype(at::kDouble));
+  try {
+    transport.all_reduce_sum(total, options.timeout);
+  } catch (const std::exception& e) {
+    throw PeerFailure(fmt::format("rank {}: step {}: summing the gradient norm over all ranks: {}", me, step, e.what()));
+  }
+  const double norm = std::sqrt(total.item<double>());
+  const double coefficient = std::min(1.0, options.max_grad_norm / (norm + 1e-6));
+  for (Local& l : locals)
+    for (const at::Tensor& g : gradients_of(l)) g.mul_(coefficient);
+  return norm;
+}
+
+}  // namespace flexpipe::runtime
