@@ -55,7 +55,7 @@ std::vector<int> counts(const std::string& text, const std::string& what) {
 }
 
 
-struct ShowOptions {
+struct ModelShowOptions {
   ModelOptions model;
   bool layers = false;
   bool json = false;
@@ -67,7 +67,7 @@ struct Row {
   int operators = 0;
 };
 
-void show(const ShowOptions& o) {
+void show(const ModelShowOptions& o) {
   const CostGraph graph = load_model_graph(o.model);
   const Shape shape = graph.reference;
   std::vector<Row> rows;
@@ -206,7 +206,7 @@ void add_model_command(CLI::App& app, int&) {
   });
 
   auto* show_command = command->add_subcommand("show", "Operators (or layers) with time, FLOPs, saved bytes and parameters");
-  auto show_options = std::make_shared<ShowOptions>();
+  auto show_options = std::make_shared<ModelShowOptions>();
   show_command->add_option("model", show_options->model.model, "Zoo name or cost-graph file (.json)")->required();
   show_command->add_flag("--layers", show_options->layers, "One line per layer instead of per operator");
   show_command->add_flag("--json", show_options->json, "Print JSON (with parameters and active_parameters)");
