@@ -1,5 +1,5 @@
 // flexpipe launch: run N ranks of a command on this machine with torchrun's environment
-// (`torchrun --nproc-per-node N` without torch). The process logic is in launcher.cpp; this file
+// (`torchrun --nproc-per-node N` without torch). The process logic is behind launcher.h; this file
 // only turns the command line into validated LaunchOptions.
 #include <fmt/format.h>
 
