@@ -57,13 +57,7 @@ class Reader : public detail::JsonPathReader {
   CostGraph graph(const json& document) {
     if (!document.is_object()) fail("", fmt::format("expected a JSON object at the top level, got {}", describe_json(document)));
     only_known_keys(document, "", kTopLevelKeys);
-    if (!document.contains("format"))
-      fail("format", fmt::format("missing (a cost graph starts with \"format\": \"{}\")", kFormat));
-    if (text(document["format"], "format") != kFormat)
-      fail("format", fmt::format("expected \"{}\", got {}", kFormat, document["format"].dump()));
-    if (!document.contains("version")) fail("version", fmt::format("missing (expected {})", kVersion));
-    if (!document["version"].is_number_integer() || document["version"].get<int64_t>() != kVersion)
-      fail("version", fmt::format("unsupported version {} (this build reads version {})", document["version"].dump(), kVersion));
+    check_format_header(document, "cost graph", kFormat, kVersion);
 
     CostGraph result;
     if (document.contains("name")) result.name = text(document["name"], "name");

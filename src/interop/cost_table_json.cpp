@@ -108,14 +108,7 @@ class Reader : public detail::JsonPathReader {
       fail("", fmt::format("expected a JSON object at the top level, got {}", describe_json(document)));
     only_known_keys(document, "", kTopLevelKeys);
 
-    if (!document.contains("format"))
-      fail("format", fmt::format("missing (a cost table starts with \"format\": \"{}\")", kFormat));
-    if (text(document["format"], "format") != kFormat)
-      fail("format", fmt::format("expected \"{}\", got {}", kFormat, document["format"].dump()));
-    if (!document.contains("version")) fail("version", fmt::format("missing (expected {})", kVersion));
-    if (count(document["version"], "version") != kVersion)
-      fail("version",
-           fmt::format("unsupported version {} (this build reads version {})", document["version"].dump(), kVersion));
+    check_format_header(document, "cost table", kFormat, kVersion);
 
     CostTable costs;
     if (document.contains("time_unit")) costs.time_unit = text(document["time_unit"], "time_unit");

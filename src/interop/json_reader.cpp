@@ -92,4 +92,16 @@ std::string JsonPathReader::text(const json& value, const std::string& path) con
   return value.get<std::string>();
 }
 
+void JsonPathReader::check_format_header(const json& document, std::string_view kind, std::string_view format,
+                                         int version) const {
+  if (!document.contains("format"))
+    fail("format", fmt::format("missing (a {} starts with \"format\": \"{}\")", kind, format));
+  if (text(document["format"], "format") != format)
+    fail("format", fmt::format("expected \"{}\", got {}", format, document["format"].dump()));
+  if (!document.contains("version")) fail("version", fmt::format("missing (expected {})", version));
+  const json& found = document["version"];
+  if (!found.is_number_integer() || found.get<int64_t>() != version)
+    fail("version", fmt::format("unsupported version {} (this build reads version {})", found.dump(), version));
+}
+
 }  // namespace flexpipe::detail

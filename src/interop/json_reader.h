@@ -39,6 +39,12 @@ class JsonPathReader {
   double number(const nlohmann::json& value, const std::string& path) const;
   std::string text(const nlohmann::json& value, const std::string& path) const;
 
+  // The "format" and "version" that every file format starts with, checked alike for all of them so
+  // that a file given to the wrong reader, or written by a newer build, is reported the same way.
+  // `kind` names the format for a missing "format" ("a cost table starts with ...").
+  void check_format_header(const nlohmann::json& document, std::string_view kind, std::string_view format,
+                           int version) const;
+
  private:
   const std::string& origin_;
 };

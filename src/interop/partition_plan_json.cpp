@@ -56,10 +56,7 @@ PartitionPlan parse_partition_plan(const std::string& text, const std::string& o
   const nlohmann::json j = detail::parse_json_text(text, origin, "partition plan", detail::ColumnUnit::Byte);
   const detail::JsonPathReader read(origin);
   read.require_object(j, "");
-  if (!j.contains("format") || !j["format"].is_string() || j["format"] != kFormat)
-    read.fail("format", fmt::format("not a partition plan (\"format\" must be \"{}\")", kFormat));
-  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"] != kVersion)
-    read.fail("version", fmt::format("unsupported version (this build reads {})", kVersion));
+  read.check_format_header(j, "partition plan", kFormat, kVersion);
   auto field = [&](const char* key) -> const nlohmann::json& {
     if (!j.contains(key)) read.fail("", fmt::format("missing \"{}\"", key));
     return j[key];

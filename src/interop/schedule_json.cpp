@@ -201,11 +201,7 @@ class ScheduleReader : public detail::JsonPathReader {
     check_fields(root, "",
                  {"format", "version", "name", "devices", "microbatches", "stages_per_pipeline", "pipelines",
                   "placement", "microbatch_pipeline", "custom_ops", "actions"});
-    const std::string format = get_string(root, "format", "");
-    if (format != kFormat) fail("format", fmt::format("expected \"{}\", got \"{}\"", kFormat, format));
-    const int version = get_int(root, "version", "");
-    if (version != kVersion)
-      fail("version", fmt::format("unsupported version {} (this build reads version {})", version, kVersion));
+    check_format_header(root, "schedule", kFormat, kVersion);
 
     Schedule s;
     s.name = root.contains("name") ? get_string(root, "name", "") : std::string();
