@@ -17,7 +17,7 @@ BUILD_DIR=build-asan bash scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_
 # Under the sanitizers each process start costs about 0.3 s, so rather than ctest's one process per
 # test each executable runs whole, split into two gtest shards side by side.
 failed=0
-for tests in ir validate lang schedules costs sim views partition search interop train cli; do
+for tests in support ir validate lang schedules costs sim views partition search interop train cli; do
   tests=${tests}_tests
   pids=()
   for shard in 0 1; do

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "flexpipe/support/exit_status.h"
 #include "options.h"
 
 namespace flexpipe::cli {
@@ -46,7 +47,7 @@ int run(const CheckOptions& o) {
     for (const std::string& line : lines) fmt::print("{}{}\n", loaded.program ? "" : file + ": ", line);
     fmt::print("{}: {} error{}\n", file, diagnostics.size(), diagnostics.size() == 1 ? "" : "s");
   }
-  return diagnostics.empty() ? 0 : 1;
+  return diagnostics.empty() ? kExitSuccess : kExitProblemsFound;
 }
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/exit_status.h"
 #include "flexpipe/costs/hardware.h"
 #include "flexpipe/partition/checked_planner.h"
 #include "flexpipe/partition/plan.h"
@@ -160,7 +161,7 @@ void run(const PartitionOptions& o, int& exit_code) {
   if (o.json) fmt::print("{}", partition_plan_to_json(out.plan));
   else print_plan(out, planner, o);
   if (!o.json && !o.output.empty()) fmt::print("wrote {}\n", o.output);
-  if (!out.result.fits) exit_code = 1;
+  if (!out.result.fits) exit_code = kExitProblemsFound;
 }
 
 }  // namespace

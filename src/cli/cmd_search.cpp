@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/exit_status.h"
 #include "flexpipe/costs/hardware.h"
 #include "flexpipe/partition/plan.h"
 #include "flexpipe/interop/schedule_io.h"
@@ -210,7 +211,7 @@ void run(const SearchCommand& o, int& exit_code) {
   }
   if (!result.found) {
     fmt::print(stderr, "search: {}\n", result.infeasible);
-    exit_code = 1;
+    exit_code = kExitProblemsFound;
   }
 }
 

@@ -1,10 +1,5 @@
-// flexpipe: one binary, one subcommand per job. Exit codes: 0 success, 1 a check that found problems,
-// 2 bad input (unknown schedule, malformed file, impossible parameters), 3 an internal error.
-#include <cstdio>
-
-#include <fmt/format.h>
-
-#include "flexpipe/support/error.h"
+// flexpipe: one binary, one subcommand per job. Exit codes: include/flexpipe/support/exit_status.h.
+#include "flexpipe/support/exit_status.h"
 #include "options.h"
 
 int main(int argc, char** argv) {
@@ -29,14 +24,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  } catch (const flexpipe::Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 2;
+    // --help and --version arrive as ParseErrors with code 0; CLI11 has printed the message.
+    return app.exit(e) == 0 ? flexpipe::kExitSuccess : flexpipe::kExitBadInput;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "internal error: {}\n", e.what());
-    return 3;
+    return flexpipe::report_exception(e);
   }
   return exit_code;
 }

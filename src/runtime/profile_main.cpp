@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/exit_status.h"
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/train/trainable_model.h"
 #include "flexpipe/runtime/entry.h"
@@ -25,10 +26,10 @@ int profile(const ProfileRequest& request) {
       make_model_plan(request.model, partition_balanced(analytic, 1), request.microbatch_size, dtype, request.seed);
   const CostGraph measured = profile_model(plan, {request.warmup, request.repeats});
   if (!request.output.empty()) write_text_file(request.output, cost_graph_to_json(measured));
-  if (request.quiet) return 0;
+  if (request.quiet) return kExitSuccess;
   if (request.json) {
     fmt::print("{}\n", cost_graph_to_json(measured));
-    return 0;
+    return kExitSuccess;
   }
   fmt::print("{}: {} operators, micro-batch {} x {} tokens, median of {} after {} warm-up runs (ms)\n",
              measured.name, measured.nodes.size(), request.microbatch_size, request.model.seq_len, request.repeats,
@@ -46,7 +47,7 @@ int profile(const ProfileRequest& request) {
   }
   fmt::print("{:<24} {:>9.4f} {:>9.4f} {:>9.4f}\n", "total", f, i, w);
   if (!request.output.empty()) fmt::print("cost graph: {}\n", request.output);
-  return 0;
+  return kExitSuccess;
 }
 
 }  // namespace
@@ -55,11 +56,7 @@ int profile(const ProfileRequest& request) {
 extern "C" int flexpipe_runtime_profile(const flexpipe::runtime::ProfileRequest* request) {
   try {
     return flexpipe::runtime::profile(*request);
-  } catch (const flexpipe::Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 2;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "internal error: {}\n", e.what());
-    return 3;
+    return flexpipe::report_exception(e);
   }
 }

@@ -15,6 +15,7 @@
 #include "data_source.h"
 #include "executor.h"
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/exit_status.h"
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/train/lr_schedule.h"
 #include "flexpipe/train/measured_timeline.h"
@@ -395,7 +396,7 @@ int run_rank(const RunRequest& request) {
     runs.push_back(std::move(outcome.json));
   }
   if (transport->rank() == 0 && request.json) fmt::print("{}\n", nlohmann::json{{"runs", runs}}.dump(2));
-  return all_verified ? 0 : 1;
+  return all_verified ? kExitSuccess : kExitProblemsFound;
 }
 
 }  // namespace
@@ -404,25 +405,19 @@ int run_rank(const RunRequest& request) {
 
 extern "C" int flexpipe_runtime_main(const flexpipe::runtime::RunRequest* request) {
   using namespace flexpipe::runtime;
-  int code = 0;
+  int code = flexpipe::kExitSuccess;
   try {
     code = run_rank(*request);
   } catch (const PeerFailure& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    code = 3;
+    code = flexpipe::report_error(flexpipe::kExitFailure, e.what());  // its message names the rank already
   } catch (const TransportError& e) {
-    fmt::print(stderr, "error: rank {}: {}\n", request->env.rank, e.what());
-    code = 3;
-  } catch (const flexpipe::Error& e) {
-    fmt::print(stderr, "error: rank {}: {}\n", request->env.rank, e.what());
-    code = 2;
+    code = flexpipe::report_error(flexpipe::kExitFailure, fmt::format("rank {}: {}", request->env.rank, e.what()));
   } catch (const std::exception& e) {
-    fmt::print(stderr, "internal error: rank {}: {}\n", request->env.rank, e.what());
-    code = 3;
+    code = flexpipe::report_exception(e, fmt::format("rank {}: ", request->env.rank));
   }
   std::fflush(stdout);
   std::fflush(stderr);
   // After a failure, c10d's destructors may wait for peers that are gone: leave without them.
-  if (code != 0) std::_Exit(code);
+  if (code != flexpipe::kExitSuccess) std::_Exit(code);
   return code;
 }

@@ -3,9 +3,9 @@
 #include "flexpipe/runtime/run_request.h"
 
 // Trains every run of the request on this rank; prints reports; returns the process exit code
-// (0 success, 1 verification failed, 2 bad input, 3 a peer or transfer failed).
+// (flexpipe/support/exit_status.h; 1 when verification failed, 3 when a peer or transfer failed).
 extern "C" int flexpipe_runtime_main(const flexpipe::runtime::RunRequest* request);
 
 // Measures the request's model operator by operator and writes the measured cost graph; returns the
-// exit code (0, or 2 for bad input).
+// exit code (flexpipe/support/exit_status.h).
 extern "C" int flexpipe_runtime_profile(const flexpipe::runtime::ProfileRequest* request);

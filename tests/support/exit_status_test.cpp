@@ -1,0 +1,38 @@
+#include "flexpipe/support/exit_status.h"
+
+#include <stdexcept>
+
+#include <gtest/gtest.h>
+
+#include "flexpipe/support/error.h"
+
+namespace flexpipe {
+namespace {
+
+TEST(ExitStatus, TheCodesScriptsRelyOn) {
+  EXPECT_EQ(kExitSuccess, 0);
+  EXPECT_EQ(kExitProblemsFound, 1);
+  EXPECT_EQ(kExitBadInput, 2);
+  EXPECT_EQ(kExitFailure, 3);
+}
+
+TEST(ExitStatus, AnErrorIsBadInput) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(report_exception(Error("s.json: missing field 'devices'")), kExitBadInput);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "error: s.json: missing field 'devices'\n");
+}
+
+TEST(ExitStatus, AnyOtherExceptionIsAnInternalError) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(report_exception(std::out_of_range("vector"), "rank 1: "), kExitFailure);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "internal error: rank 1: vector\n");
+}
+
+TEST(ExitStatus, AFailureTheCallerClassified) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(report_error(kExitFailure, "rank 0: peer 1 went away"), kExitFailure);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "error: rank 0: peer 1 went away\n");
+}
+
+}  // namespace
+}  // namespace flexpipe
