@@ -65,13 +65,27 @@ struct Cell {
 
 bool is_blank(char c) { return c == ' ' || c == '\t'; }
 
-// 1-based character column of byte `offset` in `line` (UTF-8 continuation bytes do not count).
-int character_column(std::string_view line, size_t offset) {
-  int column = 1;
-  for (size_t i = 0; i < offset; ++i)
-    if ((static_cast<unsigned char>(line[i]) & 0xC0) != 0x80) ++column;
-  return column;
-}
+// 1-based character columns of byte offsets in one line (UTF-8 continuation bytes do not count).
+// A row's cells are located left to right, so the count resumes where the last one stopped: a line of
+// n cells costs O(length), not O(n x length).
+class ColumnCursor {
+ public:
+  explicit ColumnCursor(std::string_view line) : line_(line) {}
+  int at(size_t offset) {
+    if (offset < offset_) {  // not reached while reading left to right; kept correct anyway
+      offset_ = 0;
+      column_ = 1;
+    }
+    for (; offset_ < offset; ++offset_)
+      if ((static_cast<unsigned char>(line_[offset_]) & 0xC0) != 0x80) ++column_;
+    return column_;
+  }
+
+ private:
+  std::string_view line_;
+  size_t offset_ = 0;
+  int column_ = 1;
+};
 
 // Splits `text` into lines at "\r\n", "\n" or "\r"; the final terminator does not start a new line.
 std::vector<std::string_view> split_lines(std::string_view text) {
@@ -112,6 +126,7 @@ class CsvReader {
   // Fields are separated by ','; a field may be quoted ("..." with "" for a quote) and is stripped of
   // blanks, as Python's csv module and PyTorch's _Action.from_str do. Empty fields are idle slots.
   void read_row(std::string_view line, int line_number, std::vector<Cell>& row) {
+    ColumnCursor columns(line);
     size_t i = 0;
     while (true) {
       while (i < line.size() && is_blank(line[i])) ++i;
@@ -120,7 +135,7 @@ class CsvReader {
       if (i < line.size() && line[i] == '"') {
         ++i;
         while (true) {
-          if (i >= line.size()) fail(line_number, character_column(line, start), "unterminated quoted cell");
+          if (i >= line.size()) fail(line_number, columns.at(start), "unterminated quoted cell");
           if (line[i] == '"') {
             if (i + 1 < line.size() && line[i + 1] == '"') {
               content += '"';
@@ -134,7 +149,7 @@ class CsvReader {
         }
         while (i < line.size() && is_blank(line[i])) ++i;
         if (i < line.size() && line[i] != ',')
-          fail(line_number, character_column(line, i), "unexpected text after a quoted cell");
+          fail(line_number, columns.at(i), "unexpected text after a quoted cell");
       } else {
         const size_t end = std::min(line.find(',', i), line.size());
         size_t last = end;
@@ -144,7 +159,7 @@ class CsvReader {
       }
       while (!content.empty() && is_blank(content.front())) content.erase(content.begin());
       while (!content.empty() && is_blank(content.back())) content.pop_back();
-      if (!content.empty()) add_cell(std::move(content), line_number, character_column(line, start), row);
+      if (!content.empty()) add_cell(std::move(content), line_number, columns.at(start), row);
       if (i >= line.size()) break;
       ++i;  // the ','
     }
