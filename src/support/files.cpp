@@ -61,8 +61,24 @@ std::string read_text_file(const std::string& path) {
   return text;
 }
 
+namespace {
+
+// Makes a rename durable: the directory entry reaches the disk, not only the file's data.
+void sync_directory_of(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string directory = parent.empty() ? std::string(".") : parent.string();
+  FileDescriptor fd(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) fail_errno(path, "write", errno);
+  if (::fsync(fd.get()) != 0) fail_errno(path, "write", errno);
+}
+
+}  // namespace
+
 void write_text_file(const std::string& path, const std::string& text) {
-  // Readers see the old file or the new one, never a half-written one.
+  // Readers see the old file or the new one, never a half-written one; and once this returns, the new
+  // one survives a power loss: the data is synced before the rename makes it visible, and the
+  // directory after it. A checkpoint's `latest` written after its files can then never name files
+  // whose data did not reach the disk.
   const std::string temporary = path + ".tmp";
   FileDescriptor fd(::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666));
   if (fd.get() < 0) fail_errno(path, "write", errno);
@@ -77,11 +93,12 @@ void write_text_file(const std::string& path, const std::string& text) {
     }
     written += static_cast<size_t>(n);
   }
-  if (::close(fd.release()) != 0 || ::rename(temporary.c_str(), path.c_str()) != 0) {
+  if (::fsync(fd.get()) != 0 || ::close(fd.release()) != 0 || ::rename(temporary.c_str(), path.c_str()) != 0) {
     const int error = errno;
     ::unlink(temporary.c_str());
     fail_errno(path, "write", error);
   }
+  sync_directory_of(path);
 }
 
 }  // namespace flexpipe
