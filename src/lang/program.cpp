@@ -1,13 +1,9 @@
 #include "flexpipe/lang/program.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include <fmt/format.h>
 
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/files.h"
 #include "checker.h"
 #include "interpreter.h"
 
@@ -34,13 +30,7 @@ CompiledProgram compile_program(const std::string& text, const std::string& orig
 
 CompiledProgram load_program(const std::string& path, const std::map<std::string, int64_t>& defines,
                              const CompileOptions& options) {
-  // Read here rather than through schedule_io, so that the language (and its fuzz target) builds
-  // from the IR, the validator and its own files alone.
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  if (!in || !(text << in.rdbuf()))
-    throw Error(fmt::format("{}: cannot read: {}", path, errno != 0 ? std::strerror(errno) : "not a readable file"));
-  return compile_program(text.str(), path, defines, options);
+  return compile_program(read_text_file(path), path, defines, options);
 }
 
 std::vector<std::string> locate_diagnostics(const CompiledProgram& program, const std::vector<Diagnostic>& diagnostics) {

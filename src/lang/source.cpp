@@ -1,10 +1,26 @@
 #include "source.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+
+#include "flexpipe/support/error.h"
 
 namespace flexpipe::lang {
 
-SourceText::SourceText(std::string origin, std::string_view text) : origin_(std::move(origin)), text_(text) {
+namespace {
+constexpr size_t kShownLine = 400;  // characters of a source line echoed under a diagnostic
+
+// Editors on Windows start UTF-8 files with a byte-order mark; it is no part of the program.
+std::string_view without_byte_order_mark(std::string_view text) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
+  return text;
+}
+}  // namespace
+
+SourceText::SourceText(std::string origin, std::string_view text)
+    : origin_(std::move(origin)), text_(without_byte_order_mark(text)) {
+  text = text_;
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find('\n', start);
@@ -27,11 +43,14 @@ std::string format_diagnostic(const std::string& origin, const std::vector<std::
   std::string out = at.line == 0 ? fmt::format("{}: error: {}", origin, diagnostic.message)
                                  : fmt::format("{}:{}:{}: error: {}", origin, at.line, at.column, diagnostic.message);
   if (at.line >= 1 && at.line <= static_cast<int>(lines.size())) {
+    // The line is shown as printable() quotes it, so that a stray control byte or NUL cannot garble
+    // the terminal or cut the message; the caret is placed under the same text, and tabs stay tabs
+    // under it, so it lines up in any terminal.
     const std::string& line = lines[at.line - 1];
-    // Tabs stay tabs under the caret, so it lines up in any terminal.
+    const std::string before = printable(std::string_view(line).substr(0, std::max(at.column - 1, 0)), kShownLine);
     std::string pad;
-    for (int i = 0; i + 1 < at.column && i < static_cast<int>(line.size()); ++i) pad += line[i] == '\t' ? '\t' : ' ';
-    out += fmt::format("\n{:>5} | {}\n      | {}^", at.line, line, pad);
+    for (char c : before) pad += c == '\t' ? '\t' : ' ';
+    out += fmt::format("\n{:>5} | {}\n      | {}^", at.line, printable(line, kShownLine), pad);
   }
   if (!diagnostic.hint.empty()) out += fmt::format("\n  hint: {}", diagnostic.hint);
   return out;
@@ -39,10 +58,12 @@ std::string format_diagnostic(const std::string& origin, const std::vector<std::
 
 std::string format_diagnostics(const SourceText& source, const std::vector<LangDiagnostic>& diagnostics) {
   std::string out;
-  for (const LangDiagnostic& d : diagnostics) {
+  for (size_t i = 0; i < diagnostics.size() && i < kMaxPrintedErrors; ++i) {
     if (!out.empty()) out += '\n';
-    out += format_diagnostic(source.origin(), source.lines(), d);
+    out += format_diagnostic(source.origin(), source.lines(), diagnostics[i]);
   }
+  if (diagnostics.size() > kMaxPrintedErrors)
+    out += fmt::format("\n{}: {}", source.origin(), more_errors(diagnostics.size() - kMaxPrintedErrors));
   return out;
 }
 

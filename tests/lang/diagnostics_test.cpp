@@ -178,3 +178,37 @@ INSTANTIATE_TEST_SUITE_P(Diagnostics, GoldenTest, ::testing::ValuesIn(kGolden),
 
 }  // namespace
 }  // namespace flexpipe
+
+namespace flexpipe {
+namespace {
+
+constexpr const char* kSmallProgram = "devices 2\nmicrobatches 2\nstages 2\nfor m in 0..2 { F(0, m)\nF(1, m) }\n";
+
+TEST(Diagnostics, AByteOrderMarkBeforeTheProgramIsNoPartOfIt) {
+  const CompiledProgram plain = compile_program(kSmallProgram, "small.fps");
+  const CompiledProgram marked = compile_program(std::string("\xEF\xBB\xBF") + kSmallProgram, "small.fps");
+  EXPECT_EQ(marked.schedule, plain.schedule);
+  // Columns on the first line count from after the mark.
+  EXPECT_EQ(compile_error("\xEF\xBB\xBF" "devices 2 3\n"), compile_error("devices 2 3\n"));
+}
+
+TEST(Diagnostics, ManyErrorsArePrintedUpToACapAndTheRestCounted) {
+  std::string program = "devices 2\nmicrobatches 2\nstages 2\nlet x = 1\n";
+  for (int i = 0; i < 200; ++i) program += "let x = 1\n";
+  const std::string message = compile_error(program);
+  size_t errors = 0;
+  for (size_t at = message.find(": error: "); at != std::string::npos; at = message.find(": error: ", at + 1)) ++errors;
+  EXPECT_EQ(errors, kMaxPrintedErrors);
+  EXPECT_TRUE(message.ends_with("\nbad.fps: ... and 150 more errors not shown")) << message.substr(message.size() - 200);
+}
+
+TEST(Diagnostics, ControlBytesAndNulInTheSourceAreShownEscapedAndKeepTheCaretInPlace) {
+  constexpr char kText[] = "devices 2\nmicrobatches 2\nstages 2\nF(0, 0) \x01\0 F(1, 0)\n";
+  const std::string program(kText, sizeof kText - 1);
+  EXPECT_EQ(compile_error(program),
+            "bad.fps:4:9: error: unexpected byte 0x01\n    4 | F(0, 0) \\x01\\x00 F(1, 0)\n      |         ^\n"
+            "bad.fps:4:10: error: unexpected byte 0x00\n    4 | F(0, 0) \\x01\\x00 F(1, 0)\n      |             ^");
+}
+
+}  // namespace
+}  // namespace flexpipe
