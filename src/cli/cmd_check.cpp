@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "flexpipe/support/error.h"
 #include "flexpipe/support/exit_status.h"
 #include "options.h"
 
@@ -43,8 +44,11 @@ int run(const CheckOptions& o) {
     fmt::print("{}: valid: {} devices, {} stages, {} micro-batches, {} actions\n", file, schedule.num_devices,
                schedule.num_stages(), schedule.num_microbatches, schedule.num_actions());
   } else {
-    // A program's lines already start with file:line:col.
-    for (const std::string& line : lines) fmt::print("{}{}\n", loaded.program ? "" : file + ": ", line);
+    // A program's lines already start with file:line:col. --json lists every error; text stops at a
+    // screenful and counts the rest.
+    const std::string prefix = loaded.program ? "" : file + ": ";
+    for (size_t i = 0; i < lines.size() && i < kMaxPrintedErrors; ++i) fmt::print("{}{}\n", prefix, lines[i]);
+    if (lines.size() > kMaxPrintedErrors) fmt::print("{}: {}\n", file, more_errors(lines.size() - kMaxPrintedErrors));
     fmt::print("{}: {} error{}\n", file, diagnostics.size(), diagnostics.size() == 1 ? "" : "s");
   }
   return diagnostics.empty() ? kExitSuccess : kExitProblemsFound;

@@ -15,6 +15,7 @@
 #include "flexpipe/support/files.h"
 #include "flexpipe/interop/cost_graph_json.h"
 #include "options.h"
+#include "number_checks.h"
 
 namespace flexpipe::cli {
 
@@ -148,8 +149,8 @@ Partition parse_partition(const CostGraph& graph, const std::string& spec, int s
 void add_model_shape_options(CLI::App* command, ModelOptions& options) {
   command->add_option("--hardware", options.hardware, "Hardware profile timing a zoo model: A100-80GB, H100-80GB, H200-141GB")
       ->capture_default_str();
-  command->add_option("--microbatch-size", options.microbatch_size, "Micro-batch size [1]")->check(CLI::PositiveNumber);
-  command->add_option("--seq-len", options.seq_len, "Sequence length [the model's]")->check(CLI::PositiveNumber);
+  command->add_option("--microbatch-size", options.microbatch_size, "Micro-batch size [1]")->check(positive_number());
+  command->add_option("--seq-len", options.seq_len, "Sequence length [the model's]")->check(positive_number());
   command->add_flag("--flash-attention", options.flash_attention, "Zoo models with fused attention (no s^2 activations)");
 }
 

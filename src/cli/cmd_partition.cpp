@@ -17,6 +17,7 @@
 #include "flexpipe/interop/partition_plan_json.h"
 #include "flexpipe/views/memory_bars.h"
 #include "options.h"
+#include "number_checks.h"
 
 namespace flexpipe::cli {
 
@@ -191,12 +192,17 @@ void add_partition_command(CLI::App& app, int& exit_code) {
   add_model_shape_options(command, o->model);
   command->add_option("--schedule", o->schedule.spec, "Built-in schedule or file whose in-flight counts apply")
       ->capture_default_str();
-  command->add_option("-p,--devices", o->schedule.devices, "Devices (pipeline ranks) [4]");
-  command->add_option("-m,--microbatches", o->schedule.microbatches, "Micro-batches per step [2p]");
-  command->add_option("-v,--chunks", o->schedule.chunks, "Stages per device of a built-in schedule [its default]");
+  command->add_option("-p,--devices", o->schedule.devices, "Devices (pipeline ranks) [4]")
+      ->check(whole_number_at_least(1));
+  command->add_option("-m,--microbatches", o->schedule.microbatches, "Micro-batches per step [2p]")
+      ->check(whole_number_at_least(1));
+  command->add_option("-v,--chunks", o->schedule.chunks, "Stages per device of a built-in schedule [its default]")
+      ->check(whole_number_at_least(1));
   command->add_option("-D,--define", o->schedule.defines, "Parameter of a .fps schedule: name=value");
   command->add_option("--memory-limit", o->memory_limit, "Memory per device in bytes")->required();
-  command->add_option("--host-bandwidth", o->host_bandwidth, "Host link in bytes per second [the hardware's PCIe]");
+  command->add_option("--host-bandwidth", o->host_bandwidth,
+                      "Host link in bytes per second; 0: no offloading, inf: no limit [the hardware's PCIe]")
+      ->check(non_negative_rate());
   command->add_option("--method", o->method, "dawn, uniform, params, pipedream, vpipe or exhaustive")
       ->capture_default_str()
       ->check(CLI::IsMember({"dawn", "uniform", "params", "pipedream", "vpipe", "exhaustive"}));
@@ -206,7 +212,7 @@ void add_partition_command(CLI::App& app, int& exit_code) {
   command->add_flag("--max-batch", o->max_batch, "Find the largest micro-batch size that fits, then plan for it");
   command->add_option("--max-batch-limit", o->max_batch_limit, "Largest micro-batch size --max-batch tries")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_flag("--compare", o->compare, "Run every method (not exhaustive) and print one line each");
   command->add_option("-o,--output", o->output, "Write the plan (JSON, docs/partition-plan.md)");
   command->add_flag("--json", o->json, "Print the plan as JSON");

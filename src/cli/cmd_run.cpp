@@ -6,6 +6,7 @@
 #include "flexpipe/support/error.h"
 #include "runtime_loader.h"
 #include "training_options.h"
+#include "number_checks.h"
 
 namespace flexpipe::cli {
 
@@ -49,16 +50,16 @@ void add_run_command(CLI::App& app, int& exit_code) {
   command->add_option("--steps", o->command.request.training.steps, "Training steps [2]");
   command->add_option("--dp", o->command.request.data_parallel,
                       "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_option("--data", o->command.request.training.data,
                       "A text file to train on (byte-level tokens: use --vocab 256) [synthetic sequences]");
   command->add_option("--clip", o->command.request.training.max_grad_norm,
                       "Clip gradients by their global norm over all stages [off]")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   command->add_flag("--verify", o->command.request.verify,
                     "Also train the model in one process with autograd and compare losses and parameters");
   command->add_option("--tolerance", o->command.request.tolerance, "Largest relative difference --verify accepts [1e-6]")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   command->add_option("--fault", o->fault,
                       "Testing: rank RANK dies (or hangs, with :hang) at action ACTION of step STEP: RANK:STEP:ACTION[:hang]");
   command->callback([o, &exit_code] { run(*o, exit_code); });

@@ -19,6 +19,7 @@
 #include "flexpipe/interop/cost_table_json.h"
 #include "flexpipe/interop/partition_plan_json.h"
 #include "options.h"
+#include "number_checks.h"
 
 namespace flexpipe::cli {
 
@@ -224,21 +225,26 @@ void add_search_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<SearchCommand>();
   command->add_option("--model", o->model.model, "Zoo name or cost-graph file (.json)")->required();
   add_model_shape_options(command, o->model);
-  command->add_option("-p,--devices", o->devices, "Devices (pipeline ranks)")->required()->check(CLI::PositiveNumber);
-  command->add_option("-m,--microbatches", o->microbatches, "Micro-batches per step")->check(CLI::PositiveNumber);
+  command->add_option("-p,--devices", o->devices, "Devices (pipeline ranks)")->required()->check(whole_number_at_least(1));
+  command->add_option("-m,--microbatches", o->microbatches, "Micro-batches per step")->check(whole_number_at_least(1));
   command->add_option("--global-batch", o->global_batch,
                       "Samples per step: the search also chooses how many micro-batches (of whole samples) to cut it into")
-      ->check(CLI::PositiveNumber);
-  command->add_option("--memory-limit", o->memory_limit, "Memory per device in bytes [the hardware's]");
+      ->check(whole_number_at_least(1));
+  command->add_option("--memory-limit", o->memory_limit, "Memory per device in bytes [the hardware's]")
+      ->check(positive_number());
   command->add_option("--time-budget", o->time_budget, "Seconds the search may take")->capture_default_str();
-  command->add_option("--threads", o->threads, "Search threads [every core]")->check(CLI::NonNegativeNumber);
+  command->add_option("--threads", o->threads, "Search threads [every core]")->check(non_negative_number());
   command->add_option("--max-chunks", o->max_chunks, "Largest number of stages per device in loop placements")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
-  command->add_option("--link-bandwidth", o->link_bandwidth, "Between devices, bytes per second [the hardware's NVLink]");
+  command->add_option("--link-bandwidth", o->link_bandwidth,
+                      "Between devices, bytes per second; inf: no limit [the hardware's NVLink]")
+      ->check(positive_rate());
   command->add_option("--link-latency", o->link_latency, "Per transfer between devices, in the graph's time unit")
-      ->check(CLI::NonNegativeNumber);
-  command->add_option("--host-bandwidth", o->host_bandwidth, "Host link for offloading, bytes per second [PCIe]");
+      ->check(non_negative_number());
+  command->add_option("--host-bandwidth", o->host_bandwidth,
+                      "Host link for offloading, bytes per second; 0: no offloading, inf: no limit [PCIe]")
+      ->check(non_negative_rate());
   command->add_option("--plan", o->plans,
                       "A partition plan (flexpipe partition -o) to search with as well, on every placement with its stage "
                       "count (repeatable)");

@@ -20,6 +20,7 @@
 #include "launcher.h"
 #include "runtime_loader.h"
 #include "training_options.h"
+#include "number_checks.h"
 
 namespace flexpipe::cli {
 
@@ -173,8 +174,16 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   if (request.save_every < 0) throw Error(fmt::format("--save-every {}: not negative", request.save_every));
   if (o.schedule == "auto") choose_schedule(o, command_line);
   const int ranks = pipeline_devices(o) * request.data_parallel;
-  // No job around us: become the launcher of one, with this very command line as every rank's.
+  o.command.schedules = {o.schedule};
+  if (!is_file(o.schedule) && o.command.schedule.devices == 0) o.command.schedule.devices = kDefaultDevices;
+  // No job around us: become the launcher of one, with this very command line as every rank's. What
+  // can be checked without ranks is checked first, once: a schedule, plan or partition that cannot
+  // work is one error here rather than the same error from every rank.
   if (std::getenv("WORLD_SIZE") == nullptr && ranks > 1) {
+    TrainingCommand as_rank_zero = o.command;
+    runtime::RankEnv env;
+    env.world_size = env.local_world_size = ranks;
+    prepare_request(as_rank_zero, env);
     LaunchOptions launch_options;
     launch_options.ranks = ranks;
     launch_options.command = command_line;
@@ -184,8 +193,6 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
     exit_code = launch(launch_options);
     return;
   }
-  o.command.schedules = {o.schedule};
-  if (!is_file(o.schedule) && o.command.schedule.devices == 0) o.command.schedule.devices = kDefaultDevices;
   prepare_request(o.command);
   exit_code = run_runtime(request);
 }
@@ -204,23 +211,23 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
                       "With --schedule auto: the measured cost graph to use (written by `flexpipe profile`; "
                       "measured and saved here when the file does not exist)");
   add_training_options(command, o->command);
-  command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")->check(CLI::PositiveNumber);
+  command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")->check(positive_number());
   command->add_option("--dp", o->command.request.data_parallel,
                       "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_option("--data", o->command.request.training.data,
                       "A text file to train on, as byte-level tokens (vocabulary 256) [synthetic sequences]");
   command->add_option("--warmup", o->command.request.training.warmup_steps, "Warm-up steps [10]")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   command->add_option("--decay-steps", o->command.request.training.decay_steps,
                       "Cosine decay length after warm-up; 0: to the last step [0]")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   command->add_option("--min-lr-ratio", o->command.request.training.min_lr_ratio,
                       "Cosine decay floor, as a fraction of --lr [0.1]")
       ->check(CLI::Range(0.0, 1.0));
   command->add_option("--clip", o->command.request.training.max_grad_norm,
                       "Clip gradients by their global norm over all stages; 0: never [1.0]")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   command->add_option("--curve", o->command.request.curve_path, "Write the loss curve as an SVG chart (rank 0)");
   command->add_option("--checkpoint", o->command.request.checkpoint_dir, "Directory for checkpoints [none]");
   command->add_option("--save-every", o->command.request.save_every, "Steps between checkpoints; 0: at the end [0]");

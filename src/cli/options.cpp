@@ -9,6 +9,7 @@
 #include "flexpipe/validate/validator.h"
 #include "flexpipe/schedules/library.h"
 #include "flexpipe/interop/cost_table_json.h"
+#include "number_checks.h"
 
 namespace flexpipe::cli {
 
@@ -34,9 +35,12 @@ void add_file_options(CLI::App* command, ScheduleOptions& options) {
 
 void add_schedule_options(CLI::App* command, ScheduleOptions& options) {
   add_file_options(command, options);
-  command->add_option("-p,--devices", options.devices, "Devices (pipeline ranks) of a built-in schedule [4]");
-  command->add_option("-m,--microbatches", options.microbatches, "Micro-batches of a built-in schedule [2p]");
-  command->add_option("-v,--chunks", options.chunks, "Stages per device of a built-in schedule [its default]");
+  command->add_option("-p,--devices", options.devices, "Devices (pipeline ranks) of a built-in schedule [4]")
+      ->check(whole_number_at_least(1));
+  command->add_option("-m,--microbatches", options.microbatches, "Micro-batches of a built-in schedule [2p]")
+      ->check(whole_number_at_least(1));
+  command->add_option("-v,--chunks", options.chunks, "Stages per device of a built-in schedule [its default]")
+      ->check(whole_number_at_least(1));
 }
 
 bool is_program(const std::string& spec) { return spec.size() > 4 && spec.ends_with(".fps"); }
@@ -73,9 +77,10 @@ LoadedSchedule load_schedule_spec(const ScheduleOptions& options, const CompileO
     Schedule schedule = program.schedule;
     return {std::move(schedule), std::move(program)};
   }
-  if (options.devices < 0 || options.microbatches < 0 || options.chunks < 0)
-    throw Error(fmt::format("-p, -m and -v must be positive (got p={}, m={}, v={})", options.devices,
-                            options.microbatches, options.chunks));
+  // The options' checks refuse these already; this names the value for callers that fill them in code.
+  for (const auto& [flag, value] : {std::pair{"-p", options.devices}, std::pair{"-m", options.microbatches},
+                                    std::pair{"-v", options.chunks}})
+    if (value < 0) throw Error(fmt::format("{} must be a whole number of at least 1, got {}", flag, value));
   ScheduleParams params;
   params.devices = options.devices == 0 ? 4 : options.devices;
   params.microbatches = options.microbatches;
@@ -103,7 +108,9 @@ void require_valid(const LoadedSchedule& loaded, const std::string& spec) {
   if (diagnostics.empty()) return;
   std::string text =
       fmt::format("{}: invalid schedule ({} error{})", spec, diagnostics.size(), diagnostics.size() == 1 ? "" : "s");
-  for (const std::string& line : describe(loaded, diagnostics)) text += "\n  " + line;
+  const std::vector<std::string> lines = describe(loaded, diagnostics);
+  for (size_t i = 0; i < lines.size() && i < kMaxPrintedErrors; ++i) text += "\n  " + lines[i];
+  if (lines.size() > kMaxPrintedErrors) text += "\n  " + more_errors(lines.size() - kMaxPrintedErrors);
   throw Error(text);
 }
 
@@ -119,7 +126,7 @@ void add_cost_options(CLI::App* command, CostOptions& options) {
                       "F,I,W[,COMM]: every stage takes F, I, W (B = I + W); 1 memory unit per micro-batch in flight")
       ->excludes(file);
   command->add_option("--memory-limit", options.memory_limit, "Memory capacity of every device (overrides the table)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   auto* model = command->add_option("--model", options.model.model,
                                     "Aggregate the stage costs from a model: zoo name (flexpipe model list) or cost-graph file");
   model->excludes(file);

@@ -6,6 +6,7 @@
 #include "flexpipe/partition/plan.h"
 #include "flexpipe/train/rank_env.h"
 #include "flexpipe/interop/partition_plan_json.h"
+#include "number_checks.h"
 
 namespace flexpipe::cli {
 
@@ -17,29 +18,32 @@ void add_model_family_options(CLI::App* command, ModelSize& model) {
           "[gpt]")
       ->check(CLI::IsMember({"gpt", "llama"}));
   command->add_option("--kv-heads", model.kv_heads, "llama: key/value heads, a divisor of --heads [--heads]")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
 }
 
 void add_training_options(CLI::App* command, TrainingCommand& o) {
   command->add_option("-p,--devices", o.schedule.devices,
-                      "Pipeline devices of a built-in schedule [run: WORLD_SIZE / --dp; train: 2]");
-  command->add_option("-m,--microbatches", o.schedule.microbatches, "Micro-batches per step and pipeline [2p]");
-  command->add_option("-v,--chunks", o.schedule.chunks, "Stages per device of a built-in schedule [its default]");
+                      "Pipeline devices of a built-in schedule [run: WORLD_SIZE / --dp; train: 2]")
+      ->check(whole_number_at_least(1));
+  command->add_option("-m,--microbatches", o.schedule.microbatches, "Micro-batches per step and pipeline [2p]")
+      ->check(whole_number_at_least(1));
+  command->add_option("-v,--chunks", o.schedule.chunks, "Stages per device of a built-in schedule [its default]")
+      ->check(whole_number_at_least(1));
   command->add_option("-D,--define", o.schedule.defines, "Set a program parameter: -D name=value (repeatable)");
   command->add_option("--layers", o.model.layers, fmt::format("Transformer layers [{}]", o.model.layers))
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_option("--hidden", o.model.hidden, fmt::format("Hidden size [{}]", o.model.hidden))
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_option("--heads", o.model.heads, fmt::format("Attention heads [{}]", o.model.heads))
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_option("--vocab", o.model.vocab, fmt::format("Vocabulary size (256 with --data) [{}]", o.model.vocab))
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_option("--seq-len", o.model.seq_len, fmt::format("Tokens per sequence [{}]", o.model.seq_len))
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   add_model_family_options(command, o.model);
   command->add_option("--microbatch-size", o.request.training.microbatch_size,
                       fmt::format("Sequences per micro-batch [{}]", o.request.training.microbatch_size))
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_option("--partition", o.partition,
                       "Operators per model chunk: ops:N,N,..., layers:N,N,... or a Megatron layout "
                       "[balanced by operator time]");
@@ -52,14 +56,14 @@ void add_training_options(CLI::App* command, TrainingCommand& o) {
       ->check(CLI::IsMember({"sgd", "adamw"}));
   command->add_option("--lr", o.request.training.learning_rate,
                       fmt::format("(Peak) learning rate [{:g}]", o.request.training.learning_rate))
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   command->add_option("--weight-decay", o.request.training.weight_decay,
                       fmt::format("Decoupled weight decay [{:g}]", o.request.training.weight_decay))
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   command->add_option("--dtype", o.request.training.dtype, "float32 or float64 [float32]")
       ->check(CLI::IsMember({"float32", "float64"}));
   command->add_option("--timeout", o.request.timeout_seconds, "Seconds a rank waits for a peer before failing [60]")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   command->add_option("--trace", o.request.trace_path, "Write the measured last step as a Perfetto trace (rank 0)");
   command->add_option("--svg", o.request.svg_path,
                       "Write the measured last step as an SVG timeline, and the simulated one next to it (rank 0)");
@@ -68,9 +72,11 @@ void add_training_options(CLI::App* command, TrainingCommand& o) {
                       "Run a custom operation kind as a built-in hook: NAME=noop|log|sleep:MS (repeatable)");
 }
 
-void prepare_request(TrainingCommand& o) {
+void prepare_request(TrainingCommand& o) { prepare_request(o, runtime::rank_env_from_environment()); }
+
+void prepare_request(TrainingCommand& o, const runtime::RankEnv& env) {
   runtime::RunRequest& request = o.request;
-  request.env = runtime::rank_env_from_environment();
+  request.env = env;
   request.model = trainable_config(o.model);
   for (const std::string& hook : o.hooks) {
     const size_t eq = hook.find('=');

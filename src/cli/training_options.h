@@ -33,5 +33,8 @@ void add_training_options(CLI::App* command, TrainingCommand& options);
 // the job's ranks match (devices x data-parallel copies), computes each schedule's partition.
 // Throws Error before anything is loaded or connected.
 void prepare_request(TrainingCommand& options);
+// The same for a job that is not started yet: as rank 0 of `world_size` ranks, so that a launcher
+// finds every torch-free mistake (schedule, plan, partition, model) once, before any rank exists.
+void prepare_request(TrainingCommand& options, const runtime::RankEnv& env);
 
 }  // namespace flexpipe::cli

@@ -1,0 +1,104 @@
+// Bad input on the command line and in files: one clear error, a non-zero exit, never a silent default.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cli_harness.h"
+
+namespace {
+
+using flexpipe::test::Outcome;
+
+class BadInput : public flexpipe::test::CliHarness {
+ protected:
+  BadInput() : CliHarness("flexpipe_bad_input_") {}
+
+  // The first line of stderr, for commands whose CLI parser adds a hint after it.
+  static std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+};
+
+TEST_F(BadInput, ZeroOrNegativeCountsAreRefusedNotReplacedByDefaults) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"simulate 1f1b -p 0", "--devices: must be a whole number of at least 1, got 0"},
+      {"simulate 1f1b -m 0", "--microbatches: must be a whole number of at least 1, got 0"},
+      {"simulate 1f1b -v 0", "--chunks: must be a whole number of at least 1, got 0"},
+      {"simulate 1f1b -p -3", "--devices: must be a whole number of at least 1, got -3"},
+      {"simulate 1f1b -p two", "--devices: must be a whole number of at least 1, got 'two'"},
+      {"partition --model gpt3-1.3b -p 0 --memory-limit 1e10",
+       "--devices: must be a whole number of at least 1, got 0"},
+      {"train -p 0", "--devices: must be a whole number of at least 1, got 0"},
+      {"train -m 0", "--microbatches: must be a whole number of at least 1, got 0"},
+      {"search --model gpt3-1.3b -p 0 -m 8", "--devices: must be a whole number of at least 1, got 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Outcome run = flexpipe(args);
+    EXPECT_EQ(run.exit_code, 2) << args;
+    EXPECT_EQ(first_line(run.err), message) << args;
+    EXPECT_EQ(run.out, "") << args;
+  }
+}
+
+TEST_F(BadInput, LimitsAndRatesMustBeNumbersInTheirRange) {
+  const std::string search = "search --model gpt3-1.3b -p 4 -m 8 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {search + "--memory-limit 0", "--memory-limit: must be a positive number, got '0'"},
+      {search + "--memory-limit -5", "--memory-limit: must be a positive number, got '-5'"},
+      {search + "--memory-limit nan", "--memory-limit: must be a positive number, got 'nan'"},
+      {search + "--memory-limit inf", "--memory-limit: must be a positive number, got 'inf'"},
+      {search + "--link-bandwidth -5", "--link-bandwidth: must be a positive number, or inf for no limit, got '-5'"},
+      {search + "--link-bandwidth 0", "--link-bandwidth: must be a positive number, or inf for no limit, got '0'"},
+      {search + "--host-bandwidth -5",
+       "--host-bandwidth: must be a number of at least 0, or inf for no limit, got '-5'"},
+      {search + "--link-latency nan", "--link-latency: must be a number of at least 0, got 'nan'"},
+      {"simulate 1f1b --memory-limit nan", "--memory-limit: must be a positive number, got 'nan'"},
+      {"partition --model gpt3-1.3b --memory-limit 1e10 --host-bandwidth -1",
+       "--host-bandwidth: must be a number of at least 0, or inf for no limit, got '-1'"},
+      {"train --lr nan", "--lr: must be a number of at least 0, got 'nan'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Outcome run = flexpipe(args);
+    EXPECT_EQ(run.exit_code, 2) << args;
+    EXPECT_EQ(first_line(run.err), message) << args;
+  }
+}
+
+TEST_F(BadInput, TrainChecksTheJobOnceBeforeStartingAnyRank) {
+  // 100 pipeline stages cannot be cut from the default model's 54 operators: one error from the
+  // launcher, not one from each of 100 ranks.
+  const Outcome run = flexpipe("train -p 100 --steps 1");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err, "error: 1f1b: partition: cannot cut 54 operators of gpt-4x64 into 100 non-empty stages\n");
+  EXPECT_EQ(run.out, "");
+}
+
+TEST_F(BadInput, CheckPrintsAScreenfulOfErrorsAndCountsTheRest) {
+  // 60 forwards without a backward: 60 errors, of which 50 are printed.
+  std::string row;
+  for (int i = 0; i < 60; ++i) row += (i ? "," : "") + std::string("0F") + std::to_string(i);
+  const auto path = write("forwards.csv", row + "\n");
+  const Outcome run = flexpipe("check " + path.string());
+  EXPECT_EQ(run.exit_code, 1);
+  std::vector<std::string> lines;
+  for (size_t start = 0; start < run.out.size();) {
+    const size_t end = run.out.find('\n', start);
+    lines.push_back(run.out.substr(start, end - start));
+    start = end + 1;
+  }
+  ASSERT_EQ(lines.size(), 52u) << run.out;
+  EXPECT_EQ(lines[0], path.string() + ": device 0: missing 0B0 (or 0I0 and 0W0)");
+  EXPECT_EQ(lines[50], path.string() + ": ... and 10 more errors not shown");
+  EXPECT_EQ(lines[51], path.string() + ": 60 errors");
+}
+
+TEST_F(BadInput, AProgramMayStartWithAByteOrderMark) {
+  const auto path = write("marked.fps",
+                          "\xEF\xBB\xBF"
+                          "devices 2\nmicrobatches 1\nstages 2\nF(0, 0)\nF(1, 0)\nB(1, 0)\nB(0, 0)\n");
+  const Outcome run = flexpipe("check " + path.string());
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, path.string() + ": valid: 2 devices, 2 stages, 1 micro-batches, 4 actions\n");
+}
+
+}  // namespace
