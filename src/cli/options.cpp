@@ -140,7 +140,7 @@ CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
   CostTable costs;
   std::string origin = "--uniform-costs";
   if (!options.costs_file.empty()) {
-    costs = load_cost_table(options.costs_file);
+    costs = load_cost_table(options.costs_file, schedule.stages_per_pipeline);
     origin = options.costs_file;
   } else if (!options.model.model.empty()) {
     costs = model_cost_table(options.model, options.partition, schedule.stages_per_pipeline);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flexpipe/interop/cost_table_json.h"
+#include "flexpipe/ir/schedule.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/support/files.h"
@@ -39,7 +40,7 @@ constexpr std::string_view kLinkOverrideKeys[] = {"src", "dst", "latency", "band
 // Reads one parsed document; every failure names the origin and the JSON path.
 class Reader : public detail::JsonPathReader {
  public:
-  explicit Reader(const std::string& origin) : JsonPathReader(origin) {}
+  Reader(const std::string& origin, int expected_stages) : JsonPathReader(origin), expected_stages_(expected_stages) {}
 
   // null stands for "no limit" (infinite bandwidth, unlimited memory).
   double number_or_unlimited(const json& value, const std::string& path) const {
@@ -157,6 +158,13 @@ class Reader : public detail::JsonPathReader {
         fail("all_stages", "needs \"num_stages\" (how many stages share these costs)");
       const int count_of_stages = count(document["num_stages"], "num_stages");
       if (count_of_stages == 0) fail("num_stages", "must be at least 1, got 0");
+      // Checked before anything is allocated: a 100-byte file must not ask for gigabytes.
+      if (expected_stages_ > 0 && count_of_stages != expected_stages_)
+        fail("num_stages", fmt::format("{} stages for a schedule with {} stages per pipeline", count_of_stages,
+                                       expected_stages_));
+      if (count_of_stages > kMaxStages)
+        fail("num_stages", fmt::format("is too large, got {} (a schedule has at most {} stages)", count_of_stages,
+                                       kMaxStages));
       costs.stages.assign(count_of_stages, stage(document["all_stages"], "all_stages"));
     } else {
       fail("", "no stage costs: give \"stages\" (one entry per stage) or \"all_stages\" with \"num_stages\"");
@@ -183,6 +191,8 @@ class Reader : public detail::JsonPathReader {
       costs.pairs.push_back(pair);
     }
   }
+
+  int expected_stages_;  // 0: any number
 };
 
 // Integral values written as integers, so files stay readable.
@@ -222,12 +232,14 @@ nlohmann::ordered_json link_json(const Link& link) {
 
 }  // namespace
 
-CostTable parse_cost_table(const std::string& text, const std::string& origin) {
+CostTable parse_cost_table(const std::string& text, const std::string& origin, int expected_stages) {
   const json document = detail::parse_json_text(text, origin, "invalid JSON", detail::ColumnUnit::Byte);
-  return Reader(origin).table(document);
+  return Reader(origin, expected_stages).table(document);
 }
 
-CostTable load_cost_table(const std::string& path) { return parse_cost_table(read_text_file(path), path); }
+CostTable load_cost_table(const std::string& path, int expected_stages) {
+  return parse_cost_table(read_text_file(path), path, expected_stages);
+}
 
 std::string cost_table_to_json(const CostTable& costs) {
   nlohmann::ordered_json out;

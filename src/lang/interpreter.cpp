@@ -15,10 +15,8 @@ namespace flexpipe::lang {
 
 namespace {
 
-// Upper bounds that keep a hostile or mistyped program from allocating the machine away.
-constexpr int64_t kMaxDevices = 1 << 16;
-constexpr int64_t kMaxStages = 1 << 20;
-constexpr int64_t kMaxMicrobatches = 1 << 24;
+// Upper bounds that keep a hostile or mistyped program from allocating the machine away: the IR's
+// kMaxDevices, kMaxStages and kMaxMicrobatches.
 
 [[noreturn]] void fail(SourceLocation at, std::string message, std::string hint = {}) {
   throw RunError{at, std::move(message), std::move(hint)};

@@ -33,6 +33,12 @@ struct CustomOpKind {
   friend bool operator==(const CustomOpKind&, const CustomOpKind&) = default;
 };
 
+// The largest schedules any reader accepts: the language refuses more, and a file that asks for more
+// is refused before anything is allocated for it.
+inline constexpr int64_t kMaxDevices = 1 << 16;
+inline constexpr int64_t kMaxStages = 1 << 20;
+inline constexpr int64_t kMaxMicrobatches = 1 << 24;
+
 struct Schedule {
   std::string name;
   int num_devices = 0;
