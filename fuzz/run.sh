@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Builds the schedule-language fuzz target with clang (Debian's clang-14 or clang) through CMake and
-# runs it for a bounded time, seeded with the schedule library. Usage: fuzz/run.sh [SECONDS] (default 60).
-# Exit status 0: no crash, hang, leak or round-trip mismatch found.
+# Builds every reader's libFuzzer target with clang (Debian's clang-14 or clang) through CMake, with
+# ASan and UBSan, and runs each for a bounded time on its seeds: the schedule library and tests/data
+# where they hold that kind of file, fuzz/seeds/ otherwise. Usage: fuzz/run.sh [SECONDS] (per target,
+# default 10) [TARGET ...] (default all). Exit status 0: no crash, hang, leak, allocation over 2 GB or
+# round-trip mismatch found; otherwise the failing target's report and input are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=${1:-60}
+seconds=${1:-10}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(lang pytorch_csv schedule_json cost_table cost_graph partition_plan megatron_layout
+  pipedream)
 cxx=$(command -v clang++-14 || command -v clang++ || true)
 if [ -z "$cxx" ]; then
   echo "fuzz/run.sh: needs clang++ (apt-get install clang-14)" >&2
@@ -14,9 +20,31 @@ out=${FUZZ_DIR:-build-fuzz}
 cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
   -DCMAKE_CXX_COMPILER="$cxx" -DFLEXPIPE_FUZZ=ON -DFLEXPIPE_TESTS=OFF -DFLEXPIPE_BENCH=OFF -DFLEXPIPE_RUNTIME=OFF \
   >/dev/null
-cmake --build "$out" --target lang_fuzzer
-mkdir -p "$out/corpus"
-cp examples/schedules/*.fps "$out/corpus/"
-# -timeout: one input taking over 10 s is a hang; -rss_limit_mb: a blown-up allocation is a failure.
-"$out/lang_fuzzer" "$out/corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
-  -print_final_stats=1
+cmake --build "$out" --target $(printf '%s_fuzzer ' "${targets[@]}") >/dev/null
+
+seeds() {  # the files each target starts from
+  case $1 in
+    lang) echo examples/schedules/*.fps tests/data/runtime/*.fps ;;
+    pytorch_csv) echo tests/data/pytorch/*.csv tests/data/pytorch/legacy/*.csv ;;
+    schedule_json) echo tests/data/runtime/*.json ;;
+    cost_table) echo examples/costs/*.json ;;
+    *) echo fuzz/seeds/"$1"/* ;;
+  esac
+}
+failed=0
+for target in "${targets[@]}"; do
+  corpus="$out/corpus/$target"
+  mkdir -p "$corpus"
+  for seed in $(seeds "$target"); do cp "$seed" "$corpus/${seed//\//_}"; done  # two folders may share a name
+  # -timeout: one input taking over 10 s is a hang; -rss_limit_mb: a few kilobytes of input must never
+  # allocate gigabytes; -max_len: inputs stay small enough that each run tries many.
+  if "$out/${target}_fuzzer" "$corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+    -print_final_stats=1 >"$out/$target.log" 2>&1; then
+    echo "fuzz $target: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/$target.log" | grep -o '[0-9]*$') inputs in ${seconds} s, no failure"
+  else
+    failed=1
+    echo "fuzz $target: FAILED"
+    tail -n 40 "$out/$target.log"
+  fi
+done
+exit $failed

@@ -1,0 +1,33 @@
+#pragma once
+// What every reader's fuzz target checks: an input is either read or refused with flexpipe::Error
+// (anything else escaping is a bug, and so are crashes, hangs, leaks and large allocations, which
+// libFuzzer and the sanitizers catch), and what is read survives its writer unchanged.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "flexpipe/support/error.h"
+
+namespace flexpipe::fuzz {
+
+inline std::string input_text(const uint8_t* data, size_t size) { return {reinterpret_cast<const char*>(data), size}; }
+
+// Runs `read`; true when it returned, false when it refused the input with Error.
+template <typename Read>
+bool reads(Read&& read) {
+  try {
+    read();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+[[noreturn]] inline void round_trip_failed(const char* reader, const std::string& written) {
+  std::fprintf(stderr, "%s: what was read does not read back the same from its writer's text:\n%s\n", reader,
+               written.c_str());
+  std::abort();
+}
+
+}  // namespace flexpipe::fuzz
