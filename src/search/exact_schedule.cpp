@@ -41,7 +41,8 @@ constexpr int kForward = 0;
 constexpr int kBackward = 1;
 constexpr int kWeight = 2;
 
-struct Candidate {
+// An action the node at some depth may place next, at its earliest start: one branch of that node.
+struct Branch {
   double start;
   int32_t stage;
   int32_t kind;
@@ -49,7 +50,8 @@ struct Candidate {
   int32_t rank;  // branch order on one device at one start: backward, forward, weight
 };
 
-struct Placement {
+// An action on the current path (or the best path found): what was placed at that depth.
+struct PlacedAction {
   int32_t stage;
   int32_t kind;
   int32_t microbatch;
@@ -114,9 +116,9 @@ void check_input(const Schedule& skeleton, const CostTable& costs, bool split) {
   }
 }
 
-class Search {
+class BranchAndBound {
  public:
-  Search(const Schedule& skeleton, const CostTable& costs, bool split, const ExactOptions& options)
+  BranchAndBound(const Schedule& skeleton, const CostTable& costs, bool split, const ExactOptions& options)
       : skeleton_(skeleton),
         stages_(skeleton.num_stages()),
         microbatches_(skeleton.num_microbatches),
@@ -140,7 +142,7 @@ class Search {
     if (!best_path_.empty()) {
       static constexpr ActionKind kSplitKinds[] = {ActionKind::F, ActionKind::I, ActionKind::W};
       static constexpr ActionKind kWholeKinds[] = {ActionKind::F, ActionKind::B};
-      for (const Placement& p : best_path_)
+      for (const PlacedAction& p : best_path_)
         result.schedule.device_actions[device_of_[p.stage]].push_back(
             Action::make(split_ ? kSplitKinds[p.kind] : kWholeKinds[p.kind], p.stage, p.microbatch));
       // The search's arithmetic mirrors the simulator's, but the simulator is the reference.
@@ -264,8 +266,8 @@ class Search {
     net_.assign(devices_, 0);
     pending_release_.assign(devices_, 0);
     estimate_.assign(slots, 0);
-    path_.assign(total_actions_, Placement{});
-    candidates_.assign(static_cast<size_t>(total_actions_ + 1) * slots, Candidate{});
+    path_.assign(total_actions_, PlacedAction{});
+    branches_.assign(static_cast<size_t>(total_actions_ + 1) * slots, Branch{});
 
     memo_enabled_ = all_positive_;
     uint64_t state = 0x9e3779b97f4a7c15ULL;  // splitmix64: fixed, so runs are reproducible
@@ -421,9 +423,9 @@ class Search {
     }
   }
 
-  // Fills the candidates of the node at `depth`; returns how many.
+  // Fills the branches of the node at `depth`; returns how many.
   int collect(int depth) {
-    Candidate* out = &candidates_[static_cast<size_t>(depth) * stages_ * kinds_];
+    Branch* out = &branches_[static_cast<size_t>(depth) * stages_ * kinds_];
     int n = 0;
     int advance_fits = -1;  // deferred memory check, evaluated once when first needed
     for (int s = 0; s < stages_; ++s) {
@@ -460,19 +462,19 @@ class Search {
           }
         }
         static constexpr int32_t kRank[] = {1, 0, 2};
-        out[n++] = Candidate{start, s, k, m, kRank[k]};
+        out[n++] = Branch{start, s, k, m, kRank[k]};
       }
     }
     // Earliest start first, so that the first dive is a list schedule; at one start the lowest device
     // first, since placing a device's action there rules out the lower devices' actions at that start.
-    auto before = [this](const Candidate& a, const Candidate& b) {
+    auto before = [this](const Branch& a, const Branch& b) {
       if (a.start != b.start) return a.start < b.start;
       if (device_of_[a.stage] != device_of_[b.stage]) return device_of_[a.stage] < device_of_[b.stage];
       if (a.rank != b.rank) return a.rank < b.rank;
       if (a.microbatch != b.microbatch) return a.microbatch < b.microbatch;
       return a.stage < b.stage;
     };
-    for (int i = 1; i < n; ++i)  // a handful of candidates: insertion sort, no allocation
+    for (int i = 1; i < n; ++i)  // a handful of branches: insertion sort, no allocation
       for (int j = i; j > 0 && before(out[j], out[j - 1]); --j) std::swap(out[j], out[j - 1]);
     return n;
   }
@@ -592,9 +594,9 @@ class Search {
     const bool memo = memo_enabled_ && depth > 0;
     if (memo && dominated()) return;
     const int n = collect(depth);
-    const Candidate* candidates = &candidates_[static_cast<size_t>(depth) * stages_ * kinds_];
+    const Branch* branches = &branches_[static_cast<size_t>(depth) * stages_ * kinds_];
     for (int i = 0; i < n && !stopped_; ++i) {
-      const Candidate c = candidates[i];
+      const Branch c = branches[i];
       const int s = c.stage, k = c.kind, m = c.microbatch, d = device_of_[s];
       const double end = c.start + duration_[slot(s, k)];
       // Saved for the undo; the per-cell times need none, being read only once their producer is placed.
@@ -646,7 +648,7 @@ class Search {
       potential_ += c.start;
       last_start_ = c.start;
       last_device_ = d;
-      path_[depth] = Placement{s, k, m};
+      path_[depth] = PlacedAction{s, k, m};
 
       if (bound() < best_ * (1 - 1e-12)) dfs(depth + 1);
 
@@ -691,8 +693,8 @@ class Search {
   std::vector<double> estimate_;
   double last_start_ = 0;
   int last_device_ = -1;
-  std::vector<Placement> path_, best_path_;
-  std::vector<Candidate> candidates_;  // one block per depth
+  std::vector<PlacedAction> path_, best_path_;
+  std::vector<Branch> branches_;  // one block per depth
 
   // Dominance memo (positive durations only, see remember()): per placed set (the counts, hashed),
   // the frontiers of the nodes whose subtrees were searched to the end.
@@ -717,7 +719,7 @@ class Search {
 ExactResult exact_schedule(const Schedule& skeleton, const CostTable& costs, bool split_backward,
                            const ExactOptions& options) {
   check_input(skeleton, costs, split_backward);
-  Search search(skeleton, costs, split_backward, options);
+  BranchAndBound search(skeleton, costs, split_backward, options);
   return search.run(costs);
 }
 

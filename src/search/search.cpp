@@ -32,18 +32,19 @@ using Clock = std::chrono::steady_clock;
 enum Row : uint8_t { kKeep = 0, kRecompute = 1, kOffload = 2, kPlan = 3, kRows = 4 };
 constexpr const char* kRowNames[kRows] = {"keep", "recompute", "offload", "plan"};
 
-enum class Placement : uint8_t { Loop, V, Bidirectional };
+// How a structure lays its stages on the devices; with a loop's chunk count it makes the placement.
+enum class PlacementKind : uint8_t { Loop, V, Bidirectional };
 
 // Model chunks (stages of one pipeline) of a placement on p devices; stages each device holds.
-int chunk_count(Placement placement, int chunks, int p) {
-  return placement == Placement::V ? 2 * p : placement == Placement::Bidirectional ? p : chunks * p;
+int chunk_count(PlacementKind placement, int chunks, int p) {
+  return placement == PlacementKind::V ? 2 * p : placement == PlacementKind::Bidirectional ? p : chunks * p;
 }
-int stages_per_device(Placement placement, int chunks) { return placement == Placement::Loop ? chunks : 2; }
+int stages_per_device(PlacementKind placement, int chunks) { return placement == PlacementKind::Loop ? chunks : 2; }
 
 // A placement, a partition and a batch split: everything but the memory choices and the order.
 struct Structure {
   BatchSplit batch;
-  Placement placement = Placement::Loop;
+  PlacementKind placement = PlacementKind::Loop;
   int chunks = 1;
   std::string partition_name;  // "balanced", "dawn", "dawn (greedy)" or a given plan's name
   Schedule skeleton;           // placement and micro-batches, no actions
@@ -57,7 +58,9 @@ struct Structure {
   std::vector<char> plan_offloads_checkpoints;
 };
 
-struct Candidate {
+// What one simulation evaluates: a structure, its memory rows and a list policy (reported as a
+// ScheduleCandidateReport).
+struct ScheduleCandidate {
   int structure = 0;
   std::vector<uint8_t> rows;  // per stage
   ListPolicy policy;
@@ -65,25 +68,28 @@ struct Candidate {
   int64_t order = 0;  // tie-break: earlier candidates win equal makespans, so results are reproducible
 };
 
+// Most promising first: the order candidates are tried in.
+bool lower_bound_first(const ScheduleCandidate& a, const ScheduleCandidate& b) { return a.lower_bound < b.lower_bound; }
+
 struct Evaluation {
   bool fits = false;
   double makespan = kInfinity;
 };
 
-std::string placement_name(Placement placement, int chunks) {
-  if (placement == Placement::Bidirectional) return "bidirectional";
-  return placement == Placement::V ? "V-shape" : chunks == 1 ? "loop" : fmt::format("loop v={}", chunks);
+std::string placement_name(PlacementKind placement, int chunks) {
+  if (placement == PlacementKind::Bidirectional) return "bidirectional";
+  return placement == PlacementKind::V ? "V-shape" : chunks == 1 ? "loop" : fmt::format("loop v={}", chunks);
 }
 
 // Reference schedules: the partitioner reads in-flight counts from a built-in of the same placement.
-Schedule reference_schedule(Placement placement, int devices, int microbatches, int chunks) {
-  if (placement == Placement::V) return make_builtin("zb-v", {devices, microbatches, 0});
-  if (placement == Placement::Bidirectional) return make_builtin("dualpipe", {devices, microbatches, 0});
+Schedule reference_schedule(PlacementKind placement, int devices, int microbatches, int chunks) {
+  if (placement == PlacementKind::V) return make_builtin("zb-v", {devices, microbatches, 0});
+  if (placement == PlacementKind::Bidirectional) return make_builtin("dualpipe", {devices, microbatches, 0});
   if (chunks == 1) return make_builtin("1f1b", {devices, microbatches, 0});
   return make_builtin("interleaved-1f1b", {devices, microbatches, chunks});
 }
 
-std::optional<Schedule> reference_or_none(Placement placement, int devices, int microbatches, int chunks) {
+std::optional<Schedule> reference_or_none(PlacementKind placement, int devices, int microbatches, int chunks) {
   try {
     return reference_schedule(placement, devices, microbatches, chunks);
   } catch (const Error&) {
@@ -91,9 +97,11 @@ std::optional<Schedule> reference_or_none(Placement placement, int devices, int 
   }
 }
 
-class Search {
+// The search over structures and list policies (exact_schedule.cpp's BranchAndBound settles the orders
+// of the small ones), improving its answer until the budget runs out.
+class AnytimeSearch {
  public:
-  Search(const SearchProblem& problem, const SearchOptions& options)
+  AnytimeSearch(const SearchProblem& problem, const SearchOptions& options)
       : problem_(problem), options_(options), start_(Clock::now()) {
     if (problem.devices < 1) throw Error(fmt::format("search: {} devices; at least 1", problem.devices));
     if (problem.batches.empty()) throw Error("search: no batch split to search");
@@ -112,7 +120,7 @@ class Search {
     prepare_structures(false);
     report_builtins();
     phase("generated schedules");
-    std::vector<Candidate> seeds;
+    std::vector<ScheduleCandidate> seeds;
     std::vector<std::pair<double, int>> finished;
     run_seeds(0, seeds, finished);
     climb_from(seeds, finished, 0);
@@ -137,12 +145,11 @@ class Search {
 
  private:
   // Evaluates the seed candidates of structures [first, end), lowest lower bound first.
-  void run_seeds(size_t first, std::vector<Candidate>& seeds, std::vector<std::pair<double, int>>& finished) {
-    std::vector<Candidate> batch = seed_candidates(first);
-    std::stable_sort(batch.begin(), batch.end(),
-                     [](const Candidate& a, const Candidate& b) { return a.lower_bound < b.lower_bound; });
+  void run_seeds(size_t first, std::vector<ScheduleCandidate>& seeds, std::vector<std::pair<double, int>>& finished) {
+    std::vector<ScheduleCandidate> batch = seed_candidates(first);
+    std::stable_sort(batch.begin(), batch.end(), lower_bound_first);
     const size_t offset = seeds.size();
-    for (Candidate& c : batch) {
+    for (ScheduleCandidate& c : batch) {
       c.order = next_order_++;
       seeds.push_back(std::move(c));
     }
@@ -154,7 +161,8 @@ class Search {
   }
 
   // Hill climbing from the best seeds among seeds[first..].
-  void climb_from(const std::vector<Candidate>& seeds, const std::vector<std::pair<double, int>>& finished, size_t first) {
+  void climb_from(const std::vector<ScheduleCandidate>& seeds, const std::vector<std::pair<double, int>>& finished,
+                  size_t first) {
     if (!options_.local_search || out_of_time()) return;
     phase("local search");
     std::vector<std::pair<double, int>> ranked(finished.begin() + static_cast<long>(first), finished.end());
@@ -162,22 +170,21 @@ class Search {
     // The best seeds overall, then the best seed of every other structure whose bound is below the
     // best so far, most promising bound first: a structure may hold the answer even when its first
     // candidates were not the fastest.
-    std::vector<Candidate> starts;
+    std::vector<ScheduleCandidate> starts;
     std::vector<char> started(structures_.size(), 0);
     for (const auto& [makespan, i] : ranked) {
       if (makespan == kInfinity || starts.size() >= static_cast<size_t>(4 + 2 * threads_)) break;
       starts.push_back(seeds[i]);
       started[seeds[i].structure] = 1;
     }
-    std::vector<Candidate> others;
+    std::vector<ScheduleCandidate> others;
     for (const auto& [makespan, i] : ranked)
       if (makespan < kInfinity && !started[seeds[i].structure]) {
         started[seeds[i].structure] = 1;
         others.push_back(seeds[i]);
       }
-    std::stable_sort(others.begin(), others.end(),
-                     [](const Candidate& a, const Candidate& b) { return a.lower_bound < b.lower_bound; });
-    for (const Candidate& c : others)
+    std::stable_sort(others.begin(), others.end(), lower_bound_first);
+    for (const ScheduleCandidate& c : others)
       if (c.lower_bound < best_makespan()) starts.push_back(c);
     parallel(starts.size(), [&](size_t i) { climb(starts[i], first + i); });
   }
@@ -189,7 +196,7 @@ class Search {
     const int ops = static_cast<int>(problem_.graph.nodes.size());
     struct Job {
       BatchSplit batch;
-      Placement placement;
+      PlacementKind placement;
       int chunks;
       bool dawn;
       int given = -1;  // index into problem_.partitions
@@ -197,10 +204,10 @@ class Search {
     std::vector<Job> jobs;
     for (const BatchSplit& batch : problem_.batches) {
       for (int v = 1; v <= problem_.max_chunks; ++v)
-        if (v * p <= ops) jobs.push_back({batch, Placement::Loop, v, dawn});
-      if (problem_.v_shape && p > 1 && 2 * p <= ops) jobs.push_back({batch, Placement::V, 2, dawn});
+        if (v * p <= ops) jobs.push_back({batch, PlacementKind::Loop, v, dawn});
+      if (problem_.v_shape && p > 1 && 2 * p <= ops) jobs.push_back({batch, PlacementKind::V, 2, dawn});
       if (problem_.bidirectional && p > 1 && batch.microbatches > 1 && p <= ops)
-        jobs.push_back({batch, Placement::Bidirectional, 1, dawn});
+        jobs.push_back({batch, PlacementKind::Bidirectional, 1, dawn});
     }
     // Given partitions (plans from `flexpipe partition`) on every placement with their stage count,
     // at the micro-batch size they were made for.
@@ -239,7 +246,7 @@ class Search {
 
   // The compute-balanced cut (PipeDream's planner over the cuts where little crosses), or DawnPiper's
   // plan for the placement's own in-flight counts.
-  std::optional<Structure> make_structure(const BatchSplit& batch, Placement placement, int chunks, bool dawn,
+  std::optional<Structure> make_structure(const BatchSplit& batch, PlacementKind placement, int chunks, bool dawn,
                                           const GivenPartition* given, MemorySolver solver) const {
     const int p = problem_.devices, stages = chunk_count(placement, chunks, p);
     Structure s;
@@ -250,14 +257,14 @@ class Search {
                        : !dawn                                  ? "balanced"
                        : solver == MemorySolver::Greedy ? "dawn (greedy)"
                                                                 : "dawn";
-    if (placement == Placement::Bidirectional) {
+    if (placement == PlacementKind::Bidirectional) {
       // DualPipe's pair of pipelines: the first half of the micro-batches down, the rest up.
       s.skeleton = make_schedule("search", p, batch.microbatches, bidirectional_placement(p), 2);
       for (int mb = 0; mb < batch.microbatches; ++mb)
         s.skeleton.microbatch_pipeline.push_back(mb < (batch.microbatches + 1) / 2 ? 0 : 1);
     } else {
       s.skeleton = make_schedule("search", p, batch.microbatches,
-                                 placement == Placement::V ? v_placement(p, stages) : loop_placement(p, stages));
+                                 placement == PlacementKind::V ? v_placement(p, stages) : loop_placement(p, stages));
     }
     const Shape shape{batch.microbatch_size, seq_len_};
     const double host = problem_.aggregation.host_link.bandwidth;
@@ -423,8 +430,8 @@ class Search {
       std::vector<int> limits(p);
       for (int d = 0; d < p; ++d) {
         // 1F1B's depth on each leg: p - d down and d + 1 up on the bidirectional pair.
-        const int base = s.placement == Placement::Bidirectional ? p + 1
-                         : s.placement == Placement::V           ? 2 * (p - d)
+        const int base = s.placement == PlacementKind::Bidirectional ? p + 1
+                         : s.placement == PlacementKind::V           ? 2 * (p - d)
                          : v == 1                                 ? p - d
                                                                   : (v - 1) * p + 2 * (p - d - 1) + 1;
         limits[d] = std::clamp(base + extra, 1, v * m);
@@ -477,14 +484,14 @@ class Search {
     return out;
   }
 
-  std::vector<Candidate> seed_candidates(size_t first) const {
-    std::vector<Candidate> out;
+  std::vector<ScheduleCandidate> seed_candidates(size_t first) const {
+    std::vector<ScheduleCandidate> out;
     for (int i = static_cast<int>(first); i < static_cast<int>(structures_.size()); ++i) {
       const Structure& s = structures_[i];
       for (const std::vector<uint8_t>& rows : row_patterns(s))
         for (bool split : {true, false})
           for (const ListPolicy& policy : policies(s, split)) {
-            Candidate c{i, rows, policy, 0, 0};
+            ScheduleCandidate c{i, rows, policy, 0, 0};
             c.lower_bound = lower_bound_of(c);
             out.push_back(std::move(c));
           }
@@ -492,7 +499,7 @@ class Search {
     return out;
   }
 
-  CostTable table_of(const Candidate& c) const {
+  CostTable table_of(const ScheduleCandidate& c) const {
     const Structure& s = structures_[c.structure];
     CostTable table = s.base;
     for (size_t k = 0; k < c.rows.size(); ++k) table.stages[k] = s.rows[k][c.rows[k]];
@@ -501,7 +508,7 @@ class Search {
 
   enum class Flag { Recompute, Offload, ReloadBeforeRecompute };
   // Per global stage (every pipeline's copy of a chunk decides alike).
-  std::vector<char> flags(const Candidate& c, Flag which) const {
+  std::vector<char> flags(const ScheduleCandidate& c, Flag which) const {
     const Structure& s = structures_[c.structure];
     std::vector<char> out(s.skeleton.num_stages());
     for (size_t g = 0; g < out.size(); ++g) {
@@ -515,14 +522,14 @@ class Search {
   }
 
   // What ranks and prunes candidates: the closed-form bound, cheap enough for every candidate.
-  double lower_bound_of(const Candidate& c) const {
+  double lower_bound_of(const ScheduleCandidate& c) const {
     return schedule_path_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward,
                                flags(c, Flag::Recompute));
   }
 
   // What proofs and the reported space bound use: the full bound (a preemptive schedule per device),
   // computed once per structure, memory rows and backward kind.
-  double tight_bound_of(const Candidate& c) const {
+  double tight_bound_of(const ScheduleCandidate& c) const {
     auto key = std::make_tuple(c.structure, c.rows, c.policy.split_backward);
     {
       std::lock_guard lock(bounds_mutex_);
@@ -537,14 +544,14 @@ class Search {
   }
 
   // The list scheduler's compute-only order for the candidate; nothing when its policy stalls.
-  std::optional<Schedule> order_of(const Candidate& c, const CostTable& table) const {
+  std::optional<Schedule> order_of(const ScheduleCandidate& c, const CostTable& table) const {
     Schedule order = structures_[c.structure].skeleton;
     if (!list_schedule(order, table, c.policy, flags(c, Flag::Recompute), flags(c, Flag::Offload))) return std::nullopt;
     return order;
   }
 
   // A compute-only order of the candidate's structure with its R / OFFLOAD / RELOAD placed.
-  Schedule with_memory_actions(const Schedule& order, const Candidate& c) const {
+  Schedule with_memory_actions(const Schedule& order, const ScheduleCandidate& c) const {
     const std::vector<char> recompute = flags(c, Flag::Recompute), offload = flags(c, Flag::Offload);
     const bool any = std::any_of(recompute.begin(), recompute.end(), [](char f) { return f; }) ||
                      std::any_of(offload.begin(), offload.end(), [](char f) { return f; });
@@ -552,13 +559,13 @@ class Search {
   }
 
   // The candidate's schedule: the list scheduler's order with R / OFFLOAD / RELOAD placed.
-  std::optional<Schedule> build(const Candidate& c, const CostTable& table) const {
+  std::optional<Schedule> build(const ScheduleCandidate& c, const CostTable& table) const {
     std::optional<Schedule> order = order_of(c, table);
     if (order) order = with_memory_actions(*order, c);
     return order;
   }
 
-  Evaluation evaluate(const Candidate& c) {
+  Evaluation evaluate(const ScheduleCandidate& c) {
     Evaluation e;
     if (out_of_time()) return e;
     if (c.lower_bound >= best_makespan()) {
@@ -579,7 +586,7 @@ class Search {
     return e;
   }
 
-  void offer(const Candidate& c, const Evaluation& e) {
+  void offer(const ScheduleCandidate& c, const Evaluation& e) {
     std::lock_guard lock(mutex_);
     if (!e.fits) return;
     best_.fits_any = true;
@@ -601,7 +608,7 @@ class Search {
   }
 
   // ---- phase 2: hill climbing over in-flight limits, memory choices and policy switches ----------
-  void climb(Candidate current, size_t seed) {
+  void climb(ScheduleCandidate current, size_t seed) {
     const CostTable table = table_of(current);
     double value = kInfinity;
     if (const auto schedule = build(current, table)) {
@@ -612,9 +619,9 @@ class Search {
     std::mt19937 random(static_cast<uint32_t>(seed * 7919 + 17));
     for (bool improved = true; improved && !out_of_time();) {
       improved = false;
-      std::vector<Candidate> around = neighbours(current);
+      std::vector<ScheduleCandidate> around = neighbours(current);
       std::shuffle(around.begin(), around.end(), random);
-      for (Candidate& next : around) {
+      for (ScheduleCandidate& next : around) {
         next.lower_bound = lower_bound_of(next);
         next.order = current.order;
         const Evaluation e = evaluate(next);
@@ -642,23 +649,23 @@ class Search {
     return out;
   }
 
-  std::vector<Candidate> neighbours(const Candidate& c) const {
+  std::vector<ScheduleCandidate> neighbours(const ScheduleCandidate& c) const {
     const Structure& s = structures_[c.structure];
-    std::vector<Candidate> out;
+    std::vector<ScheduleCandidate> out;
     for (size_t d = 0; d < c.policy.inflight.size(); ++d)
       for (int delta : {-1, 1}) {
-        Candidate n = c;
+        ScheduleCandidate n = c;
         n.policy.inflight[d] += delta;
         if (n.policy.inflight[d] >= 1) out.push_back(std::move(n));
       }
     for (size_t k = 0; k < c.rows.size() && problem_.memory_choices; ++k)
       for (int r = 0; r < kRows; ++r)
         if (r != c.rows[k] && s.has_row[r]) {
-          Candidate n = c;
+          ScheduleCandidate n = c;
           n.rows[k] = static_cast<uint8_t>(r);
           out.push_back(std::move(n));
         }
-    Candidate n = c;
+    ScheduleCandidate n = c;
     n.policy.backward_first = !n.policy.backward_first;
     out.push_back(n);
     n = c;
@@ -680,11 +687,11 @@ class Search {
   // ---- small instances: branch and bound over every per-device order -------------------------------
   void exact_phase() {
     if (!options_.exact || problem_.devices > 4 || out_of_time()) return;
-    std::vector<Candidate> jobs, too_large;
+    std::vector<ScheduleCandidate> jobs, too_large;
     for (int i = 0; i < static_cast<int>(structures_.size()); ++i) {
       const Structure& s = structures_[i];
       for (bool split : {true, false}) {
-        Candidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, 0, 0};
+        ScheduleCandidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, 0, 0};
         c.policy.split_backward = split;
         c.lower_bound = tight_bound_of(c);
         // Up to 8 stages; up to 16 when there are no more micro-batches than devices, where filling
@@ -697,11 +704,11 @@ class Search {
     }
     if (jobs.empty()) return;
     phase("exact (branch and bound)");
-    std::stable_sort(jobs.begin(), jobs.end(), [](const Candidate& a, const Candidate& b) { return a.lower_bound < b.lower_bound; });
+    std::stable_sort(jobs.begin(), jobs.end(), lower_bound_first);
     std::atomic<bool> proven{true};
     std::atomic<size_t> left{jobs.size()};
     parallel(jobs.size(), [&](size_t i) {
-      const Candidate& c = jobs[i];
+      const ScheduleCandidate& c = jobs[i];
       const double incumbent = best_makespan();
       if (c.lower_bound >= incumbent) {  // nothing in this structure beats the best: proven without a search
         --left;
@@ -726,7 +733,7 @@ class Search {
       }
     });
     // A structure too large to search is settled only when its bound cannot beat the answer.
-    for (const Candidate& c : too_large) proven = proven && c.lower_bound >= best_makespan();
+    for (const ScheduleCandidate& c : too_large) proven = proven && c.lower_bound >= best_makespan();
     result_.proven_optimal = proven && !out_of_time();
   }
 
@@ -737,14 +744,15 @@ class Search {
   // rejects orders that deadlock.
   // Until `until` seconds into the search (the budget bounds it too).
   void polish(double until) {
-    std::vector<std::pair<double, Candidate>> starts;
+    std::vector<std::pair<double, ScheduleCandidate>> starts;
     {
       std::lock_guard lock(mutex_);
       for (const auto& entry : top_) {
-        const Candidate& c = entry.second;
-        const bool done = std::any_of(polished_starts_.begin(), polished_starts_.end(), [&](const Candidate& d) {
-          return d.structure == c.structure && d.rows == c.rows && d.policy == c.policy;
-        });
+        const ScheduleCandidate& c = entry.second;
+        const bool done =
+            std::any_of(polished_starts_.begin(), polished_starts_.end(), [&](const ScheduleCandidate& d) {
+              return d.structure == c.structure && d.rows == c.rows && d.policy == c.policy;
+            });
         if (!done) starts.push_back(entry), polished_starts_.push_back(c);
       }
     }
@@ -753,7 +761,7 @@ class Search {
     parallel(starts.size(), [&](size_t i) { polish(starts[i].second, until); });
   }
 
-  void polish(const Candidate& start, double until) {
+  void polish(const ScheduleCandidate& start, double until) {
     const CostTable table = table_of(start);
     std::optional<Schedule> listed = order_of(start, table);
     if (!listed) return;
@@ -813,7 +821,7 @@ class Search {
   // when it lowers the makespan, or keeps it and lowers the sum of the devices' finishing times (a
   // strict order: no cycles).
   template <class Stop, class Publish>
-  bool advance_fronts(Schedule& order, const Candidate& start, const CostTable& table, double& value, Stop stop,
+  bool advance_fronts(Schedule& order, const ScheduleCandidate& start, const CostTable& table, double& value, Stop stop,
                       Publish publish) {
     const int M = order.num_microbatches, stages = order.num_stages();
     auto slot = [&](ActionKind kind, int stage, int mb) {
@@ -914,7 +922,7 @@ class Search {
   }
 
   // ---- reporting --------------------------------------------------------------------------------
-  std::string describe_candidate(const Candidate& c) const {
+  std::string describe_candidate(const ScheduleCandidate& c) const {
     const Structure& s = structures_[c.structure];
     std::array<int, kRows> counts{};
     for (uint8_t r : c.rows) ++counts[r];
@@ -925,7 +933,7 @@ class Search {
                        s.partition_name, s.batch.microbatches, s.batch.microbatch_size, memory, describe(c.policy));
   }
 
-  ScheduleCandidateReport report(const Candidate& c, const std::optional<Schedule>& order = std::nullopt,
+  ScheduleCandidateReport report(const ScheduleCandidate& c, const std::optional<Schedule>& order = std::nullopt,
                                  bool unlimited = false) const {
     const Structure& s = structures_[c.structure];
     ScheduleCandidateReport r;
@@ -954,7 +962,7 @@ class Search {
   void finish() {
     result_.lower_bound = kInfinity;
     for (int i = 0; i < static_cast<int>(structures_.size()); ++i) {
-      Candidate c{i, std::vector<uint8_t>(structures_[i].rows.size(), kKeep), {}, 0, 0};
+      ScheduleCandidate c{i, std::vector<uint8_t>(structures_[i].rows.size(), kKeep), {}, 0, 0};
       for (bool split : {true, false}) {  // a whole B may cost less than I + W
         c.policy.split_backward = split;
         result_.lower_bound = std::min(result_.lower_bound, tight_bound_of(c));
@@ -982,12 +990,12 @@ class Search {
   ScheduleCandidateReport smallest_footprint() const {
     int structure = 0;
     for (int i = 0; i < static_cast<int>(structures_.size()); ++i)
-      if (structures_[i].placement == Placement::Loop && structures_[i].chunks == 1) {
+      if (structures_[i].placement == PlacementKind::Loop && structures_[i].chunks == 1) {
         structure = i;  // the first: the compute-balanced cut
         break;
       }
     const Structure& s = structures_[structure];
-    Candidate c{structure, std::vector<uint8_t>(s.rows.size(), kRecompute), {}, 0, 0};
+    ScheduleCandidate c{structure, std::vector<uint8_t>(s.rows.size(), kRecompute), {}, 0, 0};
     c.policy.inflight.assign(problem_.devices, 1);
     ScheduleCandidateReport r = report(c, std::nullopt, true);
     r.name = "smallest footprint";
@@ -1125,7 +1133,7 @@ class Search {
   struct Best {
     double makespan = kInfinity;
     bool fits_any = false;
-    std::optional<Candidate> candidate;
+    std::optional<ScheduleCandidate> candidate;
   } best_;
   int best_builtin_ = -1;
   double builtin_bound_ = kInfinity;  // the least structural bound of the built-ins' placements
@@ -1134,8 +1142,8 @@ class Search {
   mutable std::map<std::tuple<int, std::vector<uint8_t>, bool>, double> bounds_;  // tight_bound_of's memo
   std::string order_origin_;
   static constexpr size_t kPolished = 3;
-  std::vector<std::pair<double, Candidate>> top_;  // the best of different structures, fastest first
-  std::vector<Candidate> polished_starts_;
+  std::vector<std::pair<double, ScheduleCandidate>> top_;  // the best of different structures, fastest first
+  std::vector<ScheduleCandidate> polished_starts_;
   std::string best_family_, phase_;
   std::atomic<int64_t> evaluated_{0}, pruned_{0}, stalled_{0};
   std::atomic<double> last_report_{0};
@@ -1146,7 +1154,7 @@ class Search {
 }  // namespace
 
 SearchResult search_schedules(const SearchProblem& problem, const SearchOptions& options) {
-  return Search(problem, options).run();
+  return AnytimeSearch(problem, options).run();
 }
 
 }  // namespace flexpipe
