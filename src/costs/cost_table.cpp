@@ -85,7 +85,8 @@ CostTable parse_uniform_costs(const std::string& text, int stages_per_pipeline) 
   return uniform_costs(stages_per_pipeline, values[0], values[1], values[2], values[3]);
 }
 
-void check_cost_table(const CostTable& costs, int stages_per_pipeline, int devices, const std::string& origin) {
+std::string cost_table_problem(const CostTable& costs, int stages_per_pipeline, int devices,
+                               const std::string& origin) {
   const size_t entries = costs.stages.size();
   if (entries != static_cast<size_t>(stages_per_pipeline)) {
     std::string message = fmt::format("{} stage {} for a schedule with {} stages per pipeline", entries,
@@ -95,22 +96,28 @@ void check_cost_table(const CostTable& costs, int stages_per_pipeline, int devic
           " (one entry is not repeated for every stage: write it as \"all_stages\" with "
           "\"num_stages\": {})",
           stages_per_pipeline);
-    throw Error(located(origin, 0, 0, message));
+    return located(origin, 0, 0, message);
   }
   const size_t capacities = costs.memory_capacity.size();
   if (capacities > 1 && capacities != static_cast<size_t>(devices))
-    throw Error(located(origin, 0, 0,
-                        fmt::format("memory_capacity has {} entries for {} devices (give one number for every "
-                                    "device, or one entry per device)",
-                                    capacities, devices)));
+    return located(origin, 0, 0,
+                   fmt::format("memory_capacity has {} entries for {} devices (give one number for every "
+                               "device, or one entry per device)",
+                               capacities, devices));
   for (size_t i = 0; i < costs.pairs.size(); ++i) {
     const LinkOverride& pair = costs.pairs[i];
     for (int device : {pair.src, pair.dst})
       if (device < 0 || device >= devices)
-        throw Error(located(
+        return located(
             origin, 0, 0,
-            fmt::format("links[{}]: device {} does not exist in a schedule with {} devices", i, device, devices)));
+            fmt::format("links[{}]: device {} does not exist in a schedule with {} devices", i, device, devices));
   }
+  return "";
+}
+
+void check_cost_table(const CostTable& costs, int stages_per_pipeline, int devices, const std::string& origin) {
+  if (std::string problem = cost_table_problem(costs, stages_per_pipeline, devices, origin); !problem.empty())
+    throw Error(problem);
 }
 
 }  // namespace flexpipe

@@ -317,7 +317,9 @@ class AnytimeSearch {
         }
       }
     } catch (const Error&) {
-      return std::nullopt;  // the placement does not suit m (or the graph): other structures cover it
+      // Not a candidate's rejection: the partitioner and the built-in references say by Error that the
+      // placement does not suit m (or the graph), and other structures cover it.
+      return std::nullopt;
     }
     const int n = static_cast<int>(problem_.graph.nodes.size());
     s.rows.resize(stages);
@@ -398,6 +400,7 @@ class AnytimeSearch {
                                                       ? schedule_lower_bound(r.schedule, r.costs, split, {})
                                                       : r.lower_bound);
       } catch (const Error& e) {
+        // Not a candidate's rejection: the report says why the built-in does not run here.
         r.skipped = e.what();
         r.schedule = {};
       }
@@ -767,14 +770,11 @@ class AnytimeSearch {
     if (!listed) return;
     Schedule& order = *listed;
     auto makespan_of = [&](const Schedule& s) {
-      try {
-        const SimResult sim = simulate(lower(with_memory_actions(s, start)), table,
-                                       {.record_timeline = false, .record_memory = false});
-        ++evaluated_;
-        return sim.fits ? sim.makespan : kInfinity;
-      } catch (const Error&) {
-        return kInfinity;  // the swap made the order deadlock
-      }
+      const SimOutcome sim = try_simulate(lower(with_memory_actions(s, start)), table,
+                                          {.record_timeline = false, .record_memory = false});
+      if (!sim.ran()) return kInfinity;  // the swap made the order deadlock
+      ++evaluated_;
+      return sim.status == SimStatus::Ok ? sim.result.makespan : kInfinity;
     };
     double value = makespan_of(order);
     // Every order better than the best so far becomes the answer at once (anytime).
@@ -830,27 +830,25 @@ class AnytimeSearch {
     };
     std::vector<Interval> when(3 * static_cast<size_t>(stages) * M);
     auto measure = [&](const Schedule& s, bool record) -> std::pair<double, double> {
-      try {
-        const Schedule lowered = lower(with_memory_actions(s, start));
-        const SimResult sim = simulate(lowered, table, {.record_timeline = true, .record_memory = false});
-        ++evaluated_;
-        if (!sim.fits) return {kInfinity, kInfinity};
-        double finishing = 0;
-        for (size_t d = 0; d < sim.timeline.size(); ++d) {
-          double last = 0;
-          for (size_t i = 0; i < sim.timeline[d].size(); ++i) {
-            last = std::max(last, sim.timeline[d][i].end);
-            const Action& x = lowered.device_actions[d][i];
-            const bool compute = x.kind == ActionKind::F || x.kind == ActionKind::I || x.kind == ActionKind::B ||
-                                 x.kind == ActionKind::W;
-            if (record && compute && x.microbatch >= 0) when[slot(x.kind, x.stage, x.microbatch)] = sim.timeline[d][i];
-          }
-          finishing += last;
+      const Schedule lowered = lower(with_memory_actions(s, start));
+      const SimOutcome outcome = try_simulate(lowered, table, {.record_timeline = true, .record_memory = false});
+      if (!outcome.ran()) return {kInfinity, kInfinity};  // the move made the order deadlock
+      ++evaluated_;
+      if (outcome.status != SimStatus::Ok) return {kInfinity, kInfinity};
+      const SimResult& sim = outcome.result;
+      double finishing = 0;
+      for (size_t d = 0; d < sim.timeline.size(); ++d) {
+        double last = 0;
+        for (size_t i = 0; i < sim.timeline[d].size(); ++i) {
+          last = std::max(last, sim.timeline[d][i].end);
+          const Action& x = lowered.device_actions[d][i];
+          const bool compute = x.kind == ActionKind::F || x.kind == ActionKind::I || x.kind == ActionKind::B ||
+                               x.kind == ActionKind::W;
+          if (record && compute && x.microbatch >= 0) when[slot(x.kind, x.stage, x.microbatch)] = sim.timeline[d][i];
         }
-        return {sim.makespan, finishing};
-      } catch (const Error&) {
-        return {kInfinity, kInfinity};
+        finishing += last;
       }
+      return {sim.makespan, finishing};
     };
     auto transfer = [&](int from, int to) {
       const int a = order.stage_device[from], b = order.stage_device[to];

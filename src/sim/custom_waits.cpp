@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "simulator_detail.h"
 
 namespace flexpipe::detail {
@@ -90,11 +89,11 @@ void for_each_identity(const Schedule& schedule, const KeyLayout& layout, const 
 
 }  // namespace
 
-void build_custom_waits(const Schedule& schedule, const KeyLayout& layout, std::span<const int64_t> device_offset,
-                        CustomWaits& waits) {
+std::string build_custom_waits(const Schedule& schedule, const KeyLayout& layout,
+                               std::span<const int64_t> device_offset, CustomWaits& waits) {
   waits.first.clear();
   waits.keys.clear();
-  if (schedule.custom_ops.empty()) return;
+  if (schedule.custom_ops.empty()) return "";
 
   // The last event of each (stage, slot), for dependencies on every micro-batch.
   std::vector<int64_t> last(static_cast<size_t>(layout.stages) * layout.slots, -1);
@@ -105,11 +104,15 @@ void build_custom_waits(const Schedule& schedule, const KeyLayout& layout, std::
       });
 
   // Resolves a dependency of a custom action at (stage, micro-batch) to an event: {stage, slot},
-  // or slot -1 when the dependency names a stage outside the pipeline (nothing to wait for).
+  // or slot -1 when the dependency names a stage outside the pipeline (nothing to wait for) or
+  // one the simulator cannot order against (then `problem` says so).
+  std::string problem;
   auto resolve = [&](const CustomOpKind& op, const CustomDependency& dependency, int stage) {
-    if (dependency.kind == ActionKind::Overlap || dependency.kind == ActionKind::Custom)
-      throw Error(fmt::format("custom kind {}: the simulator cannot order it against {} actions", op.name,
-                              kind_name(dependency.kind)));
+    if (dependency.kind == ActionKind::Overlap || dependency.kind == ActionKind::Custom) {
+      problem = fmt::format("custom kind {}: the simulator cannot order it against {} actions", op.name,
+                            kind_name(dependency.kind));
+      return EventRef{};
+    }
     const int chunk = schedule.chunk_of_stage(stage) + dependency.stage_offset;
     if (chunk < 0 || chunk >= schedule.stages_per_pipeline) return EventRef{};
     return event_of(schedule, dependency.kind, stage + dependency.stage_offset, 0);
@@ -131,6 +134,7 @@ void build_custom_waits(const Schedule& schedule, const KeyLayout& layout, std::
       const int64_t own = layout.key(action.stage, column_of(schedule, layout, action), kNumFixedSlots + action.custom);
       for (const CustomDependency& dependency : op.before) {
         const EventRef target = resolve(op, dependency, action.stage);
+        if (!problem.empty()) return problem;
         if (target.slot < 0) continue;
         const int column = covers_all(dependency, action) ? layout.all_column() : column_for(dependency, action);
         held_back.emplace_back(layout.key(target.stage, column, target.slot), own);
@@ -148,6 +152,7 @@ void build_custom_waits(const Schedule& schedule, const KeyLayout& layout, std::
         const CustomOpKind& op = schedule.custom_ops[action.custom];
         for (const CustomDependency& dependency : op.after) {
           const EventRef event = resolve(op, dependency, action.stage);
+          if (!problem.empty()) return problem;
           if (event.slot < 0) continue;
           if (!covers_all(dependency, action)) {
             waits.keys.push_back(layout.key(event.stage, column_for(dependency, action), event.slot));
@@ -167,6 +172,7 @@ void build_custom_waits(const Schedule& schedule, const KeyLayout& layout, std::
       waits.first[device_offset[d] + i + 1] = static_cast<int64_t>(waits.keys.size());
     }
   }
+  return "";
 }
 
 }  // namespace flexpipe::detail

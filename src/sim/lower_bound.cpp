@@ -1,8 +1,10 @@
 // The lower bound every schedule's makespan is measured against (docs/simulator.md, "Lower
 // bound"): no schedule beats its busiest device's work, nor one micro-batch's critical path.
 #include <algorithm>
+#include <string>
 
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 #include "simulator_detail.h"
 
 namespace flexpipe {
@@ -60,7 +62,7 @@ double critical_path(const Schedule& schedule, const CostTable& costs, std::span
 }  // namespace detail
 
 double lower_bound(const Schedule& schedule, const CostTable& costs) {
-  detail::check_schedule_shape(schedule);
+  if (std::string problem = detail::schedule_shape_problem(schedule); !problem.empty()) throw Error(problem);
   check_cost_table(costs, schedule.stages_per_pipeline, schedule.num_devices, "cost table");
   std::vector<uint8_t> split_stage(schedule.num_stages(), 0);
   double busiest = 0;
@@ -69,7 +71,8 @@ double lower_bound(const Schedule& schedule, const CostTable& costs) {
     double work = 0;
     for (size_t i = 0; i < list.size(); ++i) {
       const Action& action = list[i];
-      detail::check_action(schedule, d, static_cast<int>(i), action);
+      if (std::string problem = detail::action_problem(schedule, d, static_cast<int>(i), action); !problem.empty())
+        throw Error(problem);
       work += detail::compute_duration(schedule, costs, action);
       if (action.kind == ActionKind::I) split_stage[action.stage] = 1;
       if (action.kind == ActionKind::Overlap && action.sub_kind == ActionKind::I) split_stage[action.stage2] = 1;

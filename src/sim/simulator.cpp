@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -83,8 +84,9 @@ class Simulation {
              SimResult& result)
       : schedule_(schedule), costs_(costs), options_(options), work_(work), result_(result) {}
 
-  void run() {
-    prepare();
+  // False when the schedule cannot run: status() and message() say why.
+  bool run() {
+    if (!prepare()) return false;
     work_.runnable.clear();
     for (int d = schedule_.num_devices - 1; d >= 0; --d) work_.runnable.push_back(d);
     while (!work_.runnable.empty()) {
@@ -92,9 +94,12 @@ class Simulation {
       work_.runnable.pop_back();
       advance(device);
     }
-    throw_if_deadlocked();
+    if (deadlocked()) return false;
     finish();
+    return true;
   }
+  SimStatus status() const { return status_; }
+  std::string& message() { return message_; }
 
  private:
   int64_t key(int stage, int column, int slot) const { return layout_.key(stage, column, slot); }
@@ -102,12 +107,19 @@ class Simulation {
     return static_cast<size_t>(stage) * schedule_.num_microbatches + microbatch;
   }
 
-  void prepare();
+  bool prepare();
   void prepare_stages();
   void advance(int device);
   bool step(int device, int position, const Action& action, double& clock, double& busy);
-  void throw_if_deadlocked() const;
+  bool deadlocked();
   void finish();
+
+  // Records why the schedule cannot run; returns false for the caller to return.
+  bool fail(SimStatus status, std::string message) {
+    status_ = status;
+    message_ = std::move(message);
+    return false;
+  }
 
   // Parks the device on `key` unless the event is known; else moves `ready` to it.
   bool wait(int device, int64_t event, double& ready) {
@@ -131,7 +143,7 @@ class Simulation {
 
   bool wait_forward_input(int device, int stage, int microbatch, double& ready);
   bool wait_backward_input(int device, int stage, int microbatch, double& ready);
-  void require_receives(int device, int position, const Action& action) const;
+  bool receives_posted(int device, int position, const Action& action);
   ActionKind backward_kind(int stage, int microbatch) const;
 
   // Activation bytes of (stage, micro-batch) change by `delta` at `time` on the compute stream.
@@ -176,11 +188,17 @@ class Simulation {
   bool track_held_ = false;
   bool has_custom_waits_ = false;
   double last_transfer_end_ = 0;
+  SimStatus status_ = SimStatus::Ok;
+  std::string message_;
 };
 
-void Simulation::prepare() {
-  detail::check_schedule_shape(schedule_);
-  check_cost_table(costs_, schedule_.stages_per_pipeline, schedule_.num_devices, "cost table");
+bool Simulation::prepare() {
+  if (std::string problem = detail::schedule_shape_problem(schedule_); !problem.empty())
+    return fail(SimStatus::Malformed, std::move(problem));
+  if (std::string problem =
+          cost_table_problem(costs_, schedule_.stages_per_pipeline, schedule_.num_devices, "cost table");
+      !problem.empty())
+    return fail(SimStatus::Malformed, std::move(problem));
   const int devices = schedule_.num_devices;
   const int stages = schedule_.num_stages();
   const int microbatches = schedule_.num_microbatches;
@@ -195,8 +213,9 @@ void Simulation::prepare() {
     work_.device_offset[d + 1] = work_.device_offset[d] + static_cast<int64_t>(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
-      detail::check_action(schedule_, d, static_cast<int>(i), a);
-      require_receives(d, static_cast<int>(i), a);
+      if (std::string problem = detail::action_problem(schedule_, d, static_cast<int>(i), a); !problem.empty())
+        return fail(SimStatus::Malformed, std::move(problem));
+      if (!receives_posted(d, static_cast<int>(i), a)) return false;
       switch (a.kind) {
         case ActionKind::RecvF: work_.facts[fact_index(a.stage, a.microbatch)] |= kForwardReceivePosted; break;
         case ActionKind::RecvB: work_.facts[fact_index(a.stage, a.microbatch)] |= kGradReceivePosted; break;
@@ -240,7 +259,9 @@ void Simulation::prepare() {
     work_.held.assign(work_.facts.size(), 0.0);
     work_.offloaded.assign(work_.facts.size(), 0.0);
   }
-  detail::build_custom_waits(schedule_, layout_, work_.device_offset, work_.custom_waits);
+  if (std::string problem = detail::build_custom_waits(schedule_, layout_, work_.device_offset, work_.custom_waits);
+      !problem.empty())
+    return fail(SimStatus::Malformed, std::move(problem));
   has_custom_waits_ = !work_.custom_waits.empty();
 
   result_.devices.assign(devices, DeviceReport{});
@@ -249,6 +270,7 @@ void Simulation::prepare() {
     for (int d = 0; d < devices; ++d) result_.timeline[d].assign(schedule_.device_actions[d].size(), Interval{});
     result_.transfers.reserve(transfers);
   }
+  return true;
 }
 
 void Simulation::prepare_stages() {
@@ -331,32 +353,33 @@ void Simulation::advance(int device) {
 
 // A consumer whose producer is on another device needs a RECV before it in its list: the
 // simulator times transfers only where a lowered schedule makes them explicit.
-void Simulation::require_receives(int device, int position, const Action& action) const {
-  auto fail = [&](const Action& producer, std::string_view receive) {
-    throw Error(
-        fmt::format("device {} #{} {}: needs {} from device {} but no {} precedes it: simulate a lowered "
-                    "schedule",
-                    device, position, schedule_.action_name(action), schedule_.action_name(producer),
-                    schedule_.stage_device[producer.stage], receive));
+bool Simulation::receives_posted(int device, int position, const Action& action) {
+  auto missing = [&](const Action& producer, std::string_view receive) {
+    return fail(SimStatus::NotLowered,
+                fmt::format("device {} #{} {}: needs {} from device {} but no {} precedes it: simulate a lowered "
+                            "schedule",
+                            device, position, schedule_.action_name(action), schedule_.action_name(producer),
+                            schedule_.stage_device[producer.stage], receive));
   };
   auto forward_half = [&](int stage, int microbatch) {
     const int previous = schedule_.prev_stage(stage);
     if (previous >= 0 && schedule_.stage_device[previous] != device &&
         !(work_.facts[fact_index(stage, microbatch)] & kForwardReceivePosted))
-      fail(Action::make(ActionKind::F, previous, microbatch), "RECV_F");
+      return missing(Action::make(ActionKind::F, previous, microbatch), "RECV_F");
+    return true;
   };
   auto backward_half = [&](int stage, int microbatch) {
     const int next = schedule_.next_stage(stage);
     if (next >= 0 && schedule_.stage_device[next] != device &&
         !(work_.facts[fact_index(stage, microbatch)] & kGradReceivePosted))
-      fail(Action::make(backward_kind(next, microbatch), next, microbatch), "RECV_B");
+      return missing(Action::make(backward_kind(next, microbatch), next, microbatch), "RECV_B");
+    return true;
   };
-  if (action.kind == ActionKind::F) forward_half(action.stage, action.microbatch);
-  if (is_backward(action.kind)) backward_half(action.stage, action.microbatch);
-  if (action.kind == ActionKind::Overlap) {
-    forward_half(action.stage, action.microbatch);
-    backward_half(action.stage2, action.microbatch2);
-  }
+  if (action.kind == ActionKind::F) return forward_half(action.stage, action.microbatch);
+  if (is_backward(action.kind)) return backward_half(action.stage, action.microbatch);
+  if (action.kind == ActionKind::Overlap)
+    return forward_half(action.stage, action.microbatch) && backward_half(action.stage2, action.microbatch2);
+  return true;
 }
 
 // B or I: the kind of (stage, micro-batch)'s backward in the schedule, for naming it in messages.
@@ -564,7 +587,7 @@ std::string Simulation::describe_event(int64_t event) const {
   return schedule_.action_name(producer);
 }
 
-void Simulation::throw_if_deadlocked() const {
+bool Simulation::deadlocked() {
   std::string blocked;
   for (int d = 0; d < schedule_.num_devices; ++d) {
     const int position = work_.position[d];
@@ -573,8 +596,10 @@ void Simulation::throw_if_deadlocked() const {
         fmt::format("\ndevice {} #{} {}: waits for {}", d, position,
                     schedule_.action_name(schedule_.device_actions[d][position]), describe_event(work_.blocked_on[d]));
   }
-  if (!blocked.empty())
-    throw Error("deadlock: every unfinished device waits for an action that cannot run before it" + blocked);
+  if (blocked.empty()) return false;
+  fail(SimStatus::Deadlocked,
+       "deadlock: every unfinished device waits for an action that cannot run before it" + blocked);
+  return true;
 }
 
 void Simulation::finish() {
@@ -614,10 +639,23 @@ void Simulation::finish() {
 
 }  // namespace
 
+SimOutcome try_simulate(const Schedule& lowered, const CostTable& costs, const SimOptions& options) {
+  SimOutcome outcome;
+  Simulation simulation(lowered, costs, options, workspace(), outcome.result);
+  if (simulation.run()) {
+    outcome.status = outcome.result.fits ? SimStatus::Ok : SimStatus::OverMemory;
+  } else {
+    outcome.status = simulation.status();
+    outcome.message = std::move(simulation.message());
+    outcome.result = {};
+  }
+  return outcome;
+}
+
 SimResult simulate(const Schedule& lowered, const CostTable& costs, const SimOptions& options) {
-  SimResult result;
-  Simulation(lowered, costs, options, workspace(), result).run();
-  return result;
+  SimOutcome outcome = try_simulate(lowered, costs, options);
+  if (!outcome.ran()) throw Error(outcome.message);
+  return std::move(outcome.result);
 }
 
 }  // namespace flexpipe

@@ -4,6 +4,7 @@
 // declared custom dependencies add, the memory curve, and the critical path lower_bound shares.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "flexpipe/ir/action.h"
@@ -57,11 +58,11 @@ struct EventRef {
 };
 EventRef event_of(const Schedule& schedule, ActionKind kind, int stage, int custom);
 
-// Throws Error unless the schedule's shape (devices, placement, pipelines) is usable.
-void check_schedule_shape(const Schedule& schedule);
-// Throws Error ("device D #I CELL: ...") unless every index the action holds is in range and its
-// stages sit on `device`; communication actions must have a peer on another device.
-void check_action(const Schedule& schedule, int device, int position, const Action& action);
+// Why the schedule's shape (devices, placement, pipelines) is not usable; empty when it is.
+std::string schedule_shape_problem(const Schedule& schedule);
+// "device D #I CELL: ..." unless every index the action holds is in range and its stages sit on
+// `device`, and a communication action has a peer on another device; empty when all hold.
+std::string action_problem(const Schedule& schedule, int device, int position, const Action& action);
 
 // The extra waits that declared custom dependencies put on actions, in CSR form over the flat
 // action index (device_offset[d] + position). Empty when the schedule declares no custom kinds.
@@ -73,8 +74,9 @@ struct CustomWaits {
     return {keys.data() + first[flat_index], keys.data() + first[flat_index + 1]};
   }
 };
-void build_custom_waits(const Schedule& schedule, const KeyLayout& layout, std::span<const int64_t> device_offset,
-                        CustomWaits& waits);
+// Returns why the waits cannot be built (a dependency the simulator cannot order); empty when built.
+std::string build_custom_waits(const Schedule& schedule, const KeyLayout& layout,
+                               std::span<const int64_t> device_offset, CustomWaits& waits);
 
 struct MemoryEvent {
   double time = 0;

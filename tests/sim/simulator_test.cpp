@@ -424,6 +424,37 @@ TEST(Simulator, MalformedActionsThrowInsteadOfReadingOutOfRange) {
             "every stage: write it as \"all_stages\" with \"num_stages\": 2)");
 }
 
+TEST(Simulator, TrySimulateReturnsTheStatusAndTheMessageSimulateWouldThrow) {
+  const CostTable costs = uniform_costs(2, 1, 1, 1);
+  const Schedule crossed = build(1, {0, 1}, {"0RECV_B0 0B0 0F0 0SEND_F0", "1RECV_F0 1F0 1B0 1SEND_B0"});
+  const std::vector<std::pair<Schedule, SimStatus>> failing = {
+      {crossed, SimStatus::Deadlocked},
+      {one_f_one_b(2, 1), SimStatus::NotLowered},
+      {build(1, {0, 1}, {"0F0 1F0", ""}), SimStatus::Malformed},
+  };
+  for (const auto& [schedule, status] : failing) {
+    const SimOutcome outcome = try_simulate(schedule, costs);
+    EXPECT_EQ(outcome.status, status);
+    EXPECT_FALSE(outcome.ran());
+    EXPECT_EQ(outcome.message, error_of([&] { simulate(schedule, costs); }));
+    EXPECT_TRUE(outcome.result.devices.empty());
+  }
+  EXPECT_EQ(try_simulate(lower(one_f_one_b(2, 2)), uniform_costs(1, 1, 1, 1)).status, SimStatus::Malformed);
+
+  const Schedule runs = lower(one_f_one_b(2, 2));
+  const SimOutcome fits = try_simulate(runs, costs);
+  EXPECT_EQ(fits.status, SimStatus::Ok);
+  EXPECT_TRUE(fits.message.empty());
+  EXPECT_EQ(fits.result.makespan, simulate(runs, costs).makespan);
+  CostTable small = costs;
+  small.memory_capacity = {1};
+  const SimOutcome over = try_simulate(runs, small);
+  EXPECT_EQ(over.status, SimStatus::OverMemory);
+  EXPECT_TRUE(over.ran());
+  EXPECT_FALSE(over.result.fits);
+  EXPECT_EQ(over.result.makespan, fits.result.makespan);
+}
+
 TEST(LowerBound, SplitBackwardPathEndsWithTheFirstStagesWeightGradient) {
   // F0 + F1 + I1 + I0 + W0 + two latencies of 0.5 = 6; the simulation reaches it.
   const Schedule schedule = build(1, {0, 1}, {"0F0 0SEND_F0 0RECV_B0 0I0 0W0", "1RECV_F0 1F0 1I0 1SEND_B0 1W0"});

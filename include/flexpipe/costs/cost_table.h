@@ -79,7 +79,9 @@ CostTable uniform_costs(int stages_per_pipeline, double forward, double backward
 // Parses "F,I,W[,COMM]"; throws Error naming the bad field.
 CostTable parse_uniform_costs(const std::string& text, int stages_per_pipeline);
 
-// Checks that the table fits a schedule with this many chunks and devices; throws Error otherwise.
+// Why the table does not fit a schedule with this many chunks and devices ("ORIGIN: ..."); empty when it fits.
+std::string cost_table_problem(const CostTable& costs, int stages_per_pipeline, int devices, const std::string& origin);
+// Throws Error with cost_table_problem's message unless the table fits.
 void check_cost_table(const CostTable& costs, int stages_per_pipeline, int devices, const std::string& origin);
 
 }  // namespace flexpipe

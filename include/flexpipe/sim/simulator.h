@@ -3,6 +3,7 @@
 // Each device runs its list in order on one compute stream; transfers run on their own links
 // (one FIFO per directed device pair, one per device to and from the host) and overlap compute.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "flexpipe/costs/cost_table.h"
@@ -58,9 +59,30 @@ struct SimOptions {
   bool record_memory = true;
 };
 
-// Throws Error (naming device, position and action) when the schedule cannot run: not lowered
-// where it must be, or deadlocked.
+// Throws Error (naming device, position and action) when the schedule cannot run: malformed, not
+// lowered where it must be, or deadlocked (try_simulate's failing statuses, with the same messages).
 SimResult simulate(const Schedule& lowered, const CostTable& costs, const SimOptions& options = {});
+
+// How a simulation ended: whether the schedule ran to the end, and within memory.
+enum class SimStatus : uint8_t {
+  Ok,          // ran to the end, every device within its capacity
+  OverMemory,  // ran to the end, some device above its capacity (simulate returns it with fits false)
+  Malformed,   // an index out of range, a cost table of another shape, an undeclared custom kind or a
+               // custom dependency the simulator cannot order
+  NotLowered,  // an action whose input comes from another device has no RECV before it
+  Deadlocked,  // every unfinished device waits for an action that cannot run before it
+};
+
+struct SimOutcome {
+  SimStatus status = SimStatus::Ok;
+  std::string message;  // when the schedule did not run: the message simulate throws; else empty
+  SimResult result;     // when it ran (Ok or OverMemory): simulate's result; else empty
+  bool ran() const { return status == SimStatus::Ok || status == SimStatus::OverMemory; }
+};
+
+// simulate for callers that try many schedules and reject those that cannot run (the search's
+// reorderings may deadlock): a status instead of an exception, so a rejection costs no unwinding.
+SimOutcome try_simulate(const Schedule& lowered, const CostTable& costs, const SimOptions& options = {});
 
 // The larger of the busiest device's work and the critical path of one micro-batch.
 double lower_bound(const Schedule& schedule, const CostTable& costs);
