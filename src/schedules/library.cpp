@@ -1,7 +1,13 @@
+#include "flexpipe/schedules/library.h"
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
 #include <fmt/format.h>
 
 #include "flexpipe/support/error.h"
-#include "flexpipe/schedules/library.h"
 
 namespace flexpipe {
 
@@ -20,6 +26,22 @@ CompiledProgram compile_builtin(std::string_view name, ScheduleParams params) {
   std::map<std::string, int64_t> defines = {{"p", params.devices}, {"m", params.microbatches}};
   if (builtin.chunks_adjustable) defines["v"] = params.chunks;
   return compile_program(std::string(program->text), fmt::format("{}.fps", builtin.name), defines);
+}
+
+Schedule library_schedule(std::string_view name, ScheduleParams params) {
+  const BuiltinSchedule& builtin = resolve_builtin(name, params);  // defaults filled: m = 0 and m = 2p share a key
+  using Key = std::tuple<std::string, int, int, int>;
+  static std::mutex mutex;
+  static std::map<Key, Schedule> compiled;
+  Key key{builtin.name, params.devices, params.microbatches, params.chunks};
+  {
+    std::lock_guard lock(mutex);
+    if (auto found = compiled.find(key); found != compiled.end()) return found->second;
+  }
+  // Compiled outside the lock: two workers may both compile a new key, and the first to finish is kept.
+  Schedule schedule = compile_builtin(builtin.name, params).schedule;
+  std::lock_guard lock(mutex);
+  return compiled.try_emplace(std::move(key), std::move(schedule)).first->second;
 }
 
 }  // namespace flexpipe

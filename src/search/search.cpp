@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "flexpipe/schedules/builtin.h"
+#include "flexpipe/schedules/library.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/search/exact_schedule.h"
 #include "flexpipe/ir/lowering.h"
@@ -83,17 +84,19 @@ std::string placement_name(PlacementKind placement, int chunks) {
 
 // Reference schedules: the partitioner reads in-flight counts from a built-in of the same placement.
 Schedule reference_schedule(PlacementKind placement, int devices, int microbatches, int chunks) {
-  if (placement == PlacementKind::V) return make_builtin("zb-v", {devices, microbatches, 0});
-  if (placement == PlacementKind::Bidirectional) return make_builtin("dualpipe", {devices, microbatches, 0});
-  if (chunks == 1) return make_builtin("1f1b", {devices, microbatches, 0});
-  return make_builtin("interleaved-1f1b", {devices, microbatches, chunks});
+  if (placement == PlacementKind::V) return library_schedule("zb-v", {devices, microbatches, 0});
+  if (placement == PlacementKind::Bidirectional) return library_schedule("dualpipe", {devices, microbatches, 0});
+  if (chunks == 1) return library_schedule("1f1b", {devices, microbatches, 0});
+  return library_schedule("interleaved-1f1b", {devices, microbatches, chunks});
 }
 
 std::optional<Schedule> reference_or_none(PlacementKind placement, int devices, int microbatches, int chunks) {
   try {
     return reference_schedule(placement, devices, microbatches, chunks);
   } catch (const Error&) {
-    return std::nullopt;  // no built-in of this placement runs at this m
+    // Not a candidate's rejection: the schedule library says by Error that no built-in of this
+    // placement runs at this m.
+    return std::nullopt;
   }
 }
 
@@ -365,7 +368,7 @@ class AnytimeSearch {
       if (auto it = balanced_.find(key); it != balanced_.end()) return it->second;
     }
     // Any schedule with `stages` chunks serves: the compute-balanced planner reads no in-flight counts.
-    const Schedule reference = make_builtin("gpipe", {stages, 1, 0});
+    const Schedule reference = library_schedule("gpipe", {stages, 1, 0});
     const PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, kInfinity, host_bandwidth);
     const std::vector<int> starts = partition_model(pp, PartitionMethod::PipeDream).starts();
     std::vector<int> sizes;
@@ -385,7 +388,7 @@ class AnytimeSearch {
       r.name = builtin.name;
       r.batch = batch;
       try {
-        r.schedule = make_builtin(builtin.name, {problem_.devices, batch.microbatches, 0});
+        r.schedule = library_schedule(builtin.name, {problem_.devices, batch.microbatches, 0});
         r.family = fmt::format("built-in {}", builtin.name);
         const Shape shape{batch.microbatch_size, seq_len_};
         const double host = problem_.aggregation.host_link.bandwidth;

@@ -48,5 +48,14 @@ TEST(LibraryPrograms, ParametersAreCheckedWithTheGeneratorsMessages) {
   EXPECT_EQ(message([] { compile_builtin("nope", {4, 8, 0}); }).rfind("unknown schedule 'nope'", 0), 0u);
 }
 
+TEST(LibraryPrograms, LibraryScheduleServesTheCompiledProgramOncePerParameters) {
+  const Schedule compiled = compile_builtin("zb-h1", {4, 8, 0}).schedule;
+  EXPECT_EQ(library_schedule("zb-h1", {4, 8, 0}), compiled);
+  EXPECT_EQ(library_schedule("zb-h1", {4, 8, 0}), compiled);  // the kept copy
+  EXPECT_EQ(library_schedule("ZB_H1", {4, 0, 0}), compiled);  // m = 0 is m = 2p
+  EXPECT_EQ(library_schedule("interleaved-1f1b", {4, 8, 3}), compile_builtin("interleaved-1f1b", {4, 8, 3}).schedule);
+  EXPECT_THROW(library_schedule("1f1b", {4, 2, 0}), Error);
+}
+
 }  // namespace
 }  // namespace flexpipe

@@ -1,5 +1,8 @@
 #pragma once
-// The reference library of schedules, generated in C++ (compute-only: no SEND/RECV, no OPT).
+// The built-in schedules' catalog (names, descriptions, parameter checks) and their C++ generators
+// (compute-only: no SEND/RECV, no OPT). Callers are served the library's programs (library.h:
+// compile_builtin, library_schedule); the generators are the oracle those programs are tested
+// against (tests/schedules, tests/lang).
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,7 +33,8 @@ const BuiltinSchedule* find_builtin(std::string_view name);
 // Looks `name` up and fills in and checks `params` (defaults for 0); throws Error for unknown names
 // and impossible parameters.
 const BuiltinSchedule& resolve_builtin(std::string_view name, ScheduleParams& params);
-// Builds a schedule by name; throws Error for unknown names and impossible parameters.
+// The generator's schedule by name, the test oracle (serve library_schedule instead); throws Error
+// for unknown names and impossible parameters.
 Schedule make_builtin(std::string_view name, ScheduleParams params);
 
 }  // namespace flexpipe

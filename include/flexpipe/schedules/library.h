@@ -1,7 +1,8 @@
 #pragma once
 // The schedule library: every built-in schedule as a program of the language
 // (examples/schedules/NAME.fps, compiled into the binary). Built-in names are served from these
-// programs; the C++ generators (builtin_schedules.h) check parameters and serve as test oracles.
+// programs, to the CLI, load_schedule and the search alike; the C++ generators (builtin.h) check
+// parameters and are the oracle the programs are tested against, never what a caller is served.
 #include <string_view>
 #include <vector>
 
@@ -22,5 +23,10 @@ const LibraryProgram* find_library_program(std::string_view name);
 // it), after the same parameter checks and messages as make_builtin. Throws Error for unknown names
 // and impossible parameters.
 CompiledProgram compile_builtin(std::string_view name, ScheduleParams params);
+
+// compile_builtin's schedule, compiled once per (name, p, m, v) and kept for the process's life, for
+// callers that ask for the same built-ins again and again (the search's workers; thread-safe).
+// Throws Error like compile_builtin.
+Schedule library_schedule(std::string_view name, ScheduleParams params);
 
 }  // namespace flexpipe
