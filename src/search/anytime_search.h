@@ -1,0 +1,181 @@
+#pragma once
+// The anytime search's shared private declarations: its search space's types (structures,
+// placement kinds, memory rows), its candidates, and the AnytimeSearch class whose members the
+// files of src/search/ define one concept each (docs/search.md, "Code").
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "flexpipe/partition/partitioner.h"
+#include "flexpipe/search/search.h"
+
+namespace flexpipe::search_detail {
+
+using Clock = std::chrono::steady_clock;
+
+// What a stage does with the tensors its forward saves: one cost-table row per choice.
+enum Row : uint8_t { kKeep = 0, kRecompute = 1, kOffload = 2, kPlan = 3, kRows = 4 };
+inline constexpr const char* kRowNames[kRows] = {"keep", "recompute", "offload", "plan"};
+
+// How a structure lays its stages on the devices; with a loop's chunk count it makes the placement.
+enum class PlacementKind : uint8_t { Loop, V, Bidirectional };
+
+// Model chunks (stages of one pipeline) of a placement on p devices; stages each device holds.
+inline int chunk_count(PlacementKind placement, int chunks, int p) {
+  return placement == PlacementKind::V ? 2 * p : placement == PlacementKind::Bidirectional ? p : chunks * p;
+}
+inline int stages_per_device(PlacementKind placement, int chunks) {
+  return placement == PlacementKind::Loop ? chunks : 2;
+}
+
+// A placement, a partition and a batch split: everything but the memory choices and the order.
+struct Structure {
+  BatchSplit batch;
+  PlacementKind placement = PlacementKind::Loop;
+  int chunks = 1;
+  std::string partition_name;  // "balanced", "dawn", "dawn (greedy)" or a given plan's name
+  Schedule skeleton;           // placement and micro-batches, no actions
+  Partition partition;
+  CostTable base;              // links and capacity; stages filled from `rows` per candidate
+  std::vector<std::array<StageCosts, kRows>> rows;  // per stage
+  std::array<bool, kRows> has_row{};
+  std::array<std::vector<MemoryDecision>, kRows> decisions;  // per graph node, per row kind
+  std::vector<std::array<char, kRows>> recomputes, offloads;  // per stage: whether that row does
+  // Per stage: whether the plan row offloads the recompute checkpoints (RELOAD right before R).
+  std::vector<char> plan_offloads_checkpoints;
+};
+
+// What one simulation evaluates: a structure, its memory rows and a list policy (reported as a
+// ScheduleCandidateReport).
+struct ScheduleCandidate {
+  int structure = 0;
+  std::vector<uint8_t> rows;  // per stage
+  ListPolicy policy;
+  double lower_bound = 0;
+  int64_t order = 0;  // tie-break: earlier candidates win equal makespans, so results are reproducible
+};
+
+// Most promising first: the order candidates are tried in.
+inline bool lower_bound_first(const ScheduleCandidate& a, const ScheduleCandidate& b) {
+  return a.lower_bound < b.lower_bound;
+}
+
+struct Evaluation {
+  bool fits = false;
+  double makespan = kInfinity;
+};
+
+// The search over structures and list policies (exact_schedule.cpp's BranchAndBound settles the orders
+// of the small ones), improving its answer until the budget runs out.
+class AnytimeSearch {
+ public:
+  AnytimeSearch(const SearchProblem& problem, const SearchOptions& options);
+  SearchResult run();
+
+ private:
+  // search.cpp: the phases in order.
+  void run_seeds(size_t first, std::vector<ScheduleCandidate>& seeds, std::vector<std::pair<double, int>>& finished);
+
+  // search_space.cpp: structures (placements x partitions x batch splits, with their cost rows) and
+  // what is enumerated on each.
+  void prepare_structures(bool dawn, MemorySolver solver = MemorySolver::Auto);
+  AggregationOptions aggregation(const BatchSplit& batch) const;
+  std::optional<Structure> make_structure(const BatchSplit& batch, PlacementKind placement, int chunks, bool dawn,
+                                          const GivenPartition* given, MemorySolver solver) const;
+  Partition balanced_partition(int stages, const BatchSplit& batch, const Shape& shape, double host_bandwidth) const;
+  std::vector<std::vector<int>> inflight_profiles(const Structure& s) const;
+  std::vector<ListPolicy> policies(const Structure& s, bool split) const;
+  std::vector<std::vector<uint8_t>> row_patterns(const Structure& s) const;
+  std::vector<ScheduleCandidate> seed_candidates(size_t first) const;
+
+  // candidates.cpp: a candidate's costs, bounds, schedule and evaluation, and its neighbours.
+  CostTable table_of(const ScheduleCandidate& c) const;
+  enum class Flag { Recompute, Offload, ReloadBeforeRecompute };
+  std::vector<char> flags(const ScheduleCandidate& c, Flag which) const;
+  double lower_bound_of(const ScheduleCandidate& c) const;
+  double tight_bound_of(const ScheduleCandidate& c) const;
+  std::optional<Schedule> order_of(const ScheduleCandidate& c, const CostTable& table) const;
+  Schedule with_memory_actions(const Schedule& order, const ScheduleCandidate& c) const;
+  std::optional<Schedule> build(const ScheduleCandidate& c, const CostTable& table) const;
+  Evaluation evaluate(const ScheduleCandidate& c);
+  void offer(const ScheduleCandidate& c, const Evaluation& e);
+  std::vector<ScheduleCandidate> neighbours(const ScheduleCandidate& c) const;
+
+  // hill_climbing.cpp: phase 2.
+  void climb_from(const std::vector<ScheduleCandidate>& seeds, const std::vector<std::pair<double, int>>& finished,
+                  size_t first);
+  void climb(ScheduleCandidate current, size_t seed);
+  static std::vector<int> observed_inflight(const Schedule& schedule);
+
+  // exact_phase.cpp: branch and bound on the small instances.
+  void exact_phase();
+
+  // order_polishing.cpp: phase 3.
+  void polish(double until);
+  void polish(const ScheduleCandidate& start, double until);
+  template <class Stop, class Publish>
+  bool advance_fronts(Schedule& order, const ScheduleCandidate& start, const CostTable& table, double& value, Stop stop,
+                      Publish publish);
+
+  // reporting.cpp: the built-ins' reports, the answer's, and what would fit when nothing does.
+  void report_builtins();
+  void simulate_report(ScheduleCandidateReport& r) const;
+  std::string describe_candidate(const ScheduleCandidate& c) const;
+  ScheduleCandidateReport report(const ScheduleCandidate& c, const std::optional<Schedule>& order = std::nullopt,
+                                 bool unlimited = false) const;
+  void finish();
+  ScheduleCandidateReport smallest_footprint() const;
+  static double peak(const ScheduleCandidateReport& r);
+  std::string what_would_fit() const;
+
+  // worker_pool.cpp: threads, time, progress.
+  void parallel(size_t count, const std::function<void(size_t)>& work, bool timed = true);
+  double elapsed() const;
+  double share(double fraction) const;
+  bool out_of_time() const;
+  double best_makespan() const;
+  SearchProgress progress() const;
+  void phase(const std::string& name);
+  void record_improvement(const std::string& family);
+  void record_improvement_locked(const std::string& family);
+  void maybe_report();
+
+  const SearchProblem& problem_;
+  const SearchOptions& options_;
+  const Clock::time_point start_;
+  double seq_len_ = 1;
+  int threads_ = 1;
+  std::vector<Structure> structures_;
+  mutable std::map<std::string, Partition> balanced_;
+  mutable std::mutex mutex_;
+  struct Best {
+    double makespan = kInfinity;
+    bool fits_any = false;
+    std::optional<ScheduleCandidate> candidate;
+  } best_;
+  int best_builtin_ = -1;
+  double builtin_bound_ = kInfinity;  // the least structural bound of the built-ins' placements
+  std::optional<Schedule> polished_;  // the best candidate's order after polishing or branch and bound
+  mutable std::mutex bounds_mutex_;
+  mutable std::map<std::tuple<int, std::vector<uint8_t>, bool>, double> bounds_;  // tight_bound_of's memo
+  std::string order_origin_;
+  static constexpr size_t kPolished = 3;
+  std::vector<std::pair<double, ScheduleCandidate>> top_;  // the best of different structures, fastest first
+  std::vector<ScheduleCandidate> polished_starts_;
+  std::string best_family_, phase_;
+  std::atomic<int64_t> evaluated_{0}, pruned_{0}, stalled_{0};
+  std::atomic<double> last_report_{0};
+  int64_t next_order_ = 0;
+  SearchResult result_;
+};
+
+}  // namespace flexpipe::search_detail

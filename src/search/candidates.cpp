@@ -1,0 +1,157 @@
+// Candidates: a candidate's costs, lower bounds, schedule, evaluation and neighbours, apart because
+// every phase builds on them.
+#include <algorithm>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/ir/memory_actions.h"
+#include "anytime_search.h"
+
+namespace flexpipe::search_detail {
+
+CostTable AnytimeSearch::table_of(const ScheduleCandidate& c) const {
+  const Structure& s = structures_[c.structure];
+  CostTable table = s.base;
+  for (size_t k = 0; k < c.rows.size(); ++k) table.stages[k] = s.rows[k][c.rows[k]];
+  return table;
+}
+
+// Per global stage (every pipeline's copy of a chunk decides alike).
+std::vector<char> AnytimeSearch::flags(const ScheduleCandidate& c, Flag which) const {
+  const Structure& s = structures_[c.structure];
+  std::vector<char> out(s.skeleton.num_stages());
+  for (size_t g = 0; g < out.size(); ++g) {
+    const int k = s.skeleton.chunk_of_stage(static_cast<int>(g));
+    const uint8_t row = c.rows[k];
+    out[g] = which == Flag::Recompute ? s.recomputes[k][row]
+             : which == Flag::Offload ? s.offloads[k][row]
+                                      : row == kPlan && s.plan_offloads_checkpoints[k];
+  }
+  return out;
+}
+
+// What ranks and prunes candidates: the closed-form bound, cheap enough for every candidate.
+double AnytimeSearch::lower_bound_of(const ScheduleCandidate& c) const {
+  return schedule_path_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward,
+                             flags(c, Flag::Recompute));
+}
+
+// What proofs and the reported space bound use: the full bound (a preemptive schedule per device),
+// computed once per structure, memory rows and backward kind.
+double AnytimeSearch::tight_bound_of(const ScheduleCandidate& c) const {
+  auto key = std::make_tuple(c.structure, c.rows, c.policy.split_backward);
+  {
+    std::lock_guard lock(bounds_mutex_);
+    if (auto found = bounds_.find(key); found != bounds_.end()) return found->second;
+  }
+  const double bound =
+      schedule_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward,
+                           flags(c, Flag::Recompute));
+  std::lock_guard lock(bounds_mutex_);
+  bounds_.emplace(std::move(key), bound);
+  return bound;
+}
+
+// The list scheduler's compute-only order for the candidate; nothing when its policy stalls.
+std::optional<Schedule> AnytimeSearch::order_of(const ScheduleCandidate& c, const CostTable& table) const {
+  Schedule order = structures_[c.structure].skeleton;
+  if (!list_schedule(order, table, c.policy, flags(c, Flag::Recompute), flags(c, Flag::Offload))) return std::nullopt;
+  return order;
+}
+
+// A compute-only order of the candidate's structure with its R / OFFLOAD / RELOAD placed.
+Schedule AnytimeSearch::with_memory_actions(const Schedule& order, const ScheduleCandidate& c) const {
+  const std::vector<char> recompute = flags(c, Flag::Recompute), offload = flags(c, Flag::Offload);
+  const bool any = std::any_of(recompute.begin(), recompute.end(), [](char f) { return f; }) ||
+                   std::any_of(offload.begin(), offload.end(), [](char f) { return f; });
+  return any ? add_memory_actions(order, recompute, offload, flags(c, Flag::ReloadBeforeRecompute)) : order;
+}
+
+// The candidate's schedule: the list scheduler's order with R / OFFLOAD / RELOAD placed.
+std::optional<Schedule> AnytimeSearch::build(const ScheduleCandidate& c, const CostTable& table) const {
+  std::optional<Schedule> order = order_of(c, table);
+  if (order) order = with_memory_actions(*order, c);
+  return order;
+}
+
+Evaluation AnytimeSearch::evaluate(const ScheduleCandidate& c) {
+  Evaluation e;
+  if (out_of_time()) return e;
+  if (c.lower_bound >= best_makespan()) {
+    ++pruned_;
+    return e;
+  }
+  const CostTable table = table_of(c);
+  const std::optional<Schedule> schedule = build(c, table);
+  ++evaluated_;
+  if (!schedule) {
+    ++stalled_;
+    return e;
+  }
+  const SimResult sim = simulate(lower(*schedule), table, {.record_timeline = false, .record_memory = false});
+  e.fits = sim.fits;
+  e.makespan = sim.makespan;
+  offer(c, e);
+  return e;
+}
+
+void AnytimeSearch::offer(const ScheduleCandidate& c, const Evaluation& e) {
+  std::lock_guard lock(mutex_);
+  if (!e.fits) return;
+  best_.fits_any = true;
+  const bool earlier_tie = e.makespan == best_.makespan && best_.candidate && c.order < best_.candidate->order;
+  if (e.makespan < best_.makespan || earlier_tie) {
+    const bool better = e.makespan < best_.makespan;
+    best_.makespan = e.makespan;
+    best_.candidate = c;
+    best_builtin_ = -1;
+    polished_.reset();
+    if (better) record_improvement_locked(describe_candidate(c));
+  }
+  // The best few of different structures: the starts of the order polishing.
+  auto same = std::find_if(top_.begin(), top_.end(), [&](const auto& t) { return t.second.structure == c.structure; });
+  if (same != top_.end() && same->first <= e.makespan) return;
+  if (same != top_.end()) top_.erase(same);
+  auto slower = [](double v, const auto& t) { return v < t.first; };
+  top_.insert(std::upper_bound(top_.begin(), top_.end(), e.makespan, slower), {e.makespan, c});
+  if (top_.size() > kPolished) top_.pop_back();
+}
+
+std::vector<ScheduleCandidate> AnytimeSearch::neighbours(const ScheduleCandidate& c) const {
+  const Structure& s = structures_[c.structure];
+  std::vector<ScheduleCandidate> out;
+  for (size_t d = 0; d < c.policy.inflight.size(); ++d)
+    for (int delta : {-1, 1}) {
+      ScheduleCandidate n = c;
+      n.policy.inflight[d] += delta;
+      if (n.policy.inflight[d] >= 1) out.push_back(std::move(n));
+    }
+  for (size_t k = 0; k < c.rows.size() && problem_.memory_choices; ++k)
+    for (int r = 0; r < kRows; ++r)
+      if (r != c.rows[k] && s.has_row[r]) {
+        ScheduleCandidate n = c;
+        n.rows[k] = static_cast<uint8_t>(r);
+        out.push_back(std::move(n));
+      }
+  ScheduleCandidate n = c;
+  n.policy.backward_first = !n.policy.backward_first;
+  out.push_back(n);
+  n = c;
+  n.policy.split_backward = !n.policy.split_backward;
+  out.push_back(n);
+  if (c.policy.split_backward) {
+    n = c;
+    n.policy.weight = n.policy.weight == WeightTiming::FillIdle ? WeightTiming::Late : WeightTiming::FillIdle;
+    out.push_back(n);
+  }
+  if (stages_per_device(s.placement, s.chunks) > 1) {
+    n = c;
+    n.policy.forward = n.policy.forward == ForwardOrder::Oldest ? ForwardOrder::Shallow : ForwardOrder::Oldest;
+    out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace flexpipe::search_detail

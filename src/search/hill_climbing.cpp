@@ -1,0 +1,82 @@
+// Phase 2, hill climbing: from the best seeds, over in-flight limits, memory choices and policy switches;
+// apart because it only moves between candidates the search space already defines.
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "flexpipe/ir/lowering.h"
+#include "anytime_search.h"
+
+namespace flexpipe::search_detail {
+
+// Hill climbing from the best seeds among seeds[first..].
+void AnytimeSearch::climb_from(const std::vector<ScheduleCandidate>& seeds,
+                               const std::vector<std::pair<double, int>>& finished, size_t first) {
+  if (!options_.local_search || out_of_time()) return;
+  phase("local search");
+  std::vector<std::pair<double, int>> ranked(finished.begin() + static_cast<long>(first), finished.end());
+  std::sort(ranked.begin(), ranked.end());
+  // The best seeds overall, then the best seed of every other structure whose bound is below the
+  // best so far, most promising bound first: a structure may hold the answer even when its first
+  // candidates were not the fastest.
+  std::vector<ScheduleCandidate> starts;
+  std::vector<char> started(structures_.size(), 0);
+  for (const auto& [makespan, i] : ranked) {
+    if (makespan == kInfinity || starts.size() >= static_cast<size_t>(4 + 2 * threads_)) break;
+    starts.push_back(seeds[i]);
+    started[seeds[i].structure] = 1;
+  }
+  std::vector<ScheduleCandidate> others;
+  for (const auto& [makespan, i] : ranked)
+    if (makespan < kInfinity && !started[seeds[i].structure]) {
+      started[seeds[i].structure] = 1;
+      others.push_back(seeds[i]);
+    }
+  std::stable_sort(others.begin(), others.end(), lower_bound_first);
+  for (const ScheduleCandidate& c : others)
+    if (c.lower_bound < best_makespan()) starts.push_back(c);
+  parallel(starts.size(), [&](size_t i) { climb(starts[i], first + i); });
+}
+
+void AnytimeSearch::climb(ScheduleCandidate current, size_t seed) {
+  const CostTable table = table_of(current);
+  double value = kInfinity;
+  if (const auto schedule = build(current, table)) {
+    const SimResult sim = simulate(lower(*schedule), table, {.record_timeline = false, .record_memory = false});
+    value = sim.fits ? sim.makespan : kInfinity;
+    if (current.policy.inflight.empty()) current.policy.inflight = observed_inflight(*schedule);
+  }
+  std::mt19937 random(static_cast<uint32_t>(seed * 7919 + 17));
+  for (bool improved = true; improved && !out_of_time();) {
+    improved = false;
+    std::vector<ScheduleCandidate> around = neighbours(current);
+    std::shuffle(around.begin(), around.end(), random);
+    for (ScheduleCandidate& next : around) {
+      next.lower_bound = lower_bound_of(next);
+      next.order = current.order;
+      const Evaluation e = evaluate(next);
+      if (e.fits && e.makespan < value) {
+        value = e.makespan;
+        current = std::move(next);
+        improved = true;
+        break;
+      }
+      if (out_of_time()) break;
+    }
+  }
+}
+
+std::vector<int> AnytimeSearch::observed_inflight(const Schedule& schedule) {
+  std::vector<int> out;
+  for (const auto& list : schedule.device_actions) {
+    int open = 0, peak = 1;
+    for (const Action& a : list) {
+      if (a.kind == ActionKind::F) peak = std::max(peak, ++open);
+      if (a.kind == ActionKind::B || a.kind == ActionKind::I) --open;
+    }
+    out.push_back(peak);
+  }
+  return out;
+}
+
+}  // namespace flexpipe::search_detail

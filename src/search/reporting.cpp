@@ -1,0 +1,198 @@
+// Reporting: the built-ins simulated under the same costs, the answer's report and, when nothing fits,
+// what would; apart because it turns candidates into what the caller reads.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/schedules/library.h"
+#include "flexpipe/search/bound.h"
+#include "flexpipe/support/error.h"
+#include "anytime_search.h"
+
+namespace flexpipe::search_detail {
+
+namespace {
+
+std::string placement_name(PlacementKind placement, int chunks) {
+  if (placement == PlacementKind::Bidirectional) return "bidirectional";
+  return placement == PlacementKind::V ? "V-shape" : chunks == 1 ? "loop" : fmt::format("loop v={}", chunks);
+}
+
+}  // namespace
+
+void AnytimeSearch::report_builtins() {
+  phase("built-ins");
+  const BatchSplit batch = problem_.batches.front();
+  for (const BuiltinSchedule& builtin : builtin_schedules()) {
+    ScheduleCandidateReport r;
+    r.name = builtin.name;
+    r.batch = batch;
+    try {
+      r.schedule = library_schedule(builtin.name, {problem_.devices, batch.microbatches, 0});
+      r.family = fmt::format("built-in {}", builtin.name);
+      const Shape shape{batch.microbatch_size, seq_len_};
+      const double host = problem_.aggregation.host_link.bandwidth;
+      r.partition = balanced_partition(r.schedule.stages_per_pipeline, batch, shape, std::isfinite(host) ? host : 0);
+      r.decisions.assign(problem_.graph.nodes.size(), MemoryDecision::Keep);
+      r.costs = aggregate_stages(problem_.graph, r.partition, aggregation(batch)).table;
+      simulate_report(r);
+      ++result_.evaluated;
+      const std::vector<char> split_stages = split_backward_stages(r.schedule);
+      const bool split = std::find(split_stages.begin(), split_stages.end(), 1) != split_stages.end();
+      builtin_bound_ = std::min(builtin_bound_, r.costs.overlap_ratio >= 1
+                                                    ? schedule_lower_bound(r.schedule, r.costs, split, {})
+                                                    : r.lower_bound);
+    } catch (const Error& e) {
+      // Not a candidate's rejection: the report says why the built-in does not run here.
+      r.skipped = e.what();
+      r.schedule = {};
+    }
+    if (options_.builtin_candidates && r.skipped.empty() && r.fits && r.makespan < best_.makespan) {
+      best_.makespan = r.makespan;
+      best_builtin_ = static_cast<int>(result_.builtins.size());
+      record_improvement(r.family);
+    }
+    result_.builtins.push_back(std::move(r));
+  }
+}
+
+void AnytimeSearch::simulate_report(ScheduleCandidateReport& r) const {
+  const SimResult sim = simulate(lower(r.schedule), r.costs, {.record_timeline = false, .record_memory = false});
+  r.makespan = sim.makespan;
+  r.bubble_ratio = sim.bubble_ratio;
+  r.lower_bound = sim.lower_bound;
+  r.fits = sim.fits;
+  r.peak_memory.clear();
+  for (const DeviceReport& d : sim.devices) r.peak_memory.push_back(d.peak_memory);
+}
+
+std::string AnytimeSearch::describe_candidate(const ScheduleCandidate& c) const {
+  const Structure& s = structures_[c.structure];
+  std::array<int, kRows> counts{};
+  for (uint8_t r : c.rows) ++counts[r];
+  std::string memory;
+  for (int r = 0; r < kRows; ++r)
+    if (counts[r] > 0) memory += fmt::format("{}{} {}", memory.empty() ? "" : ", ", kRowNames[r], counts[r]);
+  return fmt::format("{}, {} partition, m={} x {}, stages {}; {}", placement_name(s.placement, s.chunks),
+                     s.partition_name, s.batch.microbatches, s.batch.microbatch_size, memory, describe(c.policy));
+}
+
+ScheduleCandidateReport AnytimeSearch::report(const ScheduleCandidate& c, const std::optional<Schedule>& order,
+                               bool unlimited) const {
+  const Structure& s = structures_[c.structure];
+  ScheduleCandidateReport r;
+  r.name = "search";
+  r.family = describe_candidate(c) + (order ? order_origin_ : "");
+  r.costs = table_of(c);
+  if (order) {
+    r.schedule = with_memory_actions(*order, c);
+  } else {
+    CostTable limits = r.costs;
+    if (unlimited) limits.memory_capacity.clear();
+    r.schedule = *build(c, limits);
+  }
+  r.schedule.name = "search";
+  r.partition = s.partition;
+  r.batch = s.batch;
+  r.decisions.assign(problem_.graph.nodes.size(), MemoryDecision::Keep);
+  for (size_t v = 0; v < r.decisions.size(); ++v) {
+    const uint8_t row = c.rows[s.partition.stage_of_node[v]];
+    if (row != kKeep) r.decisions[v] = s.decisions[row][v];
+  }
+  simulate_report(r);
+  return r;
+}
+
+void AnytimeSearch::finish() {
+  result_.lower_bound = kInfinity;
+  for (int i = 0; i < static_cast<int>(structures_.size()); ++i) {
+    ScheduleCandidate c{i, std::vector<uint8_t>(structures_[i].rows.size(), kKeep), {}, 0, 0};
+    for (bool split : {true, false}) {  // a whole B may cost less than I + W
+      c.policy.split_backward = split;
+      result_.lower_bound = std::min(result_.lower_bound, tight_bound_of(c));
+    }
+  }
+  result_.lower_bound = std::min(result_.lower_bound, builtin_bound_);  // their placements may lie outside the space
+  result_.evaluated += evaluated_;
+  result_.pruned = pruned_;
+  result_.stalled = stalled_;
+  result_.found = best_.fits_any || best_builtin_ >= 0;
+  if (best_builtin_ >= 0) {
+    result_.best = result_.builtins[best_builtin_];
+  } else if (best_.candidate) {
+    result_.best = report(*best_.candidate, polished_);
+  } else {
+    result_.best = smallest_footprint();
+  }
+  if (!result_.found) result_.infeasible = what_would_fit();
+  result_.seconds = elapsed();
+  if (options_.progress) options_.progress(progress());
+}
+
+// The least memory the space offers: every stage recomputing, one micro-batch in flight per device,
+// on the placement with one stage per device, scheduled as if memory were unlimited.
+ScheduleCandidateReport AnytimeSearch::smallest_footprint() const {
+  int structure = 0;
+  for (int i = 0; i < static_cast<int>(structures_.size()); ++i)
+    if (structures_[i].placement == PlacementKind::Loop && structures_[i].chunks == 1) {
+      structure = i;  // the first: the compute-balanced cut
+      break;
+    }
+  const Structure& s = structures_[structure];
+  ScheduleCandidate c{structure, std::vector<uint8_t>(s.rows.size(), kRecompute), {}, 0, 0};
+  c.policy.inflight.assign(problem_.devices, 1);
+  ScheduleCandidateReport r = report(c, std::nullopt, true);
+  r.name = "smallest footprint";
+  r.costs.memory_capacity = {problem_.memory_limit};
+  simulate_report(r);
+  return r;
+}
+
+double AnytimeSearch::peak(const ScheduleCandidateReport& r) {
+  return r.peak_memory.empty() ? kInfinity : *std::max_element(r.peak_memory.begin(), r.peak_memory.end());
+}
+
+// Nothing fits: say by how much, and what would change that.
+std::string AnytimeSearch::what_would_fit() const {
+  double total_static = 0;
+  auto static_bytes = [](const StageCosts& row) {
+    return row.parameter_bytes + row.gradient_bytes + row.optimizer_bytes;
+  };
+  for (const auto& row : structures_.front().rows) total_static += static_bytes(row[kKeep]);
+  const double limit = problem_.memory_limit;
+  const int p = problem_.devices;
+  const double smallest = peak(result_.best);
+  std::string text = fmt::format(
+      "no schedule fits {:.4g} bytes per device: even with every stage recomputing and one micro-batch in flight "
+      "per device, the fullest device needs {:.4g} bytes",
+      limit, smallest);
+  if (total_static / p >= limit) {
+    const int needed = static_cast<int>(std::ceil(total_static / limit));
+    return text + fmt::format("; parameters, gradients and optimizer state alone take {:.4g} bytes, so at least {} "
+                              "devices are needed (have {})",
+                              total_static, needed + 1, p);
+  }
+  double fixed = 0;
+  if (!result_.best.costs.stages.empty()) {
+    std::vector<double> per_device(p, 0);
+    for (size_t k = 0; k < result_.best.costs.stages.size(); ++k) {
+      per_device[result_.best.schedule.stage_device[k]] += static_bytes(result_.best.costs.stages[k]);
+    }
+    fixed = *std::max_element(per_device.begin(), per_device.end());
+  }
+  const double b = result_.best.batch.microbatch_size;
+  const double smaller = std::floor(b * (limit - fixed) / std::max(smallest - fixed, 1e-300));
+  if (smaller >= 1 && smaller < b)
+    text += fmt::format("; activations scale with the micro-batch: try a micro-batch of {} samples (now {})", smaller,
+                        b);
+  else if (b > 1)
+    text += fmt::format("; a smaller micro-batch (now {}) would help", b);
+  return text + fmt::format("; or more devices (now {}) to spread parameters and activations", p);
+}
+
+}  // namespace flexpipe::search_detail

@@ -1,0 +1,308 @@
+// The search space: structures (placements x partitions x batch splits, with their cost rows) and what is
+// enumerated on them, apart because it is what the search covers, not how it moves through it.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "flexpipe/schedules/library.h"
+#include "flexpipe/support/error.h"
+#include "anytime_search.h"
+
+namespace flexpipe::search_detail {
+
+namespace {
+
+// Reference schedules: the partitioner reads in-flight counts from a built-in of the same placement.
+Schedule reference_schedule(PlacementKind placement, int devices, int microbatches, int chunks) {
+  if (placement == PlacementKind::V) return library_schedule("zb-v", {devices, microbatches, 0});
+  if (placement == PlacementKind::Bidirectional) return library_schedule("dualpipe", {devices, microbatches, 0});
+  if (chunks == 1) return library_schedule("1f1b", {devices, microbatches, 0});
+  return library_schedule("interleaved-1f1b", {devices, microbatches, chunks});
+}
+
+std::optional<Schedule> reference_or_none(PlacementKind placement, int devices, int microbatches, int chunks) {
+  try {
+    return reference_schedule(placement, devices, microbatches, chunks);
+  } catch (const Error&) {
+    // Not a candidate's rejection: the schedule library says by Error that no built-in of this
+    // placement runs at this m.
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+void AnytimeSearch::prepare_structures(bool dawn, MemorySolver solver) {
+  phase(dawn ? "partitioner's plans" : "partitions and costs");
+  const int p = problem_.devices;
+  const int ops = static_cast<int>(problem_.graph.nodes.size());
+  struct Job {
+    BatchSplit batch;
+    PlacementKind placement;
+    int chunks;
+    bool dawn;
+    int given = -1;  // index into problem_.partitions
+  };
+  std::vector<Job> jobs;
+  for (const BatchSplit& batch : problem_.batches) {
+    for (int v = 1; v <= problem_.max_chunks; ++v)
+      if (v * p <= ops) jobs.push_back({batch, PlacementKind::Loop, v, dawn});
+    if (problem_.v_shape && p > 1 && 2 * p <= ops) jobs.push_back({batch, PlacementKind::V, 2, dawn});
+    if (problem_.bidirectional && p > 1 && batch.microbatches > 1 && p <= ops)
+      jobs.push_back({batch, PlacementKind::Bidirectional, 1, dawn});
+  }
+  // Given partitions (plans from `flexpipe partition`) on every placement with their stage count,
+  // at the micro-batch size they were made for.
+  const size_t placements = jobs.size();
+  for (int g = 0; g < static_cast<int>(problem_.partitions.size()) && !dawn; ++g)
+    for (size_t j = 0; j < placements; ++j) {
+      const Job& job = jobs[j];
+      const int stages = chunk_count(job.placement, job.chunks, p);
+      const GivenPartition& given = problem_.partitions[g];
+      if (given.partition.num_stages == stages && given.microbatch_size == job.batch.microbatch_size)
+        jobs.push_back({job.batch, job.placement, job.chunks, false, g});
+    }
+  // Fewer stages first: the partitioner's exact memory solver is slowest on many small stages.
+  std::stable_sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) {
+    return stages_per_device(a.placement, a.chunks) < stages_per_device(b.placement, b.chunks);
+  });
+  std::vector<std::optional<Structure>> made(jobs.size());
+  parallel(jobs.size(), [&](size_t i) {
+    const Job& job = jobs[i];
+    made[i] = make_structure(job.batch, job.placement, job.chunks, job.dawn,
+                             job.given >= 0 ? &problem_.partitions[job.given] : nullptr, solver);
+  }, /*timed=*/dawn);
+  for (auto& s : made)
+    if (s) structures_.push_back(std::move(*s));
+  if (structures_.empty() && !dawn)
+    throw Error(fmt::format("search: '{}' has {} operators, too few for {} devices", problem_.graph.name, ops, p));
+}
+
+AggregationOptions AnytimeSearch::aggregation(const BatchSplit& batch) const {
+  AggregationOptions a = problem_.aggregation;
+  a.shape = {batch.microbatch_size, seq_len_};
+  a.memory_capacity = {problem_.memory_limit};
+  a.decisions.clear();
+  return a;
+}
+
+// The compute-balanced cut (PipeDream's planner over the cuts where little crosses), or DawnPiper's
+// plan for the placement's own in-flight counts.
+std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, PlacementKind placement, int chunks,
+                                                       bool dawn, const GivenPartition* given,
+                                                       MemorySolver solver) const {
+  const int p = problem_.devices, stages = chunk_count(placement, chunks, p);
+  Structure s;
+  s.batch = batch;
+  s.placement = placement;
+  s.chunks = chunks;
+  s.partition_name = given                                    ? given->name
+                     : !dawn                                  ? "balanced"
+                     : solver == MemorySolver::Greedy ? "dawn (greedy)"
+                                                              : "dawn";
+  if (placement == PlacementKind::Bidirectional) {
+    // DualPipe's pair of pipelines: the first half of the micro-batches down, the rest up.
+    s.skeleton = make_schedule("search", p, batch.microbatches, bidirectional_placement(p), 2);
+    for (int mb = 0; mb < batch.microbatches; ++mb)
+      s.skeleton.microbatch_pipeline.push_back(mb < (batch.microbatches + 1) / 2 ? 0 : 1);
+  } else {
+    s.skeleton = make_schedule("search", p, batch.microbatches,
+                               placement == PlacementKind::V ? v_placement(p, stages) : loop_placement(p, stages));
+  }
+  const Shape shape{batch.microbatch_size, seq_len_};
+  const double host = problem_.aggregation.host_link.bandwidth;
+  const double host_bandwidth = std::isfinite(host) ? host : 0;
+  std::vector<MemoryDecision> plan;
+  std::vector<char> plan_checkpoints;  // per stage: the plan offloads its checkpoints
+  try {
+    if (given) {
+      check_partition(problem_.graph, given->partition);
+      s.partition = given->partition;
+      plan = given->decisions;
+      plan_checkpoints = given->offload_checkpoints;
+    } else if (dawn) {
+      const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
+      PartitionProblem pp =
+          make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
+      pp.solver = solver;
+      pp.should_stop = [this] { return out_of_time(); };
+      pp.measure_shortfall = false;  // a placement that cannot fit is skipped
+      const PartitionResult r = partition_model(pp, PartitionMethod::Dawn);
+      if (!r.fits) return std::nullopt;
+      const std::vector<int> starts = r.starts();
+      std::vector<int> sizes;
+      for (size_t k = 0; k + 1 < starts.size(); ++k) sizes.push_back(starts[k + 1] - starts[k]);
+      s.partition = partition_from_sizes(problem_.graph, sizes);
+      for (const StageResult& stage : r.stages) {
+        plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
+        plan_checkpoints.push_back(stage.memory.offload_checkpoints);
+      }
+    } else {
+      s.partition = balanced_partition(stages, batch, shape, host_bandwidth);
+      // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts,
+      // when a built-in of the placement runs at this m.
+      const std::optional<Schedule> reference =
+          problem_.memory_choices && problem_.memory_limit < kInfinity
+              ? reference_or_none(placement, p, batch.microbatches, chunks)
+              : std::nullopt;
+      if (reference) {
+        const PartitionProblem pp =
+            make_partition_problem(problem_.graph, shape, *reference, problem_.memory_limit, host_bandwidth);
+        std::vector<int> starts(1, 0);
+        for (int v = 1; v < static_cast<int>(s.partition.stage_of_node.size()); ++v)
+          if (s.partition.stage_of_node[v] != s.partition.stage_of_node[v - 1]) starts.push_back(v);
+        starts.push_back(static_cast<int>(s.partition.stage_of_node.size()));
+        const PartitionResult r = evaluate_partition(pp, starts, true);
+        if (r.fits)
+          for (const StageResult& stage : r.stages) {
+            plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
+            plan_checkpoints.push_back(stage.memory.offload_checkpoints);
+          }
+      }
+    }
+  } catch (const Error&) {
+    // Not a candidate's rejection: the partitioner and the built-in references say by Error that the
+    // placement does not suit m (or the graph), and other structures cover it.
+    return std::nullopt;
+  }
+  const int n = static_cast<int>(problem_.graph.nodes.size());
+  s.rows.resize(stages);
+  s.recomputes.assign(stages, {});
+  s.offloads.assign(stages, {});
+  if (plan_checkpoints.empty()) plan_checkpoints.assign(stages, 0);
+  if (static_cast<int>(plan_checkpoints.size()) != stages) return std::nullopt;  // a plan for other stages
+  s.plan_offloads_checkpoints.assign(stages, 0);
+  for (int r = 0; r < kRows; ++r) {
+    if (r == kOffload && host_bandwidth <= 0) continue;
+    if (r == kPlan && plan.empty()) continue;
+    if (r == kPlan && std::all_of(plan.begin(), plan.end(), [](MemoryDecision d) { return d == MemoryDecision::Keep; }))
+      continue;
+    std::vector<MemoryDecision>& decisions = s.decisions[r];
+    if (r == kPlan) decisions = plan;
+    else
+      decisions.assign(n, r == kKeep        ? MemoryDecision::Keep
+                          : r == kRecompute ? MemoryDecision::Recompute
+                                            : MemoryDecision::Offload);
+    AggregationOptions a = aggregation(batch);
+    a.decisions = decisions;
+    if (r == kPlan) a.offload_checkpoints = plan_checkpoints;
+    const StageAggregate aggregate = aggregate_stages(problem_.graph, s.partition, a);
+    if (r == kKeep) s.base = aggregate.table;
+    for (int k = 0; k < stages; ++k) s.rows[k][r] = aggregate.table.stages[k];
+    for (int v = 0; v < n; ++v) {
+      const int k = s.partition.stage_of_node[v];
+      s.recomputes[k][r] |= decisions[v] == MemoryDecision::Recompute;
+      s.offloads[k][r] |= decisions[v] == MemoryDecision::Offload;
+    }
+    if (r == kPlan)
+      for (int k = 0; k < stages; ++k) {
+        s.plan_offloads_checkpoints[k] = plan_checkpoints[k] && s.recomputes[k][r];
+        s.offloads[k][r] |= s.plan_offloads_checkpoints[k];
+      }
+    s.has_row[r] = true;
+  }
+  return s;
+}
+
+Partition AnytimeSearch::balanced_partition(int stages, const BatchSplit& batch, const Shape& shape,
+                                            double host_bandwidth) const {
+  const std::string key = fmt::format("{}/{}", stages, batch.microbatch_size);
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = balanced_.find(key); it != balanced_.end()) return it->second;
+  }
+  // Any schedule with `stages` chunks serves: the compute-balanced planner reads no in-flight counts.
+  const Schedule reference = library_schedule("gpipe", {stages, 1, 0});
+  const PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, kInfinity, host_bandwidth);
+  const std::vector<int> starts = partition_model(pp, PartitionMethod::PipeDream).starts();
+  std::vector<int> sizes;
+  for (size_t k = 0; k + 1 < starts.size(); ++k) sizes.push_back(starts[k + 1] - starts[k]);
+  Partition partition = partition_from_sizes(problem_.graph, sizes);
+  std::lock_guard lock(mutex_);
+  balanced_.emplace(key, partition);
+  return partition;
+}
+
+// Per-device in-flight limits: none (memory decides), and the placement's 1F1B-like depth plus a
+// little, so that the split backward's W can fill the bubbles as in ZB-H1 / ZB-H2.
+std::vector<std::vector<int>> AnytimeSearch::inflight_profiles(const Structure& s) const {
+  const int p = problem_.devices, m = s.batch.microbatches, v = stages_per_device(s.placement, s.chunks);
+  std::vector<std::vector<int>> profiles = {{}};
+  for (int extra : {0, 1, 2, p / 2, p}) {
+    std::vector<int> limits(p);
+    for (int d = 0; d < p; ++d) {
+      // 1F1B's depth on each leg: p - d down and d + 1 up on the bidirectional pair.
+      const int base = s.placement == PlacementKind::Bidirectional ? p + 1
+                       : s.placement == PlacementKind::V           ? 2 * (p - d)
+                       : v == 1                                 ? p - d
+                                                                : (v - 1) * p + 2 * (p - d - 1) + 1;
+      limits[d] = std::clamp(base + extra, 1, v * m);
+    }
+    if (std::find(profiles.begin(), profiles.end(), limits) == profiles.end()) profiles.push_back(limits);
+  }
+  // The same depth on every device (ZB-H1 holds p everywhere, ZB-H2 2p - 1): later devices fill
+  // their bubbles with deferred W's.
+  const int deepest = *std::max_element(profiles[1].begin(), profiles[1].end());
+  for (int depth : {deepest, deepest + p / 2, deepest + p - 1}) {
+    std::vector<int> limits(p, std::clamp(depth, 1, v * m));
+    if (std::find(profiles.begin(), profiles.end(), limits) == profiles.end()) profiles.push_back(limits);
+  }
+  return profiles;
+}
+
+std::vector<ListPolicy> AnytimeSearch::policies(const Structure& s, bool split) const {
+  std::vector<ListPolicy> out;
+  const bool several = stages_per_device(s.placement, s.chunks) > 1;
+  for (const std::vector<int>& inflight : inflight_profiles(s))
+    for (bool backward_first : {true, false})
+      for (WeightTiming weight : {WeightTiming::FillIdle, WeightTiming::Late}) {
+        if (!split && weight == WeightTiming::Late) continue;
+        for (ForwardOrder forward : {ForwardOrder::Oldest, ForwardOrder::Shallow}) {
+          if (!several && forward == ForwardOrder::Shallow) continue;
+          if (!backward_first && !inflight.empty()) continue;  // forwards first with a depth limit is 1F1B again
+          out.push_back({split, backward_first, weight, forward, inflight});
+        }
+      }
+  return out;
+}
+
+// Memory choices to start from: everything kept, everything recomputed, the front half of the
+// devices recomputing (they hold the most micro-batches), everything offloaded, and DawnPiper's plan.
+std::vector<std::vector<uint8_t>> AnytimeSearch::row_patterns(const Structure& s) const {
+  const int stages = static_cast<int>(s.rows.size());
+  std::vector<std::vector<uint8_t>> out;
+  if (s.partition_name != "balanced") return {std::vector<uint8_t>(stages, s.has_row[kPlan] ? kPlan : kKeep)};
+  if (s.has_row[kPlan]) out.push_back(std::vector<uint8_t>(stages, kPlan));
+  out.push_back(std::vector<uint8_t>(stages, kKeep));
+  if (!problem_.memory_choices) return out;
+  out.push_back(std::vector<uint8_t>(stages, kRecompute));
+  if (problem_.devices > 1) {
+    std::vector<uint8_t> front(stages, kKeep);
+    for (int k = 0; k < stages; ++k)
+      if (s.skeleton.stage_device[k] < problem_.devices / 2) front[k] = kRecompute;
+    out.push_back(front);
+  }
+  if (s.has_row[kOffload]) out.push_back(std::vector<uint8_t>(stages, kOffload));
+  return out;
+}
+
+std::vector<ScheduleCandidate> AnytimeSearch::seed_candidates(size_t first) const {
+  std::vector<ScheduleCandidate> out;
+  for (int i = static_cast<int>(first); i < static_cast<int>(structures_.size()); ++i) {
+    const Structure& s = structures_[i];
+    for (const std::vector<uint8_t>& rows : row_patterns(s))
+      for (bool split : {true, false})
+        for (const ListPolicy& policy : policies(s, split)) {
+          ScheduleCandidate c{i, rows, policy, 0, 0};
+          c.lower_bound = lower_bound_of(c);
+          out.push_back(std::move(c));
+        }
+  }
+  return out;
+}
+
+}  // namespace flexpipe::search_detail

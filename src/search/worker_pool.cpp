@@ -1,0 +1,97 @@
+// The anytime worker pool: threads, the time budget and its shares, progress reports and improvements,
+// apart because every phase runs on it and none decides how.
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "anytime_search.h"
+
+namespace flexpipe::search_detail {
+
+// `timed`: stop taking items once the budget is spent (the cheap structures are not: every search
+// needs them, however short its budget).
+void AnytimeSearch::parallel(size_t count, const std::function<void(size_t)>& work, bool timed) {
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;  // the first error of any thread, rethrown once all have stopped
+  std::mutex failure_mutex;
+  auto loop = [&] {
+    try {
+      for (size_t i; (i = next++) < count && !(timed && out_of_time());) {
+        work(i);
+        maybe_report();
+      }
+    } catch (...) {
+      std::lock_guard lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+      next = count;
+    }
+  };
+  const int n = static_cast<int>(std::min<size_t>(threads_, count));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(loop);
+  loop();
+  for (std::thread& t : pool) t.join();
+  if (failure) std::rethrow_exception(failure);
+}
+
+double AnytimeSearch::elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+
+// The time a phase may run until: `fraction` of what is left; under a simulation count, where
+// answers must not depend on the machine's speed, the whole budget (the count stops it).
+double AnytimeSearch::share(double fraction) const {
+  if (options_.max_evaluations > 0) return options_.time_budget;
+  return elapsed() + fraction * (options_.time_budget - elapsed());
+}
+
+bool AnytimeSearch::out_of_time() const {
+  return elapsed() >= options_.time_budget || (options_.max_evaluations > 0 && evaluated_ >= options_.max_evaluations);
+}
+
+double AnytimeSearch::best_makespan() const {
+  std::lock_guard lock(mutex_);
+  return best_.makespan;
+}
+
+SearchProgress AnytimeSearch::progress() const {
+  SearchProgress p;
+  p.seconds = elapsed();
+  p.evaluated = evaluated_ + static_cast<int64_t>(result_.builtins.size());
+  p.pruned = pruned_;
+  p.best_makespan = best_.makespan;
+  p.best = best_family_;
+  p.phase = phase_;
+  return p;
+}
+
+void AnytimeSearch::phase(const std::string& name) {
+  std::lock_guard lock(mutex_);
+  phase_ = name;
+}
+
+void AnytimeSearch::record_improvement(const std::string& family) {
+  std::lock_guard lock(mutex_);
+  record_improvement_locked(family);
+}
+
+void AnytimeSearch::record_improvement_locked(const std::string& family) {
+  best_family_ = family;
+  result_.history.push_back({elapsed(), best_.makespan});
+  if (options_.progress) {
+    options_.progress(progress());
+    last_report_ = elapsed();
+  }
+}
+
+void AnytimeSearch::maybe_report() {
+  if (!options_.progress || elapsed() - last_report_ < 0.5) return;
+  std::lock_guard lock(mutex_);
+  if (elapsed() - last_report_ < 0.5) return;
+  last_report_ = elapsed();
+  options_.progress(progress());
+}
+
+}  // namespace flexpipe::search_detail
