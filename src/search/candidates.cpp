@@ -1,5 +1,4 @@
-// Candidates: a candidate's costs, lower bounds, schedule, evaluation and neighbours, apart because
-// every phase builds on them.
+// Candidates: their costs, bounds, schedules, evaluation and neighbours, the unit every phase works with.
 #include <algorithm>
 #include <optional>
 #include <tuple>

@@ -1,5 +1,4 @@
-// The branch-and-bound phase: exact_schedule.h over every per-device order of the small structures, and
-// the proof of optimality; apart because it settles orders instead of searching policies.
+// The branch-and-bound phase: settles the small structures' orders exactly, where the other phases search.
 #include <algorithm>
 #include <atomic>
 #include <vector>

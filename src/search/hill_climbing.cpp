@@ -1,5 +1,4 @@
-// Phase 2, hill climbing: from the best seeds, over in-flight limits, memory choices and policy switches;
-// apart because it only moves between candidates the search space already defines.
+// Phase 2, hill climbing from the best seeds: moves between candidates, never below them to orders.
 #include <algorithm>
 #include <random>
 #include <vector>

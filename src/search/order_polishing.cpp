@@ -1,5 +1,4 @@
-// Phase 3, order polishing: local search over the best schedules' per-device orders, apart because it
-// works on orders the list scheduler wrote, below the candidates' level.
+// Phase 3, order polishing: local search over per-device orders, below the candidates the other phases move.
 #include <algorithm>
 #include <optional>
 #include <utility>

@@ -1,5 +1,4 @@
-// Reporting: the built-ins simulated under the same costs, the answer's report and, when nothing fits,
-// what would; apart because it turns candidates into what the caller reads.
+// Reporting: built-ins, the answer and what would fit, turned into what the caller reads; no search here.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -9,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "flexpipe/ir/lowering.h"
+#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/schedules/library.h"
 #include "flexpipe/search/bound.h"
 #include "flexpipe/support/error.h"

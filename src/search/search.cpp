@@ -1,5 +1,4 @@
-// The automated scheduler's entry point: the anytime search's checks and its phases in order, apart from
-// what each phase does so that the order (and the budget's shares) reads in one place.
+// The search's entry point and its phases in order, apart from the phases themselves so the order reads at once.
 #include "flexpipe/search/search.h"
 
 #include <algorithm>

@@ -1,5 +1,4 @@
-// The search space: structures (placements x partitions x batch splits, with their cost rows) and what is
-// enumerated on them, apart because it is what the search covers, not how it moves through it.
+// The search space: structures (placements x partitions x batch splits) and what is enumerated on them.
 #include <algorithm>
 #include <cmath>
 #include <optional>

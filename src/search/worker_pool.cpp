@@ -1,5 +1,4 @@
-// The anytime worker pool: threads, the time budget and its shares, progress reports and improvements,
-// apart because every phase runs on it and none decides how.
+// The anytime worker pool: threads, the budget and its shares, progress; every phase runs on it.
 #include <algorithm>
 #include <atomic>
 #include <exception>
