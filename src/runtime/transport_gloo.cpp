@@ -1,4 +1,4 @@
-// The Gloo transport: c10d's TCPStore for the rendezvous, ProcessGroupGloo over TCP for the tensors.
+// The Gloo transport: the rendezvous store (bound to MASTER_ADDR), ProcessGroupGloo over TCP for the tensors.
 // The only file of the library that includes c10d (each of its headers costs seconds per TU).
 //
 // What c10d 1.13 / Gloo do that shapes this file:
@@ -22,8 +22,8 @@
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "rendezvous_store.h"
 #include "transport.h"
 
 namespace flexpipe::runtime {
@@ -72,25 +72,23 @@ std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master
 
 using Clock = std::chrono::steady_clock;
 
-// Rank 0 hosts the TCPStore; the others connect to it. A refused client retries after 1 s, and only
-// while that fits in `timeout`: with a timeout of 1 s or less, a rank that starts before rank 0
-// listens fails at once. The returned store is prefixed, to keep our keys and Gloo's apart from the
-// store's own.
+// Rank 0 hosts the store on MASTER_ADDR:MASTER_PORT and nothing else (rendezvous_store.h); the others
+// connect to it, retrying while it is not listening yet, for up to `timeout`. The returned store is
+// prefixed, to keep our keys and Gloo's apart.
 c10::intrusive_ptr<c10d::Store> open_store(const RankEnv& env, const std::string& address,
                                            std::chrono::milliseconds timeout) {
   try {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<uint16_t>(env.master_port);
-    options.isServer = env.rank == 0;
-    options.waitWorkers = false;  // check_in does it, and names who is missing
-    options.timeout = timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    c10::intrusive_ptr<c10d::Store> store;
+    if (env.rank == 0)
+      store = RendezvousStore::host(env.master_addr, env.master_port, timeout);
+    else
+      store = RendezvousStore::connect(env.master_addr, env.master_port, timeout);
     return c10::make_intrusive<c10d::PrefixStore>("flexpipe", store);
   } catch (const std::exception& error) {
     if (env.rank == 0)
-      throw TransportError(fmt::format("rendezvous at {} failed: rank 0 could not host the TCPStore there: {}", address,
+      throw TransportError(fmt::format("rendezvous at {} failed: rank 0 could not host the store there: {}", address,
                                        backend_message(error)));
-    throw TransportError(fmt::format("rendezvous at {} failed: rank {} waited up to {} ms to reach rank 0's TCPStore: {}",
+    throw TransportError(fmt::format("rendezvous at {} failed: rank {} waited up to {} ms to reach rank 0's store: {}",
                                      address, env.rank, timeout.count(), backend_message(error)));
   }
 }
@@ -123,7 +121,7 @@ void check_in(c10d::Store& store, const RankEnv& env, const std::string& address
     throw;
   } catch (const std::exception& error) {
     // Mostly rank 0 having given up (its deadline came first) and taken its store with it.
-    throw TransportError(fmt::format("rendezvous at {} failed: rank {} lost the TCPStore (has rank 0, its host, given "
+    throw TransportError(fmt::format("rendezvous at {} failed: rank {} lost the store (has rank 0, its host, given "
                                      "up or exited?): {}",
                                      address, env.rank, backend_message(error)));
   }

@@ -1,5 +1,5 @@
 // The transports: the in-process one across threads, and Gloo with 2 and 3 ranks as threads of this
-// process, each rendezvousing through a TCPStore on 127.0.0.1 (plus one peer as a real process that
+// process, each rendezvousing through the store on 127.0.0.1 (plus one peer as a real process that
 // is killed).
 #include <gtest/gtest.h>
 
@@ -86,8 +86,8 @@ RankEnv loopback_env(int rank, int world_size, int port) {
   return env;
 }
 
-// A TCPStore client refused by a store not yet listening retries only after 1 s (and not at all
-// when its timeout is 1 s or less): giving rank 0 a head start keeps each test well under that.
+// A client refused by a store not yet listening retries every 100 ms: giving rank 0 a head start
+// spares the retry.
 std::unique_ptr<Transport> connect_loopback(int rank, int world_size, int port, std::chrono::milliseconds timeout) {
   if (rank > 0) std::this_thread::sleep_for(50ms);
   return connect_gloo(loopback_env(rank, world_size, port), timeout);
@@ -570,7 +570,7 @@ TEST(GlooTransport, RendezvousTimesOutWhenARankNeverShowsUp) {
   EXPECT_EQ(errors[0], "rendezvous at " + address + " timed out after 1000 ms: rank 2 of 3 never joined (seen from rank 0)");
   // Rank 1 started later, so rank 0's deadline usually comes first and its store goes with it.
   const bool saw_timeout = errors[1].find("rank 2 of 3 never joined (seen from rank 1)") != std::string::npos;
-  const bool lost_store = errors[1].find("rank 1 lost the TCPStore (has rank 0, its host, given up or exited?)") !=
+  const bool lost_store = errors[1].find("rank 1 lost the store (has rank 0, its host, given up or exited?)") !=
                           std::string::npos;
   EXPECT_TRUE(errors[1].starts_with("rendezvous at " + address) && (saw_timeout || lost_store)) << errors[1];
 }
@@ -590,7 +590,7 @@ TEST(GlooTransport, ClientGivesUpWhenNoStoreListens) {
   const std::string error = error_of([&] { connect_gloo(loopback_env(1, 2, port), 1s); });
   EXPECT_LT(Clock::now() - start, 10s);
   EXPECT_NE(error.find("rendezvous at 127.0.0.1:" + std::to_string(port) +
-                       " failed: rank 1 waited up to 1000 ms to reach rank 0's TCPStore"),
+                       " failed: rank 1 waited up to 1000 ms to reach rank 0's store"),
             std::string::npos)
       << error;
 }
