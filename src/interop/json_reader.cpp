@@ -98,6 +98,9 @@ double JsonPathReader::number(const json& value, const std::string& path) const 
   if (!value.is_number()) fail(path, fmt::format("expected a number, got {}", describe_json(value)));
   const double result = value.get<double>();
   if (result < 0) fail(path, fmt::format("must not be negative, got {}", value.dump()));
+  // Far beyond any real time, size or rate, and far enough below a double's range that sums and
+  // products over stages and micro-batches stay finite: the simulator and the search never see inf.
+  if (result > kLargestNumber) fail(path, fmt::format("is too large, got {} (at most 1e30)", value.dump()));
   return result;
 }
 

@@ -24,6 +24,9 @@ std::string describe_json(const nlohmann::json& value);
 std::string json_child(const std::string& path, std::string_view key);
 std::string json_element(const std::string& path, size_t index);
 
+// The largest number a file may hold (number() refuses more): far beyond any real time, size or rate.
+inline constexpr double kLargestNumber = 1e30;
+
 // Typed field reads for one document; every failure names the origin and the JSON path.
 class JsonPathReader {
  public:
@@ -35,7 +38,7 @@ class JsonPathReader {
   void require_object(const nlohmann::json& value, const std::string& path) const;
   void only_known_keys(const nlohmann::json& object, const std::string& path,
                        std::span<const std::string_view> known) const;
-  // A number that is not negative.
+  // A number from 0 to kLargestNumber.
   double number(const nlohmann::json& value, const std::string& path) const;
   std::string text(const nlohmann::json& value, const std::string& path) const;
 

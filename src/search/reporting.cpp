@@ -94,7 +94,11 @@ ScheduleCandidateReport AnytimeSearch::report(const ScheduleCandidate& c, const 
   } else {
     CostTable limits = r.costs;
     if (unlimited) limits.memory_capacity.clear();
-    r.schedule = *build(c, limits);
+    std::optional<Schedule> built = build(c, limits);
+    // Only candidates that were built before are reported, so this cannot fail on the search's own
+    // costs; were it to, it is a bug to name, not an empty optional to read.
+    if (!built) throw Error(fmt::format("search: could not rebuild its answer ({})", r.family));
+    r.schedule = std::move(*built);
   }
   r.schedule.name = "search";
   r.partition = s.partition;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
 
@@ -99,6 +100,23 @@ TEST_F(BadInput, AProgramMayStartWithAByteOrderMark) {
   const Outcome run = flexpipe("check " + path.string());
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(run.out, path.string() + ": valid: 2 devices, 2 stages, 1 micro-batches, 4 actions\n");
+}
+
+TEST_F(BadInput, AnOperatorTimeNearADoublesRangeIsRefusedWhereItStands) {
+  // 1e308 once crashed the search (a stalled rebuild read as a schedule) and made simulate and
+  // partition print "makespan inf" and succeed.
+  ASSERT_EQ(flexpipe("model export gpt3-1.3b -o " + (dir_ / "g.json").string()).exit_code, 0);
+  nlohmann::json graph = nlohmann::json::parse(flexpipe::test::slurp(dir_ / "g.json"));
+  graph["nodes"][3]["forward"]["time"] = 1e308;
+  const std::string path = write("huge.json", graph.dump()).string();
+  const std::string error = "error: " + path + ": nodes[3].forward.time: is too large, got 1e+308 (at most 1e30)\n";
+  for (const std::string& args :
+       {"search --model " + path + " -p 4 -m 8 --threads 1 -q", "simulate 1f1b -p 4 --model " + path,
+        "partition --model " + path + " -p 4 --memory-limit 80e9"}) {
+    const Outcome run = flexpipe(args);
+    EXPECT_EQ(run.exit_code, 2) << args;
+    EXPECT_EQ(run.err, error) << args;
+  }
 }
 
 }  // namespace
