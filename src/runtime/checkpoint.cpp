@@ -1,5 +1,6 @@
 #include "checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -71,13 +72,14 @@ RankCheckpoint read_rank_checkpoint(const std::string& path) {
   if (!in) throw Error(fmt::format("{}: cannot open the checkpoint", path));
   std::string magic, header_line;
   std::getline(in, magic);
-  if (magic != kMagic) throw Error(fmt::format("{}: not a FlexPipe checkpoint (first line '{}')", path, magic));
+  if (magic != kMagic)
+    throw Error(fmt::format("{}: not a FlexPipe checkpoint (first line '{}')", path, printable(magic)));
   std::getline(in, header_line);
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(header_line);
   } catch (const std::exception& e) {
-    throw Error(fmt::format("{}:2: malformed checkpoint header: {}", path, e.what()));
+    throw Error(fmt::format("{}:2: malformed checkpoint header: {}", path, printable(e.what(), 200)));
   }
   std::stringstream rest;
   rest << in.rdbuf();
@@ -118,6 +120,21 @@ int latest_checkpoint(const std::string& dir) {
   }
   if (used == 0 || step < 0) throw Error(fmt::format("{}: expected a step number, found '{}'", path, text));
   return step;
+}
+
+std::vector<int> checkpoint_steps(const std::string& dir) {
+  std::vector<int> steps;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    int step = -1;
+    if (name.size() == 11 && name.starts_with("step-") &&
+        std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      step = std::stoi(name.substr(5));
+    if (step >= 0) steps.push_back(step);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
 }
 
 void mark_latest_checkpoint(const std::string& dir, int step) {

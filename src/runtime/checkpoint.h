@@ -33,5 +33,7 @@ RankCheckpoint read_rank_checkpoint(const std::string& path);
 // `DIR/latest`: the step of the last complete checkpoint; -1 when there is none.
 int latest_checkpoint(const std::string& dir);
 void mark_latest_checkpoint(const std::string& dir, int step);
+// The steps of DIR's step-<K> folders, newest first, complete or not.
+std::vector<int> checkpoint_steps(const std::string& dir);
 
 }  // namespace flexpipe::runtime

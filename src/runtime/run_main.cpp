@@ -71,6 +71,7 @@ std::vector<std::vector<MeasuredAction>> gather_all_traces(Transport& transport,
 struct RunOutcome {
   nlohmann::json json;
   bool verified = true;
+  bool diverged = false;  // a step's loss (or, when clipping, its gradient norm) was not finite
 };
 
 class RankJob {
@@ -162,6 +163,20 @@ class RankJob {
         if (world_.rank() == 0) print_progress(entry, request_.training.steps);
       }
       j["steps"].push_back(std::move(entry));
+      // Every rank holds the same summed loss, so every rank stops at the same step. The parameters
+      // this step produced are not finite: nothing of it is saved, and the last checkpoint stays the
+      // one to resume from.
+      if (!std::isfinite(last.loss) || (request_.training.max_grad_norm > 0 && !std::isfinite(last.grad_norm))) {
+        outcome.diverged = true;
+        j["diverged_at_step"] = step;
+        if (world_.rank() == 0)
+          fmt::print(stderr,
+                     "error: step {}/{}: the loss is {}{}: training diverged and stops here, without saving this "
+                     "step (lower --lr, or clip gradients with --clip)\n",
+                     step + 1, request_.training.steps, last.loss,
+                     std::isfinite(last.grad_norm) ? "" : fmt::format(", the gradient norm {}", last.grad_norm));
+        break;
+      }
       if (!request_.checkpoint_dir.empty() &&
           ((request_.save_every > 0 && (step + 1) % request_.save_every == 0) || step + 1 == request_.training.steps))
         save(executor, identity, step + 1);
@@ -169,7 +184,8 @@ class RankJob {
     if (!j["steps"].empty()) describe_last_step(executor, run, plan, last, j);
     if (world_.rank() == 0 && !request_.curve_path.empty() && !j["steps"].empty()) {
       std::vector<double> losses;
-      for (const auto& entry : j["steps"]) losses.push_back(entry["loss"].get<double>());
+      for (const auto& entry : j["steps"])
+        if (std::isfinite(entry["loss"].get<double>())) losses.push_back(entry["loss"].get<double>());
       const std::string data = request_.training.data.empty()
                                    ? std::string("synthetic data")
                                    : std::filesystem::path(request_.training.data).filename().string();
@@ -178,7 +194,7 @@ class RankJob {
       write_text_file(output_path(request_.curve_path, schedule.name),
                       render_curve_svg(title, "loss (mean next-token cross-entropy)", losses, first_step));
     }
-    if (request_.verify) outcome.verified = verify(plan, executor, schedule, j);
+    if (request_.verify && !outcome.diverged) outcome.verified = verify(plan, executor, schedule, j);
     return outcome;
   }
 
@@ -245,11 +261,37 @@ class RankJob {
     const std::string& dir = request_.checkpoint_dir;
     const int step = latest_checkpoint(dir);
     if (step < 0) throw Error(fmt::format("--resume: {} holds no complete checkpoint ({}/latest is missing)", dir, dir));
-    const RankCheckpoint saved = read_rank_checkpoint(checkpoint_path(dir, step, world_.rank()));
+    RankCheckpoint saved;
+    try {
+      saved = read_rank_checkpoint(checkpoint_path(dir, step, world_.rank()));
+    } catch (const Error& e) {
+      // Not resumed from silently: the previous checkpoint this rank can read is named, and the user
+      // chooses it by moving `latest` back.
+      int previous = -1;
+      for (int earlier : checkpoint_steps(dir)) {
+        if (earlier >= step) continue;
+        try {
+          read_rank_checkpoint(checkpoint_path(dir, earlier, world_.rank()));
+          previous = earlier;
+          break;
+        } catch (const Error&) {
+        }
+      }
+      throw Error(fmt::format("--resume: the latest checkpoint (step {}) is damaged: {}; {}", step, e.what(),
+                              previous < 0 ? std::string("no earlier checkpoint of this rank reads either")
+                                           : fmt::format("the previous one, step {}, reads: to resume from it, write "
+                                                         "{} into {}/latest",
+                                                         previous, previous, dir)));
+    }
     if (saved.identity != identity)
       throw Error(fmt::format("--resume: the checkpoint at step {} was written by another run ({}), not this one ({})",
                               step, saved.identity.dump(), identity.dump()));
     executor.load_state(saved.tensors, saved.optimizer_steps);
+    if (world_.rank() == 0 && !request_.json)
+      fmt::print("resumed from {}: step {} of {} is next\n", std::filesystem::path(checkpoint_path(dir, step, 0))
+                                                                  .parent_path()
+                                                                  .string(),
+                 saved.step + 1, request_.training.steps);
     return saved.step;
   }
 
@@ -264,6 +306,9 @@ class RankJob {
     world_.barrier(timeout_);
     if (world_.rank() == 0) mark_latest_checkpoint(request_.checkpoint_dir, next_step);
     world_.barrier(timeout_);
+    if (world_.rank() == 0 && !request_.json)
+      fmt::print("checkpoint: step {} saved in {}\n", next_step,
+                 std::filesystem::path(checkpoint_path(request_.checkpoint_dir, next_step, 0)).parent_path().string());
   }
 
   static void print_progress(const nlohmann::json& e, int steps) {
@@ -385,10 +430,11 @@ int run_rank(const RunRequest& request) {
   }
   RankJob job(request, *transport);
   nlohmann::json runs = nlohmann::json::array();
-  bool all_verified = true;
+  bool all_verified = true, any_diverged = false;
   for (const ScheduledRun& run : request.runs) {
     RunOutcome outcome = job.train(run, hooks);
     all_verified = all_verified && outcome.verified;
+    any_diverged = any_diverged || outcome.diverged;
     if (transport->rank() == 0) {
       if (!request.json) print_text(outcome.json, request.progress);
       std::fflush(stdout);
@@ -396,7 +442,7 @@ int run_rank(const RunRequest& request) {
     runs.push_back(std::move(outcome.json));
   }
   if (transport->rank() == 0 && request.json) fmt::print("{}\n", nlohmann::json{{"runs", runs}}.dump(2));
-  return all_verified ? kExitSuccess : kExitProblemsFound;
+  return all_verified && !any_diverged ? kExitSuccess : kExitProblemsFound;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "../cli/cli_harness.h"
@@ -85,6 +86,39 @@ TEST_F(Train, ACrashDuringASaveLeavesThePreviousCheckpoint) {
   const Outcome broken = flexpipe("train " + kSmall + " --steps 4 --checkpoint " + dir.string() + " --resume");
   EXPECT_NE(broken.exit_code, 0);
   EXPECT_NE(broken.err.find("step-000003/rank-1.bin: checksum mismatch"), std::string::npos) << broken.err;
+  // ... and the previous checkpoint that reads is offered, not loaded behind the user's back.
+  EXPECT_NE(broken.err.find("error: rank 1: --resume: the latest checkpoint (step 3) is damaged: "), std::string::npos)
+      << broken.err;
+  EXPECT_NE(broken.err.find("the previous one, step 2, reads: to resume from it, write 2 into " + dir.string() +
+                            "/latest"),
+            std::string::npos)
+      << broken.err;
+  // Taken up as offered, the resume says where it starts, and every save says where it went.
+  std::ofstream(dir / "latest") << "2\n";
+  const Outcome resumed_text = flexpipe("train " + kSmall + " --steps 3 --checkpoint " + dir.string() + " --resume");
+  ASSERT_EQ(resumed_text.exit_code, 0) << resumed_text.err;
+  EXPECT_TRUE(resumed_text.out.starts_with("resumed from " + (dir / "step-000002").string() + ": step 3 of 3 is next\n"))
+      << resumed_text.out;
+  EXPECT_NE(resumed_text.out.find("checkpoint: step 3 saved in " + (dir / "step-000003").string() + "\n"),
+            std::string::npos)
+      << resumed_text.out;
+}
+
+TEST_F(Train, ADivergedRunStopsAtTheFirstNonFiniteLossAndFails) {
+  const std::filesystem::path dir = dir_ / "ckpt";
+  const Outcome run =
+      flexpipe("train " + kSmall + " --steps 20 --lr 1e30 --clip 0 --warmup 0 --checkpoint " + dir.string() + " --save-every 1");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  const size_t at = run.err.find(": training diverged and stops here, without saving this step (lower --lr, or clip "
+                                 "gradients with --clip)\n");
+  ASSERT_NE(at, std::string::npos) << run.err;
+  // The step it names is the last one run, and the last checkpoint is the step before it.
+  const size_t step_at = run.err.rfind("error: step ", at);
+  ASSERT_NE(step_at, std::string::npos) << run.err;
+  const int step = std::stoi(run.err.substr(step_at + 12));
+  EXPECT_LT(step, 20);
+  EXPECT_EQ(flexpipe::test::slurp(dir / "latest"), std::to_string(step - 1) + "\n");
+  EXPECT_EQ(run.out.find(fmt::format("step {:>4}/20", step + 1)), std::string::npos) << run.out;
 }
 
 TEST_F(Train, DataParallelTimesPipelineEqualsOneProcessWithTheGlobalBatch) {
@@ -278,7 +312,7 @@ TEST_F(Train, BadFlagsAreOneClearError) {
       {"--resume --checkpoint " + (dir_ / "empty").string(),
        "holds no complete checkpoint"},
       {"--schedule nope", "error: unknown schedule 'nope'"},
-      {"--dp 0", "--dp: Value 0 not in range"},
+      {"--dp 0", "--dp: must be a whole number of at least 1, got 0"},
       {"--schedule auto --partition ops:40,41", "error: --schedule auto chooses the partition itself: drop --partition / --plan\n"},
       {"--profile " + (dir_ / "x.json").string(), ""},  // harmless without auto: trains
   };
