@@ -212,7 +212,7 @@ void add_partition_command(CLI::App& app, int& exit_code) {
   command->add_flag("--max-batch", o->max_batch, "Find the largest micro-batch size that fits, then plan for it");
   command->add_option("--max-batch-limit", o->max_batch_limit, "Largest micro-batch size --max-batch tries")
       ->capture_default_str()
-      ->check(positive_number());
+      ->check(whole_number_at_least(1));
   command->add_flag("--compare", o->compare, "Run every method (not exhaustive) and print one line each");
   command->add_option("-o,--output", o->output, "Write the plan (JSON, docs/partition-plan.md)");
   command->add_flag("--json", o->json, "Print the plan as JSON");

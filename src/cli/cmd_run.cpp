@@ -50,7 +50,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   command->add_option("--steps", o->command.request.training.steps, "Training steps [2]");
   command->add_option("--dp", o->command.request.data_parallel,
                       "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
-      ->check(positive_number());
+      ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
                       "A text file to train on (byte-level tokens: use --vocab 256) [synthetic sequences]");
   command->add_option("--clip", o->command.request.training.max_grad_norm,

@@ -233,7 +233,7 @@ void add_search_command(CLI::App& app, int& exit_code) {
   command->add_option("--memory-limit", o->memory_limit, "Memory per device in bytes [the hardware's]")
       ->check(positive_number());
   command->add_option("--time-budget", o->time_budget, "Seconds the search may take")->capture_default_str();
-  command->add_option("--threads", o->threads, "Search threads [every core]")->check(non_negative_number());
+  command->add_option("--threads", o->threads, "Search threads [every core]")->check(whole_number_at_least(0));
   command->add_option("--max-chunks", o->max_chunks, "Largest number of stages per device in loop placements")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));

@@ -211,17 +211,17 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
                       "With --schedule auto: the measured cost graph to use (written by `flexpipe profile`; "
                       "measured and saved here when the file does not exist)");
   add_training_options(command, o->command);
-  command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")->check(positive_number());
+  command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")->check(whole_number_at_least(1));
   command->add_option("--dp", o->command.request.data_parallel,
                       "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
-      ->check(positive_number());
+      ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
                       "A text file to train on, as byte-level tokens (vocabulary 256) [synthetic sequences]");
   command->add_option("--warmup", o->command.request.training.warmup_steps, "Warm-up steps [10]")
-      ->check(non_negative_number());
+      ->check(whole_number_at_least(0));
   command->add_option("--decay-steps", o->command.request.training.decay_steps,
                       "Cosine decay length after warm-up; 0: to the last step [0]")
-      ->check(non_negative_number());
+      ->check(whole_number_at_least(0));
   command->add_option("--min-lr-ratio", o->command.request.training.min_lr_ratio,
                       "Cosine decay floor, as a fraction of --lr [0.1]")
       ->check(CLI::Range(0.0, 1.0));

@@ -18,7 +18,7 @@ void add_model_family_options(CLI::App* command, ModelSize& model) {
           "[gpt]")
       ->check(CLI::IsMember({"gpt", "llama"}));
   command->add_option("--kv-heads", model.kv_heads, "llama: key/value heads, a divisor of --heads [--heads]")
-      ->check(positive_number());
+      ->check(whole_number_at_least(1));
 }
 
 void add_training_options(CLI::App* command, TrainingCommand& o) {
@@ -31,19 +31,19 @@ void add_training_options(CLI::App* command, TrainingCommand& o) {
       ->check(whole_number_at_least(1));
   command->add_option("-D,--define", o.schedule.defines, "Set a program parameter: -D name=value (repeatable)");
   command->add_option("--layers", o.model.layers, fmt::format("Transformer layers [{}]", o.model.layers))
-      ->check(positive_number());
+      ->check(whole_number_at_least(1));
   command->add_option("--hidden", o.model.hidden, fmt::format("Hidden size [{}]", o.model.hidden))
-      ->check(positive_number());
+      ->check(whole_number_at_least(1));
   command->add_option("--heads", o.model.heads, fmt::format("Attention heads [{}]", o.model.heads))
-      ->check(positive_number());
+      ->check(whole_number_at_least(1));
   command->add_option("--vocab", o.model.vocab, fmt::format("Vocabulary size (256 with --data) [{}]", o.model.vocab))
-      ->check(positive_number());
+      ->check(whole_number_at_least(1));
   command->add_option("--seq-len", o.model.seq_len, fmt::format("Tokens per sequence [{}]", o.model.seq_len))
-      ->check(positive_number());
+      ->check(whole_number_at_least(1));
   add_model_family_options(command, o.model);
   command->add_option("--microbatch-size", o.request.training.microbatch_size,
                       fmt::format("Sequences per micro-batch [{}]", o.request.training.microbatch_size))
-      ->check(positive_number());
+      ->check(whole_number_at_least(1));
   command->add_option("--partition", o.partition,
                       "Operators per model chunk: ops:N,N,..., layers:N,N,... or a Megatron layout "
                       "[balanced by operator time]");
