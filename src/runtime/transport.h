@@ -44,8 +44,8 @@ class Transport {
   virtual void barrier(std::chrono::milliseconds timeout) = 0;
 };
 
-// Rendezvous through a TCPStore at env.master_addr:master_port (rank 0 hosts it), then a
-// ProcessGroupGloo over TCP. Throws TransportError naming the address and what was waited for.
+// Rendezvous through the store rank 0 serves on env.master_addr:master_port and no other address
+// (rendezvous_store.h), then a ProcessGroupGloo over TCP. Throws TransportError naming the address and what was waited for.
 std::unique_ptr<Transport> connect_gloo(const RankEnv& env, std::chrono::milliseconds timeout);
 
 // A view of `world` as the group of `ranks` (global ranks, in group order): rank() is the position
