@@ -10,7 +10,8 @@
 namespace {
 
 // The library beside this file's directory (CMake compiles it by absolute path).
-const std::string kLibrary = std::filesystem::path(__FILE__).parent_path().parent_path().string() + "/examples/schedules/";
+const std::string kLibrary =
+    std::filesystem::path(__FILE__).parent_path().parent_path().string() + "/examples/schedules/";
 
 void compile(benchmark::State& state, const char* name, std::map<std::string, int64_t> defines) {
   const std::string text = flexpipe::read_text_file(kLibrary + name + ".fps");

@@ -14,13 +14,13 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/costs/hardware.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/costs/stage_aggregation.h"
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/ir/memory_actions.h"
-#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/sim/simulator.h"
-#include "flexpipe/costs/stage_aggregation.h"
 
 using namespace flexpipe;
 
@@ -60,8 +60,10 @@ class Bound {
     int lo = at_least, hi = kLargest;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (fits(counts, mid, offload)) lo = mid;
-      else hi = mid - 1;
+      if (fits(counts, mid, offload))
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     return lo;
   }
@@ -102,7 +104,8 @@ std::string cuts(const std::vector<int>& counts) {
 int main(int argc, char** argv) {
   std::vector<std::string> models(argv + 1, argv + argc);
   if (models.empty())
-    models = {"gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "llama2-7b", "llama3-8b", "bert-large", "t5-large", "vit-l16", "vit-h14"};
+    models = {"gpt3-1.3b",  "gpt3-2.7b", "gpt3-6.7b", "llama2-7b", "llama3-8b",
+              "bert-large", "t5-large",  "vit-l16",   "vit-h14"};
   fmt::print("| model | even cuts | best cuts | best / even | best cuts, checkpoints offloaded | that / even |\n");
   fmt::print("| --- | --- | --- | --- | --- | --- |\n");
   for (const std::string& model : models) {
@@ -114,8 +117,8 @@ int main(int argc, char** argv) {
     const auto [kept, kept_cuts] = bound.best(false);
     const auto [offloaded, offloaded_cuts] = bound.best(true);
     auto ratio = [&](int b) { return base > 0 ? fmt::format("{:.2f}x", double(b) / base) : std::string("-"); };
-    fmt::print("| {} | {} ({}) | {} ({}) | {} | {} ({}) | {} |\n", model, base, cuts(even), kept, cuts(kept_cuts), ratio(kept),
-               offloaded, cuts(offloaded_cuts), ratio(offloaded));
+    fmt::print("| {} | {} ({}) | {} ({}) | {} | {} ({}) | {} |\n", model, base, cuts(even), kept, cuts(kept_cuts),
+               ratio(kept), offloaded, cuts(offloaded_cuts), ratio(offloaded));
     std::fflush(stdout);
   }
 }

@@ -3,10 +3,10 @@
 // exact stage solver on one stage.
 #include <benchmark/benchmark.h>
 
-#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/costs/hardware.h"
 #include "flexpipe/costs/model_zoo.h"
 #include "flexpipe/partition/partitioner.h"
+#include "flexpipe/schedules/builtin.h"
 
 namespace flexpipe {
 namespace {
@@ -18,8 +18,9 @@ PartitionProblem big_problem(MemorySolver solver) {
   config.layers = 133;
   const HardwareProfile& h100 = find_hardware("H100-80GB");
   const CostGraph graph = build_model_graph(config, h100);
-  PartitionProblem problem = make_partition_problem(graph, {1, graph.reference.seq_len}, make_builtin("1f1b", {16, 32, 0}),
-                                                    80e9, link_bandwidth_per_ms(h100, Interconnect::Pcie));
+  PartitionProblem problem =
+      make_partition_problem(graph, {1, graph.reference.seq_len}, make_builtin("1f1b", {16, 32, 0}), 80e9,
+                             link_bandwidth_per_ms(h100, Interconnect::Pcie));
   problem.solver = solver;
   return problem;
 }
@@ -47,7 +48,8 @@ void BM_StageSolver(benchmark::State& state) {
   context.period = 1000;
   const int end = static_cast<int>(state.range(1));
   for (auto _ : state)
-    benchmark::DoNotOptimize(optimize_stage_memory(problem.ops, 0, end, context, static_cast<MemorySolver>(state.range(0))));
+    benchmark::DoNotOptimize(
+        optimize_stage_memory(problem.ops, 0, end, context, static_cast<MemorySolver>(state.range(0))));
   state.SetLabel(memory_solver_name(static_cast<MemorySolver>(state.range(0))));
 }
 BENCHMARK(BM_StageSolver)

@@ -17,11 +17,11 @@
 
 #include <fmt/format.h>
 
+#include "flexpipe/costs/hardware.h"
+#include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/ir/lowering.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/search/exact_schedule.h"
-#include "flexpipe/costs/hardware.h"
-#include "flexpipe/ir/lowering.h"
-#include "flexpipe/costs/model_zoo.h"
 #include "flexpipe/search/search.h"
 #include "flexpipe/train/trainable_model.h"
 
@@ -42,13 +42,13 @@ struct Config {
 const char* memory_name(Memory m) { return m == Memory::Tight ? "tight" : m == Memory::Middle ? "middle" : "relaxed"; }
 
 const std::vector<Config> kSuite = {
-    {"gpt3-1.3b", 4, 4, Memory::Relaxed, 0.0},      {"gpt3-1.3b", 4, 8, Memory::Tight, 0.0},
-    {"t5-large", 4, 16, Memory::Relaxed, 0.05},     {"bert-large", 4, 16, Memory::Tight, 0.2},
-    {"llama2-7b", 8, 8, Memory::Tight, 0.1},        {"llama2-7b", 8, 16, Memory::Relaxed, 0.0},
-    {"llama2-7b", 8, 32, Memory::Middle, 0.2},      {"deepseek-moe-16b", 8, 32, Memory::Tight, 0.1},
-    {"vit-h14", 8, 8, Memory::Relaxed, 0.05},       {"t5-large", 8, 8, Memory::Tight, 0.2},
-    {"llama3-8b", 8, 32, Memory::Relaxed, 0.2},     {"mixtral-8x7b", 16, 32, Memory::Relaxed, 0.05},
-    {"gpt3-13b", 16, 16, Memory::Relaxed, 0.0},     {"gpt3-6.7b", 16, 32, Memory::Middle, 0.0},
+    {"gpt3-1.3b", 4, 4, Memory::Relaxed, 0.0},  {"gpt3-1.3b", 4, 8, Memory::Tight, 0.0},
+    {"t5-large", 4, 16, Memory::Relaxed, 0.05}, {"bert-large", 4, 16, Memory::Tight, 0.2},
+    {"llama2-7b", 8, 8, Memory::Tight, 0.1},    {"llama2-7b", 8, 16, Memory::Relaxed, 0.0},
+    {"llama2-7b", 8, 32, Memory::Middle, 0.2},  {"deepseek-moe-16b", 8, 32, Memory::Tight, 0.1},
+    {"vit-h14", 8, 8, Memory::Relaxed, 0.05},   {"t5-large", 8, 8, Memory::Tight, 0.2},
+    {"llama3-8b", 8, 32, Memory::Relaxed, 0.2}, {"mixtral-8x7b", 16, 32, Memory::Relaxed, 0.05},
+    {"gpt3-13b", 16, 16, Memory::Relaxed, 0.0}, {"gpt3-6.7b", 16, 32, Memory::Middle, 0.0},
     {"gpt3-13b", 16, 64, Memory::Tight, 0.1},
 };
 
@@ -95,14 +95,18 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "search_bench: {} '{}'\n{}", known ? "no value after" : "unknown option", flag, usage);
       return 2;
     }
-    if (flag == "--budget") budget = std::atof(argv[i + 1]);
-    else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
-    else only = std::atoi(argv[i + 1]);
+    if (flag == "--budget")
+      budget = std::atof(argv[i + 1]);
+    else if (flag == "--threads")
+      threads = std::atoi(argv[i + 1]);
+    else
+      only = std::atoi(argv[i + 1]);
   }
   const HardwareProfile& hardware = find_hardware("H100-80GB");
   fmt::print("budget {} s, {} thread(s), {}\n\n", budget, threads, hardware.name);
-  fmt::print("| # | model | p | m | memory | comm | 1F1B | interleaved | best built-in | search | speedup vs Megatron "
-             "| vs best built-in | vs space bound | vs own bound | within 1% at | schedules |\n");
+  fmt::print(
+      "| # | model | p | m | memory | comm | 1F1B | interleaved | best built-in | search | speedup vs Megatron "
+      "| vs best built-in | vs space bound | vs own bound | within 1% at | schedules |\n");
   fmt::print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   double log_speedup = 0;
   int counted = 0;
@@ -145,7 +149,9 @@ int main(int argc, char** argv) {
     for (const ScheduleCandidateReport& b : r.builtins)
       if (b.skipped.empty() && b.fits && b.makespan < best_builtin) best_builtin = b.makespan, best_name = b.name;
     auto cell = [](const ScheduleCandidateReport* b) {
-      return !b ? std::string("-") : b->fits ? fmt::format("{:.1f}", b->makespan) : fmt::format("({:.1f})", b->makespan);
+      return !b        ? std::string("-")
+             : b->fits ? fmt::format("{:.1f}", b->makespan)
+                       : fmt::format("({:.1f})", b->makespan);
     };
     if (std::getenv("SEARCH_BENCH_HISTORY")) {  // how the best so far fell, for one configuration, and what won
       for (const auto& [seconds, makespan] : r.history) fmt::print(stderr, "{:8.3f} s  {:.2f}\n", seconds, makespan);
@@ -153,25 +159,30 @@ int main(int argc, char** argv) {
     }
     const double speedup = megatron / r.best.makespan;
     if (std::isfinite(speedup)) log_speedup += std::log(speedup), ++counted;
-    fmt::print("| {} | {} | {} | {} | {} {:.1f} GB | {:.0f}% | {} | {} | {} {:.1f} | {:.1f} | {:.3f}x | {:.3f}x | "
-               "{:+.2f}% | {:+.1f}% | {:.2f} s | {} |\n",
-               i, c.model, c.p, c.m, memory_name(c.memory), problem.memory_limit / 1e9, 100 * c.comm, cell(f),
-               cell(interleaved), best_name, best_builtin, r.best.makespan, speedup, best_builtin / r.best.makespan,
-               100 * (r.best.makespan / r.lower_bound - 1), 100 * (r.best.makespan / r.best.lower_bound - 1),
-               time_to_one_percent(r), r.evaluated);
+    fmt::print(
+        "| {} | {} | {} | {} | {} {:.1f} GB | {:.0f}% | {} | {} | {} {:.1f} | {:.1f} | {:.3f}x | {:.3f}x | "
+        "{:+.2f}% | {:+.1f}% | {:.2f} s | {} |\n",
+        i, c.model, c.p, c.m, memory_name(c.memory), problem.memory_limit / 1e9, 100 * c.comm, cell(f),
+        cell(interleaved), best_name, best_builtin, r.best.makespan, speedup, best_builtin / r.best.makespan,
+        100 * (r.best.makespan / r.lower_bound - 1), 100 * (r.best.makespan / r.best.lower_bound - 1),
+        time_to_one_percent(r), r.evaluated);
     std::fflush(stdout);
   }
-  if (counted > 0) fmt::print("\ngeometric-mean speedup over the better of 1F1B and interleaved 1F1B: {:.3f}x\n",
-                              std::exp(log_speedup / counted));
+  if (counted > 0)
+    fmt::print("\ngeometric-mean speedup over the better of 1F1B and interleaved 1F1B: {:.3f}x\n",
+               std::exp(log_speedup / counted));
 
   // Small instances, the space restricted to one stage per device, the balanced partition and
   // everything kept: the search's heuristic phases alone against the search with its branch and bound
   // (the exact optimum over every per-device order when it proves it).
   if (only >= 0) return 0;
-  fmt::print("\n| model | p | m | memory | comm | heuristic phases | with branch and bound | proven optimal | heuristic gap |\n");
+  fmt::print(
+      "\n| model | p | m | memory | comm | heuristic phases | with branch and bound | proven optimal | heuristic gap |\n");
   fmt::print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  const std::vector<Config> small = {{"gpt3-1.3b", 2, 4, Memory::Relaxed, 0},   {"gpt3-1.3b", 4, 4, Memory::Relaxed, 0},
-                                     {"bert-large", 3, 6, Memory::Tight, 0},    {"t5-large", 4, 6, Memory::Relaxed, 0},
+  const std::vector<Config> small = {{"gpt3-1.3b", 2, 4, Memory::Relaxed, 0},
+                                     {"gpt3-1.3b", 4, 4, Memory::Relaxed, 0},
+                                     {"bert-large", 3, 6, Memory::Tight, 0},
+                                     {"t5-large", 4, 6, Memory::Relaxed, 0},
                                      {"llama2-7b", 4, 6, Memory::Tight, 0.1}};
   for (const Config& c : small) {
     SearchProblem problem = problem_for(c, hardware);
@@ -199,7 +210,8 @@ int main(int argc, char** argv) {
     const SearchResult exact = search_schedules(problem, options);
     fmt::print("| {} | {} | {} | {} | {:.0f}% | {:.3f} | {:.3f} | {} | {:+.2f}% |\n", c.model, c.p, c.m,
                memory_name(c.memory), 100 * c.comm, heuristic.best.makespan, exact.best.makespan,
-               exact.proven_optimal ? "yes" : "no (time limit)", 100 * (heuristic.best.makespan / exact.best.makespan - 1));
+               exact.proven_optimal ? "yes" : "no (time limit)",
+               100 * (heuristic.best.makespan / exact.best.makespan - 1));
     std::fflush(stdout);
   }
 

@@ -5,10 +5,10 @@
 #include <benchmark/benchmark.h>
 
 #include "flexpipe/costs/cost_table.h"
-#include "flexpipe/support/error.h"
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/ir/schedule.h"
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {

@@ -4,11 +4,11 @@
 #include <cstdlib>
 #include <string>
 
-#include "flexpipe/support/error.h"
-#include "flexpipe/validate/validator.h"
 #include "flexpipe/lang/parameters.h"
 #include "flexpipe/lang/program.h"
 #include "flexpipe/lang/writer.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/validate/validator.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -16,8 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_steps = 200'000;  // small enough that a runaway input ends in milliseconds
   try {
     flexpipe::program_parameters(text, "fuzz.fps");
-  } catch (const flexpipe::Error&) {
-  }
+  } catch (const flexpipe::Error&) {}
   flexpipe::CompiledProgram program;
   try {
     program = flexpipe::compile_program(text, "fuzz.fps", {}, options);

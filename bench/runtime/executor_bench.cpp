@@ -9,8 +9,8 @@
 #include <ATen/ATen.h>
 
 #include "executor.h"
-#include "flexpipe/train/trainable_model.h"
 #include "flexpipe/schedules/library.h"
+#include "flexpipe/train/trainable_model.h"
 
 namespace flexpipe::runtime {
 namespace {
@@ -20,8 +20,9 @@ void BM_ExecutorOverhead(benchmark::State& state, const char* schedule_name) {
   const int microbatches = 4 * ranks;
   const Schedule schedule = compile_builtin(schedule_name, {ranks, microbatches, 0}).schedule;
   const ModelConfig config = gpt_config({schedule.stages_per_pipeline, 8, 2, 16, 4});
-  const ModelPlan plan = make_model_plan(
-      config, partition_balanced(trainable_graph(config, 1), schedule.stages_per_pipeline), 1, at::kFloat, 1);
+  const ModelPlan plan =
+      make_model_plan(config, partition_balanced(trainable_graph(config, 1), schedule.stages_per_pipeline), 1,
+                      at::kFloat, 1);
   const std::vector<MicroBatchData> batch = make_batch(plan, microbatches, 0);
   auto transports = make_local_transports(ranks);
   std::vector<std::unique_ptr<Executor>> executors;
@@ -44,7 +45,12 @@ void BM_ExecutorOverhead(benchmark::State& state, const char* schedule_name) {
   state.counters["actions_per_step"] = actions / std::max<double>(1, double(step));
 }
 
-BENCHMARK_CAPTURE(BM_ExecutorOverhead, 1f1b, "1f1b")->Arg(1)->Arg(2)->Arg(4)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ExecutorOverhead, 1f1b, "1f1b")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ExecutorOverhead, zb_v, "zb-v")->Arg(2)->Arg(4)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -82,8 +82,8 @@ RawGroups& raw() {
       auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
       auto options = c10d::ProcessGroupGloo::Options::create(kTimeout);
       options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("bench", store), rank, 2,
-                                                         options);
+      return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>("bench", store), rank,
+                                                         2, options);
     });
   }
   return *raw_groups;

@@ -25,7 +25,10 @@ int run(const CheckOptions& o) {
     nlohmann::json errors = nlohmann::json::array();
     for (size_t i = 0; i < diagnostics.size(); ++i) {
       const Diagnostic& d = diagnostics[i];
-      nlohmann::json error = {{"device", d.device}, {"position", d.position}, {"action", d.action}, {"message", d.message}};
+      nlohmann::json error = {{"device", d.device},
+                              {"position", d.position},
+                              {"action", d.action},
+                              {"message", d.message}};
       if (loaded.program && d.device >= 0 && d.position >= 0) {
         const SourceLocation at = loaded.program->map.at(d.device, d.position);
         if (at.line > 0) error["line"] = at.line, error["column"] = at.column;

@@ -30,8 +30,7 @@ S interrupted the launcher and every rank still exited 0; 1 when a rank could no
 (fork or pipe failed); 2 bad options. See docs/launch.md.)";
 
 void check(const LaunchOptions& o, bool ranks_given, bool port_given) {
-  if (!ranks_given)
-    throw Error(fmt::format("launch needs -n N, the number of ranks to start (1..{})", kMaxRanks));
+  if (!ranks_given) throw Error(fmt::format("launch needs -n N, the number of ranks to start (1..{})", kMaxRanks));
   if (o.ranks < 1 || o.ranks > kMaxRanks)
     throw Error(fmt::format("-n {}: the number of ranks must be between 1 and {}", o.ranks, kMaxRanks));
   if (o.command.empty())
@@ -54,7 +53,7 @@ void add_launch_command(CLI::App& app, int& exit_code) {
                                     fmt::format("Number of ranks to start, 1..{} (required)", kMaxRanks));
   command->add_option("--master-addr", o->master_addr, "MASTER_ADDR given to every rank")->capture_default_str();
   auto* port = command->add_option("--master-port", o->master_port,
-                                    "MASTER_PORT given to every rank, 1..65535 (default: a free port on 127.0.0.1)");
+                                   "MASTER_PORT given to every rank, 1..65535 (default: a free port on 127.0.0.1)");
   command
       ->add_option("--grace", o->grace_seconds,
                    "Seconds the other ranks get to exit on their own after one fails, before SIGTERM")

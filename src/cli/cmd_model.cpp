@@ -6,16 +6,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/costs/hardware.h"
-#include "flexpipe/interop/megatron_layout.h"
 #include "flexpipe/costs/model_zoo.h"
-#include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/costs/stage_aggregation.h"
-#include "flexpipe/support/files.h"
 #include "flexpipe/interop/cost_graph_json.h"
-#include "options.h"
+#include "flexpipe/interop/megatron_layout.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/support/files.h"
 #include "number_checks.h"
+#include "options.h"
 
 namespace flexpipe::cli {
 
@@ -54,7 +54,6 @@ std::vector<int> counts(const std::string& text, const std::string& what) {
   }
   return result;
 }
-
 
 struct ModelShowOptions {
   ModelOptions model;
@@ -110,10 +109,14 @@ void show(const ModelShowOptions& o) {
     if (graph.hardware) out["hardware"] = graph.hardware->name;
     auto& list = out[o.layers ? "layers" : "nodes"] = nlohmann::ordered_json::array();
     for (const Row& row : rows) {
-      nlohmann::ordered_json entry{{"name", row.name}, {o.layers ? "role" : "kind", row.kind},
-                                   {"forward", row.forward},  {"backward_input", row.backward_input},
-                                   {"backward_weight", row.backward_weight}, {"forward_flops", row.flops},
-                                   {"saved_bytes", row.saved}, {"parameters", row.parameters}};
+      nlohmann::ordered_json entry{{"name", row.name},
+                                   {o.layers ? "role" : "kind", row.kind},
+                                   {"forward", row.forward},
+                                   {"backward_input", row.backward_input},
+                                   {"backward_weight", row.backward_weight},
+                                   {"forward_flops", row.flops},
+                                   {"saved_bytes", row.saved},
+                                   {"parameters", row.parameters}};
       if (o.layers) entry["operators"] = row.operators;
       if (row.shared > 0) entry["shared_saved_bytes"] = row.shared;
       list.push_back(entry);
@@ -130,28 +133,36 @@ void show(const ModelShowOptions& o) {
              fmt::format("W {}", graph.time_unit), "GFLOP (F)", "saved", "params");
   for (const Row& row : rows)
     fmt::print("{:<32} {:<16} {:>10.4f} {:>10.4f} {:>10.4f} {:>12.2f} {:>12} {:>10}\n", row.name, row.kind, row.forward,
-               row.backward_input, row.backward_weight, row.flops / 1e9, bytes_text(row.saved), billions(row.parameters));
+               row.backward_input, row.backward_weight, row.flops / 1e9, bytes_text(row.saved),
+               billions(row.parameters));
 }
 
 }  // namespace
 
 Partition parse_partition(const CostGraph& graph, const std::string& spec, int stages) {
   Partition partition;
-  if (spec.empty()) partition = partition_evenly(graph, stages);
-  else if (spec.rfind("layers:", 0) == 0) partition = partition_from_layer_counts(graph, counts(spec.substr(7), "layers:"));
-  else if (spec.rfind("ops:", 0) == 0) partition = partition_from_sizes(graph, counts(spec.substr(4), "ops:"));
-  else partition = partition_from_megatron_layout(graph, spec);
+  if (spec.empty())
+    partition = partition_evenly(graph, stages);
+  else if (spec.rfind("layers:", 0) == 0)
+    partition = partition_from_layer_counts(graph, counts(spec.substr(7), "layers:"));
+  else if (spec.rfind("ops:", 0) == 0)
+    partition = partition_from_sizes(graph, counts(spec.substr(4), "ops:"));
+  else
+    partition = partition_from_megatron_layout(graph, spec);
   if (partition.num_stages != stages)
     throw Error(fmt::format("--partition makes {} stages but the schedule has {}", partition.num_stages, stages));
   return partition;
 }
 
 void add_model_shape_options(CLI::App* command, ModelOptions& options) {
-  command->add_option("--hardware", options.hardware, "Hardware profile timing a zoo model: A100-80GB, H100-80GB, H200-141GB")
+  command
+      ->add_option("--hardware", options.hardware,
+                   "Hardware profile timing a zoo model: A100-80GB, H100-80GB, H200-141GB")
       ->capture_default_str();
   command->add_option("--microbatch-size", options.microbatch_size, "Micro-batch size [1]")->check(positive_number());
   command->add_option("--seq-len", options.seq_len, "Sequence length [the model's]")->check(positive_number());
-  command->add_flag("--flash-attention", options.flash_attention, "Zoo models with fused attention (no s^2 activations)");
+  command->add_flag("--flash-attention", options.flash_attention,
+                    "Zoo models with fused attention (no s^2 activations)");
 }
 
 CostGraph load_model_graph(const ModelOptions& options) {
@@ -206,7 +217,8 @@ void add_model_command(CLI::App& app, int&) {
     }
   });
 
-  auto* show_command = command->add_subcommand("show", "Operators (or layers) with time, FLOPs, saved bytes and parameters");
+  auto* show_command =
+      command->add_subcommand("show", "Operators (or layers) with time, FLOPs, saved bytes and parameters");
   auto show_options = std::make_shared<ModelShowOptions>();
   show_command->add_option("model", show_options->model.model, "Zoo name or cost-graph file (.json)")->required();
   show_command->add_flag("--layers", show_options->layers, "One line per layer instead of per operator");

@@ -4,9 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/lang/parameters.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
 #include "options.h"
 
@@ -22,15 +22,17 @@ std::string bound(const std::optional<int64_t>& value) { return value ? std::to_
 
 void run(const ParamsOptions& o) {
   const std::string& spec = o.schedule.spec;
-  if (!is_program(spec))
-    throw Error(fmt::format("{}: params needs a program (.fps)", spec));
+  if (!is_program(spec)) throw Error(fmt::format("{}: params needs a program (.fps)", spec));
   const std::map<std::string, int64_t> defines = parse_defines(o.schedule.defines);
   const std::vector<ProgramParameter> parameters = program_parameters(read_text_file(spec), spec, defines);
   if (o.json) {
     nlohmann::json list = nlohmann::json::array();
     for (const ProgramParameter& p : parameters) {
-      nlohmann::json entry = {{"name", p.name}, {"value", p.value}, {"conditions", p.conditions},
-                              {"satisfied", p.satisfied}, {"line", p.location.line}};
+      nlohmann::json entry = {{"name", p.name},
+                              {"value", p.value},
+                              {"conditions", p.conditions},
+                              {"satisfied", p.satisfied},
+                              {"line", p.location.line}};
       entry["min"] = p.min ? nlohmann::json(*p.min) : nlohmann::json(nullptr);
       entry["max"] = p.max ? nlohmann::json(*p.max) : nlohmann::json(nullptr);
       list.push_back(entry);

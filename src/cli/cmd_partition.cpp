@@ -5,19 +5,19 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "flexpipe/costs/hardware.h"
+#include "flexpipe/interop/partition_plan_json.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/partition/checked_planner.h"
+#include "flexpipe/partition/partitioner.h"
+#include "flexpipe/partition/plan.h"
+#include "flexpipe/sim/simulator.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/exit_status.h"
-#include "flexpipe/costs/hardware.h"
-#include "flexpipe/partition/checked_planner.h"
-#include "flexpipe/partition/plan.h"
-#include "flexpipe/partition/partitioner.h"
-#include "flexpipe/interop/schedule_io.h"
-#include "flexpipe/sim/simulator.h"
 #include "flexpipe/support/files.h"
-#include "flexpipe/interop/partition_plan_json.h"
 #include "flexpipe/views/memory_bars.h"
-#include "options.h"
 #include "number_checks.h"
+#include "options.h"
 
 namespace flexpipe::cli {
 
@@ -58,8 +58,9 @@ CheckedPlanner make_planner(const PartitionOptions& o) {
   settings.memory_limit = o.memory_limit;
   settings.host_bandwidth = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
   settings.host_bandwidth_per_time_unit = per_time_unit(graph, settings.host_bandwidth);
-  settings.solver =
-      o.solver == "exact" ? MemorySolver::Exact : o.solver == "greedy" ? MemorySolver::Greedy : MemorySolver::Auto;
+  settings.solver = o.solver == "exact"    ? MemorySolver::Exact
+                    : o.solver == "greedy" ? MemorySolver::Greedy
+                                           : MemorySolver::Auto;
   settings.max_batch = o.max_batch;
   settings.max_batch_limit = o.max_batch_limit;
   return CheckedPlanner(std::move(graph), hardware, std::move(schedule), std::move(settings));
@@ -131,8 +132,8 @@ void run(const PartitionOptions& o, int& exit_code) {
       return;
     }
     const std::string unit = planner.graph().time_unit;
-    fmt::print("{} on {} devices, {}, limit {} per device\n", planner.graph().name,
-               planner.schedule().num_devices, planner.schedule().name, gigabytes(o.memory_limit));
+    fmt::print("{} on {} devices, {}, limit {} per device\n", planner.graph().name, planner.schedule().num_devices,
+               planner.schedule().name, gigabytes(o.memory_limit));
     fmt::print("{:<10} {:>8} {:>8} {:>14} {:>14} {:>12}\n", "method", "max b", "b", "bottleneck", "step", "peak");
     for (const CheckedPlan& out : outcomes) {
       double peak = 0;
@@ -151,16 +152,17 @@ void run(const PartitionOptions& o, int& exit_code) {
     // Before: PipeDream's compute-balanced split with everything kept.
     const MemoryBarPanel before = memory_bar_panel("compute-balanced split, everything kept",
                                                    partition_model(problem, PartitionMethod::PipeDream));
-    const MemoryBarPanel after =
-        memory_bar_panel(std::string(partition_method_name(out.method)) + " plan", out.result);
+    const MemoryBarPanel after = memory_bar_panel(std::string(partition_method_name(out.method)) + " plan", out.result);
     write_text_file(o.svg, render_memory_bars(before, after, problem.budget));
   }
   if (!o.output.empty()) {
     if (!out.result.fits) throw Error(does_not_fit(out, planner, o) + "; no plan written");
     write_text_file(o.output, partition_plan_to_json(out.plan));
   }
-  if (o.json) fmt::print("{}", partition_plan_to_json(out.plan));
-  else print_plan(out, planner, o);
+  if (o.json)
+    fmt::print("{}", partition_plan_to_json(out.plan));
+  else
+    print_plan(out, planner, o);
   if (!o.json && !o.output.empty()) fmt::print("wrote {}\n", o.output);
   if (!out.result.fits) exit_code = kExitProblemsFound;
 }
@@ -200,8 +202,9 @@ void add_partition_command(CLI::App& app, int& exit_code) {
       ->check(whole_number_at_least(1));
   command->add_option("-D,--define", o->schedule.defines, "Parameter of a .fps schedule: name=value");
   command->add_option("--memory-limit", o->memory_limit, "Memory per device in bytes")->required();
-  command->add_option("--host-bandwidth", o->host_bandwidth,
-                      "Host link in bytes per second; 0: no offloading, inf: no limit [the hardware's PCIe]")
+  command
+      ->add_option("--host-bandwidth", o->host_bandwidth,
+                   "Host link in bytes per second; 0: no offloading, inf: no limit [the hardware's PCIe]")
       ->check(non_negative_rate());
   command->add_option("--method", o->method, "dawn, uniform, params, pipedream, vpipe or exhaustive")
       ->capture_default_str()

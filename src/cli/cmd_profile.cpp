@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include "flexpipe/train/trainable_model.h"
+#include "number_checks.h"
 #include "options.h"
 #include "runtime_loader.h"
 #include "training_options.h"
-#include "number_checks.h"
 
 namespace flexpipe::cli {
 
@@ -21,7 +21,8 @@ struct ProfileOptions {
 
 void add_profile_command(CLI::App& app, int& exit_code) {
   auto* command = app.add_subcommand(
-      "profile", "Measure each operator's F, I and W time and saved bytes on this machine; write the measured cost graph");
+      "profile",
+      "Measure each operator's F, I and W time and saved bytes on this machine; write the measured cost graph");
   auto o = std::make_shared<ProfileOptions>();
   o->request.microbatch_size = 4;
   command->add_option("--layers", o->model.layers, "Transformer layers [4]")->check(whole_number_at_least(1));
@@ -34,7 +35,8 @@ void add_profile_command(CLI::App& app, int& exit_code) {
       ->check(whole_number_at_least(1));
   command->add_option("--dtype", o->request.dtype, "float32 or float64 [float32]")
       ->check(CLI::IsMember({"float32", "float64"}));
-  command->add_option("--warmup", o->request.warmup, "Untimed runs per operator first [2]")->check(whole_number_at_least(0));
+  command->add_option("--warmup", o->request.warmup, "Untimed runs per operator first [2]")
+      ->check(whole_number_at_least(0));
   command->add_option("--repeats", o->request.repeats, "Timed runs per operator; the median counts [7]")
       ->check(whole_number_at_least(1));
   command->add_option("-o,--output", o->request.output, "Write the measured cost graph (JSON) here");

@@ -4,9 +4,9 @@
 #include <fmt/format.h>
 
 #include "flexpipe/support/error.h"
+#include "number_checks.h"
 #include "runtime_loader.h"
 #include "training_options.h"
-#include "number_checks.h"
 
 namespace flexpipe::cli {
 
@@ -40,28 +40,34 @@ void run(RunOptions& o, int& exit_code) {
 
 void add_run_command(CLI::App& app, int& exit_code) {
   auto* command = app.add_subcommand(
-      "run", "Train a GPT-style model with schedules for real (libtorch + c10d), one process per rank, and compare "
-             "with a single-process run; start N ranks with `flexpipe launch -n N -- flexpipe run ...`");
+      "run",
+      "Train a GPT-style model with schedules for real (libtorch + c10d), one process per rank, and compare "
+      "with a single-process run; start N ranks with `flexpipe launch -n N -- flexpipe run ...`");
   auto o = std::make_shared<RunOptions>();
-  command->add_option("schedule", o->command.schedules,
-                      "Built-in schedule names or files (.fps, .csv, .json); several are trained one after another")
+  command
+      ->add_option("schedule", o->command.schedules,
+                   "Built-in schedule names or files (.fps, .csv, .json); several are trained one after another")
       ->required();
   add_training_options(command, o->command);
   command->add_option("--steps", o->command.request.training.steps, "Training steps [2]");
-  command->add_option("--dp", o->command.request.data_parallel,
-                      "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
+  command
+      ->add_option("--dp", o->command.request.data_parallel,
+                   "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
       ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
                       "A text file to train on (byte-level tokens: use --vocab 256) [synthetic sequences]");
-  command->add_option("--clip", o->command.request.training.max_grad_norm,
-                      "Clip gradients by their global norm over all stages [off]")
+  command
+      ->add_option("--clip", o->command.request.training.max_grad_norm,
+                   "Clip gradients by their global norm over all stages [off]")
       ->check(non_negative_number());
   command->add_flag("--verify", o->command.request.verify,
                     "Also train the model in one process with autograd and compare losses and parameters");
-  command->add_option("--tolerance", o->command.request.tolerance, "Largest relative difference --verify accepts [1e-6]")
+  command
+      ->add_option("--tolerance", o->command.request.tolerance, "Largest relative difference --verify accepts [1e-6]")
       ->check(non_negative_number());
-  command->add_option("--fault", o->fault,
-                      "Testing: rank RANK dies (or hangs, with :hang) at action ACTION of step STEP: RANK:STEP:ACTION[:hang]");
+  command->add_option(
+      "--fault", o->fault,
+      "Testing: rank RANK dies (or hangs, with :hang) at action ACTION of step STEP: RANK:STEP:ACTION[:hang]");
   command->callback([o, &exit_code] { run(*o, exit_code); });
 }
 

@@ -8,18 +8,18 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "flexpipe/support/error.h"
-#include "flexpipe/support/exit_status.h"
 #include "flexpipe/costs/hardware.h"
-#include "flexpipe/partition/plan.h"
-#include "flexpipe/interop/schedule_io.h"
-#include "flexpipe/search/search.h"
-#include "flexpipe/lang/writer.h"
-#include "flexpipe/support/files.h"
 #include "flexpipe/interop/cost_table_json.h"
 #include "flexpipe/interop/partition_plan_json.h"
-#include "options.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/lang/writer.h"
+#include "flexpipe/partition/plan.h"
+#include "flexpipe/search/search.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/support/exit_status.h"
+#include "flexpipe/support/files.h"
 #include "number_checks.h"
+#include "options.h"
 
 namespace flexpipe::cli {
 
@@ -32,7 +32,7 @@ struct SearchCommand {
   int global_batch = 0;
   double memory_limit = 0;  // 0: the hardware's memory
   double time_budget = 10;
-  int threads = 0;          // 0: every core
+  int threads = 0;  // 0: every core
   int max_chunks = 4;
   double link_bandwidth = -1;  // bytes per second; -1: the hardware's NVLink
   double link_latency = 0;     // in the graph's time unit
@@ -56,7 +56,8 @@ std::vector<BatchSplit> batch_splits(const SearchCommand& o) {
   }
   if (o.microbatches > 0) {
     if (o.global_batch % o.microbatches != 0)
-      throw Error(fmt::format("search: --global-batch {} does not split into {} micro-batches", o.global_batch, o.microbatches));
+      throw Error(fmt::format("search: --global-batch {} does not split into {} micro-batches", o.global_batch,
+                              o.microbatches));
     return {{o.microbatches, double(o.global_batch / o.microbatches)}};
   }
   std::vector<BatchSplit> out;
@@ -136,8 +137,9 @@ void run(const SearchCommand& o, int& exit_code) {
     given.decisions = plan_decisions(plan, problem.graph, path);
     given.offload_checkpoints = chunks_that_offload_checkpoints(plan);
     given.microbatch_size = plan.shape.microbatch_size;
-    const bool size_searched = std::any_of(problem.batches.begin(), problem.batches.end(),
-                                           [&](const BatchSplit& b) { return b.microbatch_size == given.microbatch_size; });
+    const bool size_searched = std::any_of(problem.batches.begin(), problem.batches.end(), [&](const BatchSplit& b) {
+      return b.microbatch_size == given.microbatch_size;
+    });
     if (!size_searched)
       throw Error(fmt::format("{}: the plan is for micro-batches of {} samples, which the search does not try", path,
                               given.microbatch_size));
@@ -186,22 +188,25 @@ void run(const SearchCommand& o, int& exit_code) {
     for (const ScheduleCandidateReport& b : result.builtins) builtins.push_back(report_json(b));
     j["builtins"] = builtins;
     nlohmann::json history = nlohmann::json::array();
-    for (const auto& [seconds, makespan] : result.history) history.push_back({{"seconds", seconds}, {"makespan", makespan}});
-    j["search"] = {{"evaluated", result.evaluated}, {"pruned", result.pruned},     {"stalled", result.stalled},
-                   {"seconds", result.seconds},     {"exhausted", result.exhausted}, {"proven_optimal", result.proven_optimal},
-                   {"threads", options.threads},
-                   {"history", history}};
+    for (const auto& [seconds, makespan] : result.history)
+      history.push_back({{"seconds", seconds}, {"makespan", makespan}});
+    j["search"] = {{"evaluated", result.evaluated}, {"pruned", result.pruned},
+                   {"stalled", result.stalled},     {"seconds", result.seconds},
+                   {"exhausted", result.exhausted}, {"proven_optimal", result.proven_optimal},
+                   {"threads", options.threads},    {"history", history}};
     if (!result.found) j["infeasible"] = result.infeasible;
     fmt::print("{}\n", j.dump(2));
   } else {
-    fmt::print("{} on {} devices, limit {} per device; searched {} schedules ({} pruned by the lower bound) in "
-               "{:.2f} s{}\n",
-               problem.graph.name, o.devices, gigabytes(problem.memory_limit), result.evaluated, result.pruned,
-               result.seconds, result.exhausted ? "" : " (time budget reached)");
+    fmt::print(
+        "{} on {} devices, limit {} per device; searched {} schedules ({} pruned by the lower bound) in "
+        "{:.2f} s{}\n",
+        problem.graph.name, o.devices, gigabytes(problem.memory_limit), result.evaluated, result.pruned, result.seconds,
+        result.exhausted ? "" : " (time budget reached)");
     if (result.found) fmt::print("best: {}\n", result.best.family);
     if (result.proven_optimal)
-      fmt::print("proved: no per-device order of the placements and partitions searched, with everything kept, is "
-                 "faster (branch and bound)\n");
+      fmt::print(
+          "proved: no per-device order of the placements and partitions searched, with everything kept, is "
+          "faster (branch and bound)\n");
     fmt::print("no schedule searched can beat {:.4g} {} (lower bound); the best is {:+.1f}% above it\n",
                result.lower_bound, unit, 100 * (result.best.makespan / result.lower_bound - 1));
     print_table(result, unit);
@@ -220,15 +225,19 @@ void run(const SearchCommand& o, int& exit_code) {
 
 void add_search_command(CLI::App& app, int& exit_code) {
   auto* command = app.add_subcommand(
-      "search", "Find the fastest schedule that fits: placements, partitions, split backward, in-flight limits, "
-                "W placement, recompute / offload and micro-batch counts, each simulated; compared with every built-in");
+      "search",
+      "Find the fastest schedule that fits: placements, partitions, split backward, in-flight limits, "
+      "W placement, recompute / offload and micro-batch counts, each simulated; compared with every built-in");
   auto o = std::make_shared<SearchCommand>();
   command->add_option("--model", o->model.model, "Zoo name or cost-graph file (.json)")->required();
   add_model_shape_options(command, o->model);
-  command->add_option("-p,--devices", o->devices, "Devices (pipeline ranks)")->required()->check(whole_number_at_least(1));
+  command->add_option("-p,--devices", o->devices, "Devices (pipeline ranks)")
+      ->required()
+      ->check(whole_number_at_least(1));
   command->add_option("-m,--microbatches", o->microbatches, "Micro-batches per step")->check(whole_number_at_least(1));
-  command->add_option("--global-batch", o->global_batch,
-                      "Samples per step: the search also chooses how many micro-batches (of whole samples) to cut it into")
+  command
+      ->add_option("--global-batch", o->global_batch,
+                   "Samples per step: the search also chooses how many micro-batches (of whole samples) to cut it into")
       ->check(whole_number_at_least(1));
   command->add_option("--memory-limit", o->memory_limit, "Memory per device in bytes [the hardware's]")
       ->check(positive_number());
@@ -237,21 +246,26 @@ void add_search_command(CLI::App& app, int& exit_code) {
   command->add_option("--max-chunks", o->max_chunks, "Largest number of stages per device in loop placements")
       ->capture_default_str()
       ->check(CLI::Range(1, 16));
-  command->add_option("--link-bandwidth", o->link_bandwidth,
-                      "Between devices, bytes per second; inf: no limit [the hardware's NVLink]")
+  command
+      ->add_option("--link-bandwidth", o->link_bandwidth,
+                   "Between devices, bytes per second; inf: no limit [the hardware's NVLink]")
       ->check(positive_rate());
   command->add_option("--link-latency", o->link_latency, "Per transfer between devices, in the graph's time unit")
       ->check(non_negative_number());
-  command->add_option("--host-bandwidth", o->host_bandwidth,
-                      "Host link for offloading, bytes per second; 0: no offloading, inf: no limit [PCIe]")
+  command
+      ->add_option("--host-bandwidth", o->host_bandwidth,
+                   "Host link for offloading, bytes per second; 0: no offloading, inf: no limit [PCIe]")
       ->check(non_negative_rate());
-  command->add_option("--plan", o->plans,
-                      "A partition plan (flexpipe partition -o) to search with as well, on every placement with its stage "
-                      "count (repeatable)");
+  command
+      ->add_option("--plan", o->plans,
+                   "A partition plan (flexpipe partition -o) to search with as well, on every placement with its stage "
+                   "count (repeatable)");
   command->add_flag("--no-local-search", o->no_local_search, "Only the enumerated candidates, no hill climbing");
-  command->add_flag("--no-partitioner", o->no_partitioner,
-                    "No DawnPiper partitions (flexpipe partition on each placement; slow on large models under tight memory)");
-  command->add_flag("--no-exact", o->no_exact, "No branch and bound on small instances (p <= 4, m <= 8, <= 8 stages or <= 16 when m <= p)");
+  command->add_flag(
+      "--no-partitioner", o->no_partitioner,
+      "No DawnPiper partitions (flexpipe partition on each placement; slow on large models under tight memory)");
+  command->add_flag("--no-exact", o->no_exact,
+                    "No branch and bound on small instances (p <= 4, m <= 8, <= 8 stages or <= 16 when m <= p)");
   command->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr");
   command->add_option("-o,--output", o->output, "Write the best schedule as a program (.fps)");
   command->add_option("--costs-output", o->costs_output, "Write the best schedule's cost table (JSON) for `simulate`");

@@ -2,15 +2,15 @@
 // SVG, trace), or, for a program, where each action came from.
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
-#include "flexpipe/ir/lowering.h"
 #include "flexpipe/interop/pytorch_csv.h"
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/interop/schedule_json.h"
-#include "flexpipe/sim/simulator.h"
-#include "flexpipe/views/views.h"
+#include "flexpipe/ir/lowering.h"
 #include "flexpipe/lang/writer.h"
+#include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/views/views.h"
 #include "options.h"
 
 namespace flexpipe::cli {
@@ -77,13 +77,16 @@ std::string render(const ShowOptions& o) {
 }  // namespace
 
 void add_show_command(CLI::App& app, int&) {
-  auto* command = app.add_subcommand("show", "Print or write a schedule as a grid, action lists, CSV, JSON, a program, SVG or trace");
+  auto* command =
+      app.add_subcommand("show",
+                         "Print or write a schedule as a grid, action lists, CSV, JSON, a program, SVG or trace");
   auto o = std::make_shared<ShowOptions>();
   add_schedule_options(command, o->schedule);
   add_cost_options(command, o->costs);
-  command->add_option("-f,--format", o->format,
-                      "grid (timed), order, csv (PyTorch), json, program (.fps: runs as repeat, K(s) for a stage's next "
-                      "micro-batch), explicit-program (.fps: every action with its micro-batch), svg, trace")
+  command
+      ->add_option("-f,--format", o->format,
+                   "grid (timed), order, csv (PyTorch), json, program (.fps: runs as repeat, K(s) for a stage's next "
+                   "micro-batch), explicit-program (.fps: every action with its micro-batch), svg, trace")
       ->check(CLI::IsMember({"grid", "order", "csv", "json", "program", "explicit-program", "svg", "trace"}));
   command->add_option("-o,--output", o->output, "Write to this file instead of standard output");
   command->add_flag("--lowered", o->lowered, "Show the lowered form (explicit SEND/RECV)");

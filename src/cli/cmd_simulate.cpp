@@ -1,11 +1,11 @@
 // flexpipe simulate: time and memory of a schedule under a cost table.
 #include <fmt/format.h>
 
-#include "flexpipe/ir/lowering.h"
 #include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/ir/lowering.h"
 #include "flexpipe/sim/simulator.h"
-#include "flexpipe/views/views.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/views/views.h"
 #include "options.h"
 
 namespace flexpipe::cli {
@@ -51,12 +51,15 @@ void run(const SimulateOptions& o) {
 }  // namespace
 
 void add_simulate_command(CLI::App& app, int&) {
-  auto* command = app.add_subcommand("simulate", "Simulate a schedule with costs and memory; report time, bubble and peak memory");
+  auto* command =
+      app.add_subcommand("simulate", "Simulate a schedule with costs and memory; report time, bubble and peak memory");
   auto o = std::make_shared<SimulateOptions>();
   add_schedule_options(command, o->schedule);
   add_cost_options(command, o->costs);
-  command->add_option("--plan", o->plan, "A partition plan (flexpipe partition -o): model, operator ranges, recompute "
-                                         "and offload applied to this schedule")
+  command
+      ->add_option("--plan", o->plan,
+                   "A partition plan (flexpipe partition -o): model, operator ranges, recompute "
+                   "and offload applied to this schedule")
       ->excludes("--costs")
       ->excludes("--model");
   command->add_flag("--json", o->json, "Print the report as JSON");

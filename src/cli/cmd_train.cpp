@@ -11,16 +11,16 @@
 
 #include <unistd.h>
 
-#include "flexpipe/support/error.h"
-#include "flexpipe/interop/schedule_io.h"
-#include "flexpipe/search/search.h"
-#include "flexpipe/lang/writer.h"
-#include "flexpipe/support/files.h"
 #include "flexpipe/interop/cost_graph_json.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/lang/writer.h"
+#include "flexpipe/search/search.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/support/files.h"
 #include "launcher.h"
+#include "number_checks.h"
 #include "runtime_loader.h"
 #include "training_options.h"
-#include "number_checks.h"
 
 namespace flexpipe::cli {
 
@@ -91,8 +91,9 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   const bool in_job = std::getenv("WORLD_SIZE") != nullptr;
   const bool cached = !o.profile.empty() && std::filesystem::exists(o.profile);
   if (in_job && !cached)
-    throw Error("--schedule auto inside a job that is already launched needs --profile FILE (an existing "
-                "`flexpipe profile` output), so that every rank chooses from the same measurements");
+    throw Error(
+        "--schedule auto inside a job that is already launched needs --profile FILE (an existing "
+        "`flexpipe profile` output), so that every rank chooses from the same measurements");
   if (!o.command.partition.empty() || !o.command.plan.empty())
     throw Error("--schedule auto chooses the partition itself: drop --partition / --plan");
   const ModelConfig model = trainable_config(o.command.model);
@@ -104,7 +105,8 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
     profile.microbatch_size = t.microbatch_size;
     profile.dtype = t.dtype;
     profile.seed = t.seed;
-    if (path.empty()) path = (std::filesystem::temp_directory_path() / fmt::format("flexpipe-profile-{}.json", ::getpid())).string();
+    if (path.empty())
+      path = (std::filesystem::temp_directory_path() / fmt::format("flexpipe-profile-{}.json", ::getpid())).string();
     profile.output = path;
     profile.quiet = true;  // the table is not for the training log
     if (const int code = profile_runtime(profile); code != 0) throw Error(fmt::format("profiling failed ({})", code));
@@ -125,13 +127,13 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   options.max_evaluations = 20000;
   options.exact = false;  // its time limits would make the answer depend on the machine's speed
   const SearchResult result = search_schedules(problem, options);
-  if (!result.found)
-    throw Error(fmt::format("--schedule auto: {}", result.infeasible));
+  if (!result.found) throw Error(fmt::format("--schedule auto: {}", result.infeasible));
   const ScheduleCandidateReport& best = result.best;
   std::string chosen = best.name;
   if (best.name == "search") {
-    const std::filesystem::path base = o.profile.empty() ? std::filesystem::temp_directory_path() / fmt::format("flexpipe-auto-{}", ::getpid())
-                                                         : std::filesystem::path(o.profile).replace_extension("");
+    const std::filesystem::path base =
+        o.profile.empty() ? std::filesystem::temp_directory_path() / fmt::format("flexpipe-auto-{}", ::getpid())
+                          : std::filesystem::path(o.profile).replace_extension("");
     chosen = base.string() + "-schedule.fps";
     write_text_file(chosen, fmt::format("# train --schedule auto: {}\n", best.family) + write_program(best.schedule));
   }
@@ -142,11 +144,13 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   double fastest_builtin = kInfinity;
   std::string builtin_name;
   for (const ScheduleCandidateReport& b : result.builtins)
-    if (b.skipped.empty() && b.fits && b.makespan < fastest_builtin) fastest_builtin = b.makespan, builtin_name = b.name;
+    if (b.skipped.empty() && b.fits && b.makespan < fastest_builtin)
+      fastest_builtin = b.makespan, builtin_name = b.name;
   if (!in_job || std::getenv("RANK") == std::string("0")) {
-    fmt::print("auto: searched {} schedules with measured operator times ({}): fastest built-in {} {:.2f} ms, best "
-               "{:.2f} ms ({}); chose {}\n",
-               result.evaluated, problem.graph.name, builtin_name, fastest_builtin, best.makespan, best.family, chosen);
+    fmt::print(
+        "auto: searched {} schedules with measured operator times ({}): fastest built-in {} {:.2f} ms, best "
+        "{:.2f} ms ({}); chose {}\n",
+        result.evaluated, problem.graph.name, builtin_name, fastest_builtin, best.makespan, best.family, chosen);
     std::fflush(stdout);  // before the ranks print theirs
   }
   o.schedule = chosen;
@@ -169,7 +173,7 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
     o.command.model.vocab = 256;  // byte-level tokens
   }
   if (request.resume && request.checkpoint_dir.empty()) throw Error("--resume needs --checkpoint DIR");
-  trainable_config(o.command.model);  // a bad size is one error here, not one per launched rank
+  trainable_config(o.command.model);           // a bad size is one error here, not one per launched rank
   if (request.json) request.progress = false;  // the report is one JSON document
   if (request.save_every < 0) throw Error(fmt::format("--save-every {}: not negative", request.save_every));
   if (o.schedule == "auto") choose_schedule(o, command_line);
@@ -201,8 +205,9 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
 
 void add_train_command(CLI::App& app, const std::vector<std::string>& command_line, int& exit_code) {
   auto* command = app.add_subcommand(
-      "train", "Train a GPT-style model with pipeline (and data) parallelism on a text file or synthetic data: "
-               "progress per step, then measured against simulated time and memory; checkpoints and resume");
+      "train",
+      "Train a GPT-style model with pipeline (and data) parallelism on a text file or synthetic data: "
+      "progress per step, then measured against simulated time and memory; checkpoints and resume");
   auto o = std::make_shared<TrainOptions>(defaults());
   command->add_option("--schedule", o->schedule,
                       "Built-in name, file (.fps, .csv, .json), or auto: the fastest built-in as simulated with "
@@ -211,22 +216,27 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
                       "With --schedule auto: the measured cost graph to use (written by `flexpipe profile`; "
                       "measured and saved here when the file does not exist)");
   add_training_options(command, o->command);
-  command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")->check(whole_number_at_least(1));
-  command->add_option("--dp", o->command.request.data_parallel,
-                      "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
+  command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")
+      ->check(whole_number_at_least(1));
+  command
+      ->add_option("--dp", o->command.request.data_parallel,
+                   "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
       ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
                       "A text file to train on, as byte-level tokens (vocabulary 256) [synthetic sequences]");
   command->add_option("--warmup", o->command.request.training.warmup_steps, "Warm-up steps [10]")
       ->check(whole_number_at_least(0));
-  command->add_option("--decay-steps", o->command.request.training.decay_steps,
-                      "Cosine decay length after warm-up; 0: to the last step [0]")
+  command
+      ->add_option("--decay-steps", o->command.request.training.decay_steps,
+                   "Cosine decay length after warm-up; 0: to the last step [0]")
       ->check(whole_number_at_least(0));
-  command->add_option("--min-lr-ratio", o->command.request.training.min_lr_ratio,
-                      "Cosine decay floor, as a fraction of --lr [0.1]")
+  command
+      ->add_option("--min-lr-ratio", o->command.request.training.min_lr_ratio,
+                   "Cosine decay floor, as a fraction of --lr [0.1]")
       ->check(CLI::Range(0.0, 1.0));
-  command->add_option("--clip", o->command.request.training.max_grad_norm,
-                      "Clip gradients by their global norm over all stages; 0: never [1.0]")
+  command
+      ->add_option("--clip", o->command.request.training.max_grad_norm,
+                   "Clip gradients by their global norm over all stages; 0: never [1.0]")
       ->check(non_negative_number());
   command->add_option("--curve", o->command.request.curve_path, "Write the loss curve as an SVG chart (rank 0)");
   command->add_option("--checkpoint", o->command.request.checkpoint_dir, "Directory for checkpoints [none]");

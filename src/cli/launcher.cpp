@@ -126,8 +126,10 @@ class Supervisor {
     bool left = false;
     for (Rank& rank : ranks_) {
       if (rank.running || !rank.group_tracked) continue;
-      if (::kill(-rank.pid, 0) != 0 && errno == ESRCH) rank.group_tracked = false;
-      else left = true;
+      if (::kill(-rank.pid, 0) != 0 && errno == ESRCH)
+        rank.group_tracked = false;
+      else
+        left = true;
     }
     return left;
   }
@@ -217,8 +219,8 @@ class Supervisor {
     if (phase_ != Phase::kRunning) return;
     phase_ = Phase::kGrace;
     cause_ = cause;
-    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(options_.grace_seconds));
+    deadline_ = Clock::now() +
+                std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.grace_seconds));
   }
 
   void escalate() {
@@ -226,14 +228,13 @@ class Supervisor {
     const bool groups_left = any_group_left();  // also forgets the groups found empty, for the report
     if (running_count() == 0 && !groups_left) return;
     if (phase_ == Phase::kGrace) {
-      report("sending SIGTERM to {}: still running {:g} s after {}", tracked_ranks(), options_.grace_seconds,
-             cause_);
+      report("sending SIGTERM to {}: still running {:g} s after {}", tracked_ranks(), options_.grace_seconds, cause_);
       signal_groups(SIGTERM);
       // A stopped process acts on SIGTERM only once continued.
       signal_groups(SIGCONT);
       phase_ = Phase::kTerminated;
-      deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(kTermToKillSeconds));
+      deadline_ =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kTermToKillSeconds));
     } else {
       report("sending SIGKILL to {}: still running {:g} s after SIGTERM", tracked_ranks(), kTermToKillSeconds);
       signal_groups(SIGKILL);
@@ -248,8 +249,10 @@ class Supervisor {
       if (::kill(-rank.pid, sig) == 0 || errno != ESRCH) continue;
       // No such group: a running rank left it (setsid) and can still be reached itself; a reaped
       // rank's group has emptied.
-      if (rank.running) ::kill(rank.pid, sig);
-      else rank.group_tracked = false;
+      if (rank.running)
+        ::kill(rank.pid, sig);
+      else
+        rank.group_tracked = false;
     }
   }
 
@@ -259,9 +262,9 @@ class Supervisor {
   std::vector<Rank> ranks_;
   Phase phase_ = Phase::kRunning;
   Clock::time_point deadline_{};
-  std::string cause_;                   // what started the shutdown, for the reports
-  std::optional<int> first_failure_;    // exit code of the first rank that failed
-  int interrupted_by_ = 0;              // the first signal relayed
+  std::string cause_;                 // what started the shutdown, for the reports
+  std::optional<int> first_failure_;  // exit code of the first rank that failed
+  int interrupted_by_ = 0;            // the first signal relayed
 };
 
 }  // namespace

@@ -8,12 +8,12 @@
 namespace flexpipe::cli {
 
 struct LaunchOptions {
-  int ranks = 0;                         // 1..kMaxRanks
-  std::vector<std::string> command;      // program and arguments; a program without '/' is looked up in PATH
+  int ranks = 0;                     // 1..kMaxRanks
+  std::vector<std::string> command;  // program and arguments; a program without '/' is looked up in PATH
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;                   // 0: free_tcp_port() picks one
-  double grace_seconds = 5;              // after the first failure, before SIGTERM
-  bool tag_output = false;               // prefix each line the ranks print with "[rank i] "
+  int master_port = 0;       // 0: free_tcp_port() picks one
+  double grace_seconds = 5;  // after the first failure, before SIGTERM
+  bool tag_output = false;   // prefix each line the ranks print with "[rank i] "
 };
 
 inline constexpr int kMaxRanks = 1024;

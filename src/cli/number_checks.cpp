@@ -28,7 +28,8 @@ CLI::Validator whole_number_at_least(long long minimum) {
         char* end = nullptr;
         errno = 0;
         const long long value = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE) return fmt::format("{}, got '{}'", what, text);
+        if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
+          return fmt::format("{}, got '{}'", what, text);
         if (value < minimum) return fmt::format("{}, got {}", what, value);
         return "";
       },

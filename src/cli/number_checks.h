@@ -10,6 +10,6 @@ CLI::Validator whole_number_at_least(long long minimum);  // counts: devices, mi
 CLI::Validator positive_number();                         // finite and above 0: memory limits, sizes
 CLI::Validator non_negative_number();                     // finite and at least 0: latencies, grace periods
 CLI::Validator positive_rate();                           // above 0, or inf for no limit: bandwidths
-CLI::Validator non_negative_rate();  // at least 0, or inf: a host link where 0 means no offloading
+CLI::Validator non_negative_rate();                       // at least 0, or inf: a host link where 0 means no offloading
 
 }  // namespace flexpipe::cli

@@ -4,11 +4,11 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
-#include "flexpipe/interop/schedule_io.h"
-#include "flexpipe/validate/validator.h"
-#include "flexpipe/schedules/library.h"
 #include "flexpipe/interop/cost_table_json.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/schedules/library.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/validate/validator.h"
 #include "number_checks.h"
 
 namespace flexpipe::cli {
@@ -17,19 +17,22 @@ namespace {
 
 // The --lettering names; the one table both the option's check and load_schedule_spec read.
 const std::map<std::string, CsvLettering>& csv_letterings() {
-  static const std::map<std::string, CsvLettering> letterings = {
-      {"detect", CsvLettering::Detect}, {"current", CsvLettering::Current}, {"legacy", CsvLettering::Legacy}};
+  static const std::map<std::string, CsvLettering> letterings = {{"detect", CsvLettering::Detect},
+                                                                 {"current", CsvLettering::Current},
+                                                                 {"legacy", CsvLettering::Legacy}};
   return letterings;
 }
 
 }  // namespace
 
 void add_file_options(CLI::App* command, ScheduleOptions& options) {
-  command->add_option("schedule", options.spec,
-                      "Built-in schedule name (see `flexpipe schedules`) or a file (.fps program, .csv, .json)")
+  command
+      ->add_option("schedule", options.spec,
+                   "Built-in schedule name (see `flexpipe schedules`) or a file (.fps program, .csv, .json)")
       ->required();
   command->add_option("-D,--define", options.defines, "Set a program parameter: -D name=value (repeatable)");
-  command->add_option("--lettering", options.lettering, "PyTorch CSV lettering: detect, current (I, B) or legacy (B, BW)")
+  command
+      ->add_option("--lettering", options.lettering, "PyTorch CSV lettering: detect, current (I, B) or legacy (B, BW)")
       ->check(CLI::IsMember(csv_letterings()));
 }
 
@@ -78,8 +81,8 @@ LoadedSchedule load_schedule_spec(const ScheduleOptions& options, const CompileO
     return {std::move(schedule), std::move(program)};
   }
   // The options' checks refuse these already; this names the value for callers that fill them in code.
-  for (const auto& [flag, value] : {std::pair{"-p", options.devices}, std::pair{"-m", options.microbatches},
-                                    std::pair{"-v", options.chunks}})
+  for (const auto& [flag, value] :
+       {std::pair{"-p", options.devices}, std::pair{"-m", options.microbatches}, std::pair{"-v", options.chunks}})
     if (value < 0) throw Error(fmt::format("{} must be a whole number of at least 1, got {}", flag, value));
   ScheduleParams params;
   params.devices = options.devices == 0 ? 4 : options.devices;
@@ -122,16 +125,19 @@ Schedule load_checked_schedule(const ScheduleOptions& options) {
 
 void add_cost_options(CLI::App* command, CostOptions& options) {
   auto* file = command->add_option("--costs", options.costs_file, "Stage cost table (JSON, docs/cost-table.md)");
-  command->add_option("--uniform-costs", options.uniform,
-                      "F,I,W[,COMM]: every stage takes F, I, W (B = I + W); 1 memory unit per micro-batch in flight")
+  command
+      ->add_option("--uniform-costs", options.uniform,
+                   "F,I,W[,COMM]: every stage takes F, I, W (B = I + W); 1 memory unit per micro-batch in flight")
       ->excludes(file);
   command->add_option("--memory-limit", options.memory_limit, "Memory capacity of every device (overrides the table)")
       ->check(positive_number());
-  auto* model = command->add_option("--model", options.model.model,
-                                    "Aggregate the stage costs from a model: zoo name (flexpipe model list) or cost-graph file");
+  auto* model =
+      command->add_option("--model", options.model.model,
+                          "Aggregate the stage costs from a model: zoo name (flexpipe model list) or cost-graph file");
   model->excludes(file);
-  command->add_option("--partition", options.partition,
-                      "With --model: Megatron layout (\"Et*3|(tt|)*29,m|L\"), layers:N,N,... or ops:N,N,... [even]")
+  command
+      ->add_option("--partition", options.partition,
+                   "With --model: Megatron layout (\"Et*3|(tt|)*29,m|L\"), layers:N,N,... or ops:N,N,... [even]")
       ->needs(model);
   add_model_shape_options(command, options.model);
 }

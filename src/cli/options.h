@@ -10,11 +10,11 @@
 
 #include "flexpipe/costs/cost_graph.h"
 #include "flexpipe/costs/cost_table.h"
-#include "flexpipe/partition/plan.h"
-#include "flexpipe/ir/schedule.h"
 #include "flexpipe/costs/stage_aggregation.h"
-#include "flexpipe/validate/validator.h"
+#include "flexpipe/ir/schedule.h"
 #include "flexpipe/lang/program.h"
+#include "flexpipe/partition/plan.h"
+#include "flexpipe/validate/validator.h"
 
 namespace flexpipe::cli {
 

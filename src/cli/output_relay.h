@@ -27,7 +27,9 @@ class TaggedStream {
   TaggedStream(int read_fd, int destination, std::string tag)
       : fd_(read_fd), destination_(destination), tag_(std::move(tag)) {}
   TaggedStream(TaggedStream&& other) noexcept
-      : fd_(std::exchange(other.fd_, -1)), destination_(other.destination_), tag_(std::move(other.tag_)),
+      : fd_(std::exchange(other.fd_, -1)),
+        destination_(other.destination_),
+        tag_(std::move(other.tag_)),
         partial_(std::move(other.partial_)) {}
   TaggedStream(const TaggedStream&) = delete;
   TaggedStream& operator=(const TaggedStream&) = delete;

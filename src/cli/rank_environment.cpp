@@ -9,13 +9,12 @@ namespace flexpipe::cli {
 
 std::vector<std::string> rank_environment(const std::vector<std::string>& base, int rank, int world_size,
                                           const std::string& master_addr, int master_port) {
-  const std::vector<std::pair<std::string, std::string>> set = {
-      {"RANK", std::to_string(rank)},
-      {"WORLD_SIZE", std::to_string(world_size)},
-      {"LOCAL_RANK", std::to_string(rank)},
-      {"LOCAL_WORLD_SIZE", std::to_string(world_size)},
-      {"MASTER_ADDR", master_addr},
-      {"MASTER_PORT", std::to_string(master_port)}};
+  const std::vector<std::pair<std::string, std::string>> set = {{"RANK", std::to_string(rank)},
+                                                                {"WORLD_SIZE", std::to_string(world_size)},
+                                                                {"LOCAL_RANK", std::to_string(rank)},
+                                                                {"LOCAL_WORLD_SIZE", std::to_string(world_size)},
+                                                                {"MASTER_ADDR", master_addr},
+                                                                {"MASTER_PORT", std::to_string(master_port)}};
   // Several ranks on one machine, each with a thread per core, would oversubscribe it (torchrun does the same).
   std::vector<std::pair<std::string, bool>> defaults = {{"OMP_NUM_THREADS", world_size > 1},
                                                         {"OPENBLAS_NUM_THREADS", world_size > 1}};

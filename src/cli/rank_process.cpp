@@ -20,8 +20,10 @@ namespace {
 
 // Makes `from` the child's descriptor `to`, inherited across exec. Async-signal-safe.
 void move_fd(int from, int to) {
-  if (from == to) ::fcntl(to, F_SETFD, 0);  // dup2 would keep close-on-exec
-  else ::dup2(from, to);
+  if (from == to)
+    ::fcntl(to, F_SETFD, 0);  // dup2 would keep close-on-exec
+  else
+    ::dup2(from, to);
 }
 
 // Everything one fork needs, prepared beforehand: after fork() the child only makes system calls.
@@ -29,9 +31,9 @@ struct ChildSetup {
   std::vector<char*> argv;
   std::vector<char*> envp;
   pid_t launcher = 0;
-  int stdin_fd = -1;  // /dev/null when the launcher's stdin is a terminal
+  int stdin_fd = -1;                   // /dev/null when the launcher's stdin is a terminal
   int stdout_fd = -1, stderr_fd = -1;  // pipe write ends under --tag-output
-  int exec_status_fd = -1;  // receives errno when exec fails; closed by a successful exec
+  int exec_status_fd = -1;             // receives errno when exec fails; closed by a successful exec
 };
 
 [[noreturn]] void run_child(const ChildSetup& setup, const SignalRelay& relay, const sigset_t& mask) {
@@ -50,8 +52,7 @@ struct ChildSetup {
   if (setup.stderr_fd >= 0) move_fd(setup.stderr_fd, STDERR_FILENO);
   ::execvpe(setup.argv[0], setup.argv.data(), setup.envp.data());
   const int error = errno;
-  if (::write(setup.exec_status_fd, &error, sizeof error) < 0) {
-  }
+  if (::write(setup.exec_status_fd, &error, sizeof error) < 0) {}
   // The shell's codes: 127 not found, 126 found but not executable.
   ::_exit(error == ENOENT || error == ENOTDIR ? 127 : 126);
 }

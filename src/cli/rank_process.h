@@ -14,13 +14,13 @@ namespace flexpipe::cli {
 struct Rank {
   int index = 0;
   pid_t pid = -1;
-  bool running = false;             // started and not yet reaped
+  bool running = false;  // started and not yet reaped
   // Its process group may still hold what it started, and the launcher is to end that: from the
   // start until the group is found empty, except for a rank that finished normally (exit 0 before
   // any failure), whose leftovers are its own business, as if it had been run directly.
   bool group_tracked = false;
-  int exit_code = 0;               // once reaped: the code, or 128 + signal
-  int exec_errno = 0;              // the command could not be executed (reported when it happened)
+  int exit_code = 0;                 // once reaped: the code, or 128 + signal
+  int exec_errno = 0;                // the command could not be executed (reported when it happened)
   std::vector<TaggedStream> output;  // stdout and stderr pipes under --tag-output
 };
 

@@ -25,9 +25,10 @@ int call(const char* symbol, const Request& request) {
   const std::string path = library_path();
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr)
-    throw Error(fmt::format("cannot load the runtime library {}: {}\n(the runtime is built when libtorch-dev and "
-                            "libgloo-dev are installed and FLEXPIPE_RUNTIME is ON; scripts/setup.sh installs them)",
-                            path, dlerror()));
+    throw Error(
+        fmt::format("cannot load the runtime library {}: {}\n(the runtime is built when libtorch-dev and "
+                    "libgloo-dev are installed and FLEXPIPE_RUNTIME is ON; scripts/setup.sh installs them)",
+                    path, dlerror()));
   using Entry = int (*)(const Request*);
   auto entry = reinterpret_cast<Entry>(dlsym(library, symbol));
   if (entry == nullptr) throw Error(fmt::format("{} has no {}: {}", path, symbol, dlerror()));

@@ -15,7 +15,7 @@ namespace flexpipe::cli {
 
 namespace {
 
-int g_wake_fd = -1;               // write end of the self-pipe
+int g_wake_fd = -1;                     // write end of the self-pipe
 volatile sig_atomic_t g_pending[NSIG];  // a relayed signal arrived and is not yet relayed
 
 extern "C" void on_signal(int sig) {
@@ -23,8 +23,7 @@ extern "C" void on_signal(int sig) {
   if (sig != SIGCHLD) g_pending[sig] = 1;
   const char byte = 0;
   // A full pipe already holds a wake-up: nothing is lost by dropping this one.
-  if (::write(g_wake_fd, &byte, 1) < 0) {
-  }
+  if (::write(g_wake_fd, &byte, 1) < 0) {}
   errno = saved_errno;
 }
 
@@ -65,8 +64,7 @@ SignalRelay::~SignalRelay() {
 
 void SignalRelay::drain_wakeups() {
   char buffer[256];
-  while (::read(wake_read_, buffer, sizeof buffer) > 0) {
-  }
+  while (::read(wake_read_, buffer, sizeof buffer) > 0) {}
 }
 
 std::vector<int> SignalRelay::take_pending() {

@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
-#include "flexpipe/partition/plan.h"
-#include "flexpipe/train/rank_env.h"
 #include "flexpipe/interop/partition_plan_json.h"
+#include "flexpipe/partition/plan.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/train/rank_env.h"
 #include "number_checks.h"
 
 namespace flexpipe::cli {
@@ -22,8 +22,9 @@ void add_model_family_options(CLI::App* command, ModelSize& model) {
 }
 
 void add_training_options(CLI::App* command, TrainingCommand& o) {
-  command->add_option("-p,--devices", o.schedule.devices,
-                      "Pipeline devices of a built-in schedule [run: WORLD_SIZE / --dp; train: 2]")
+  command
+      ->add_option("-p,--devices", o.schedule.devices,
+                   "Pipeline devices of a built-in schedule [run: WORLD_SIZE / --dp; train: 2]")
       ->check(whole_number_at_least(1));
   command->add_option("-m,--microbatches", o.schedule.microbatches, "Micro-batches per step and pipeline [2p]")
       ->check(whole_number_at_least(1));
@@ -41,24 +42,28 @@ void add_training_options(CLI::App* command, TrainingCommand& o) {
   command->add_option("--seq-len", o.model.seq_len, fmt::format("Tokens per sequence [{}]", o.model.seq_len))
       ->check(whole_number_at_least(1));
   add_model_family_options(command, o.model);
-  command->add_option("--microbatch-size", o.request.training.microbatch_size,
-                      fmt::format("Sequences per micro-batch [{}]", o.request.training.microbatch_size))
+  command
+      ->add_option("--microbatch-size", o.request.training.microbatch_size,
+                   fmt::format("Sequences per micro-batch [{}]", o.request.training.microbatch_size))
       ->check(whole_number_at_least(1));
   command->add_option("--partition", o.partition,
                       "Operators per model chunk: ops:N,N,..., layers:N,N,... or a Megatron layout "
                       "[balanced by operator time]");
-  command->add_option("--plan", o.plan,
-                      "A partition plan (flexpipe partition -o) for this model: its operator ranges, recompute and "
-                      "offload decisions")
+  command
+      ->add_option("--plan", o.plan,
+                   "A partition plan (flexpipe partition -o) for this model: its operator ranges, recompute and "
+                   "offload decisions")
       ->excludes("--partition");
   command->add_option("--seed", o.request.training.seed, "Seed of the weights and the data [1234]");
   command->add_option("--optimizer", o.request.training.optimizer, "sgd or adamw [adamw]")
       ->check(CLI::IsMember({"sgd", "adamw"}));
-  command->add_option("--lr", o.request.training.learning_rate,
-                      fmt::format("(Peak) learning rate [{:g}]", o.request.training.learning_rate))
+  command
+      ->add_option("--lr", o.request.training.learning_rate,
+                   fmt::format("(Peak) learning rate [{:g}]", o.request.training.learning_rate))
       ->check(non_negative_number());
-  command->add_option("--weight-decay", o.request.training.weight_decay,
-                      fmt::format("Decoupled weight decay [{:g}]", o.request.training.weight_decay))
+  command
+      ->add_option("--weight-decay", o.request.training.weight_decay,
+                   fmt::format("Decoupled weight decay [{:g}]", o.request.training.weight_decay))
       ->check(non_negative_number());
   command->add_option("--dtype", o.request.training.dtype, "float32 or float64 [float32]")
       ->check(CLI::IsMember({"float32", "float64"}));
@@ -100,20 +105,20 @@ void prepare_request(TrainingCommand& o, const runtime::RankEnv& env) {
     runtime::ScheduledRun run;
     run.schedule = load_checked_schedule(options);
     if (run.schedule.num_devices * request.data_parallel != request.env.world_size)
-      throw Error(fmt::format(
-          "{} runs on {} devices{} but this job has {} rank{} (WORLD_SIZE); start it with "
-          "`flexpipe launch -n {} -- flexpipe ...`",
-          spec, run.schedule.num_devices,
-          request.data_parallel > 1 ? fmt::format(" x {} data-parallel copies", request.data_parallel) : "",
-          request.env.world_size, request.env.world_size == 1 ? "" : "s",
-          run.schedule.num_devices * request.data_parallel));
+      throw Error(
+          fmt::format("{} runs on {} devices{} but this job has {} rank{} (WORLD_SIZE); start it with "
+                      "`flexpipe launch -n {} -- flexpipe ...`",
+                      spec, run.schedule.num_devices,
+                      request.data_parallel > 1 ? fmt::format(" x {} data-parallel copies", request.data_parallel) : "",
+                      request.env.world_size, request.env.world_size == 1 ? "" : "s",
+                      run.schedule.num_devices * request.data_parallel));
     const int chunks = run.schedule.stages_per_pipeline;
     if (!o.plan.empty()) {
       // The plan's graph must be this model's (flexpipe profile measures it; partition plans it).
       const PartitionPlan plan = load_partition_plan(o.plan);
       if (static_cast<int>(plan.stages.size()) != chunks)
-        throw Error(fmt::format("{}: the plan has {} stages but {} has {} model chunks", o.plan, plan.stages.size(), spec,
-                                chunks));
+        throw Error(fmt::format("{}: the plan has {} stages but {} has {} model chunks", o.plan, plan.stages.size(),
+                                spec, chunks));
       run.partition = plan_partition(plan, graph, o.plan);
       request.memory_decisions = plan_decisions(plan, graph, o.plan);
       request.offload_checkpoints = chunks_that_offload_checkpoints(plan);
@@ -122,7 +127,8 @@ void prepare_request(TrainingCommand& o, const runtime::RankEnv& env) {
       continue;
     }
     try {
-      run.partition = o.partition.empty() ? partition_balanced(graph, chunks) : parse_partition(graph, o.partition, chunks);
+      run.partition =
+          o.partition.empty() ? partition_balanced(graph, chunks) : parse_partition(graph, o.partition, chunks);
       check_partition(graph, run.partition);
     } catch (const Error& e) {
       throw Error(fmt::format("{}: partition{}: {}", spec, o.partition.empty() ? "" : " " + o.partition, e.what()));

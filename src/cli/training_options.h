@@ -6,8 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "flexpipe/train/trainable_model.h"
 #include "flexpipe/runtime/run_request.h"
+#include "flexpipe/train/trainable_model.h"
 #include "options.h"
 
 namespace flexpipe::cli {

@@ -159,7 +159,8 @@ void validate_cost_graph(const CostGraph& graph, const std::string& origin) {
                          graph.nodes[node.tied_to].name));
     }
     if (node.active_parameters > node.parameters)
-      fail(fmt::format("{}: active_parameters {} exceed parameters {}", where, node.active_parameters, node.parameters));
+      fail(
+          fmt::format("{}: active_parameters {} exceed parameters {}", where, node.active_parameters, node.parameters));
     const double saved = node.saved_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
     const double freed = node.freed_by_input.at(graph.reference.microbatch_size, graph.reference.seq_len);
     if (freed > saved)
@@ -170,9 +171,10 @@ void validate_cost_graph(const CostGraph& graph, const std::string& origin) {
       const double previous =
           graph.nodes[i - 1].saved_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
       if (shared > std::min(saved, previous))
-        fail(fmt::format("{}: shared_saved_bytes {} exceed what it saves ({}) or what '{}' before it saves ({}) at the "
-                         "reference shape",
-                         where, shared, saved, graph.nodes[i - 1].name, previous));
+        fail(
+            fmt::format("{}: shared_saved_bytes {} exceed what it saves ({}) or what '{}' before it saves ({}) at the "
+                        "reference shape",
+                        where, shared, saved, graph.nodes[i - 1].name, previous));
     }
     if (node.scaling.rule == ScalingRule::Roofline && !graph.hardware)
       fail(fmt::format("{}: scales by roofline but the graph names no hardware rates", where));
@@ -208,8 +210,8 @@ void validate_cost_graph(const CostGraph& graph, const std::string& origin) {
   for (size_t e = 0; e < graph.edges.size(); ++e) {
     const TensorEdge& edge = graph.edges[e];
     if (edge.from > edge.to)
-      fail(fmt::format("edges[{}] ('{}' -> '{}'): '{}' is listed before '{}'; list the nodes in a topological order",
-                       e, graph.nodes[edge.from].name, graph.nodes[edge.to].name, graph.nodes[edge.to].name,
+      fail(fmt::format("edges[{}] ('{}' -> '{}'): '{}' is listed before '{}'; list the nodes in a topological order", e,
+                       graph.nodes[edge.from].name, graph.nodes[edge.to].name, graph.nodes[edge.to].name,
                        graph.nodes[edge.from].name));
   }
 }

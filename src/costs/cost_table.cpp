@@ -108,9 +108,9 @@ std::string cost_table_problem(const CostTable& costs, int stages_per_pipeline, 
     const LinkOverride& pair = costs.pairs[i];
     for (int device : {pair.src, pair.dst})
       if (device < 0 || device >= devices)
-        return located(
-            origin, 0, 0,
-            fmt::format("links[{}]: device {} does not exist in a schedule with {} devices", i, device, devices));
+        return located(origin, 0, 0,
+                       fmt::format("links[{}]: device {} does not exist in a schedule with {} devices", i, device,
+                                   devices));
   }
   return "";
 }

@@ -45,12 +45,14 @@ const HardwareProfile& find_hardware(const std::string& name) {
   for (const HardwareProfile& profile : kProfiles)
     if (lowercase(profile.name) == wanted) return profile;
   std::string known;
-  for (const HardwareProfile& profile : kProfiles) known += fmt::format("{}{}", known.empty() ? "" : ", ", profile.name);
+  for (const HardwareProfile& profile : kProfiles)
+    known += fmt::format("{}{}", known.empty() ? "" : ", ", profile.name);
   throw Error(fmt::format("unknown hardware '{}' (known: {})", name, known));
 }
 
 RooflineRates roofline_rates(const HardwareProfile& hardware) {
-  return {hardware.name, hardware.peak_flops * hardware.efficiency / 1000, hardware.hbm_bandwidth * hardware.efficiency / 1000};
+  return {hardware.name, hardware.peak_flops * hardware.efficiency / 1000,
+          hardware.hbm_bandwidth * hardware.efficiency / 1000};
 }
 
 double link_bandwidth_per_ms(const HardwareProfile& hardware, Interconnect interconnect) {

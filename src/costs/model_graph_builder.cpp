@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 
@@ -78,8 +78,10 @@ class Builder {
     std::vector<std::pair<int, ShapePolynomial>> merged;
     for (const auto& part : parts) {
       auto it = std::find_if(merged.begin(), merged.end(), [&](const auto& m) { return m.first == part.first; });
-      if (it == merged.end()) merged.push_back(part);
-      else it->second += part.second;
+      if (it == merged.end())
+        merged.push_back(part);
+      else
+        it->second += part.second;
     }
     for (const auto& [from, bytes] : merged) connect(from, to, bytes);
   }
@@ -103,8 +105,10 @@ class Builder {
     const double weight = in * out + (bias ? out : 0);
     n.parameters = copies * weight;
     n.active_parameters = active_copies * weight;
-    n.forward = {0, per_token(2 * in * out * routed), per_token(e_ * (in + out) * routed) + fixed_amount(e_ * copies * weight)};
-    n.backward_input = {0, per_token(2 * in * out * routed), per_token(e_ * (in + out) * routed) + fixed_amount(e_ * copies * weight)};
+    n.forward = {0, per_token(2 * in * out * routed),
+                 per_token(e_ * (in + out) * routed) + fixed_amount(e_ * copies * weight)};
+    n.backward_input = {0, per_token(2 * in * out * routed),
+                        per_token(e_ * (in + out) * routed) + fixed_amount(e_ * copies * weight)};
     n.backward_weight = {0, per_token((2 * in * out + (bias ? out : 0)) * routed),
                          per_token(e_ * (in + out) * routed) + fixed_amount(2 * e_ * copies * weight)};
     n.saved_bytes = per_token(e_ * in * routed);
@@ -410,7 +414,7 @@ class Builder {
     const int nsp_logits = add(nsp, {pooled});
     const int mlm_dense = add(linear("mlm_dense", h, h, true), {stream});
     const int mlm_act = add(elementwise("mlm_act", "gelu", per_token(h), 1, kActivationFlops[0], kActivationFlops[1],
-                                       per_token(e_ * h)),
+                                        per_token(e_ * h)),
                             {mlm_dense});
     const int mlm_norm = add(norm("mlm_norm"), {mlm_act});
     OperatorNode decoder = linear("mlm_decoder", h, c_.vocab, false);
@@ -493,7 +497,8 @@ class Builder {
 
 CostGraph build_model_graph(const ModelConfig& config, const HardwareProfile& hardware, const ModelOptions& options) {
   if (options.microbatch_size <= 0 || options.seq_len < 0 || options.activation_bytes <= 0)
-    throw Error(fmt::format("{}: micro-batch size, sequence length and activation bytes must be positive", config.name));
+    throw Error(
+        fmt::format("{}: micro-batch size, sequence length and activation bytes must be positive", config.name));
   return Builder(config, options).build(hardware);
 }
 

@@ -50,9 +50,10 @@ ModelConfig gpt3(const char* name, int layers, int hidden, int heads, double pub
 // no dropout, untied LM head, grouped-query attention where kv_heads < heads.
 ModelConfig llama(const char* name, int layers, int hidden, int heads, int kv_heads, int ffn, int vocab, int seq,
                   double published, const char* source) {
-  ModelConfig c = transformer(
-      name, fmt::format("Llama {} layers, hidden {}, {} heads ({} KV), SwiGLU {}", layers, hidden, heads, kv_heads, ffn),
-      Architecture::Decoder, layers, hidden, heads, ffn);
+  ModelConfig c = transformer(name,
+                              fmt::format("Llama {} layers, hidden {}, {} heads ({} KV), SwiGLU {}", layers, hidden,
+                                          heads, kv_heads, ffn),
+                              Architecture::Decoder, layers, hidden, heads, ffn);
   c.kv_heads = kv_heads;
   c.vocab = vocab;
   c.seq_len = seq;
@@ -66,8 +67,9 @@ ModelConfig llama(const char* name, int layers, int hidden, int heads, int kv_he
 }
 
 ModelConfig bert_large() {
-  ModelConfig c = transformer("bert-large", "BERT-large: 24 post-LN encoder layers, hidden 1024, 16 heads, MLM + NSP heads",
-                              Architecture::EncoderOnly, 24, 1024, 16, 4096);
+  ModelConfig c =
+      transformer("bert-large", "BERT-large: 24 post-LN encoder layers, hidden 1024, 16 heads, MLM + NSP heads",
+                  Architecture::EncoderOnly, 24, 1024, 16, 4096);
   c.vocab = 30522;
   c.seq_len = c.max_positions = 512;
   c.token_types = 2;
@@ -78,8 +80,9 @@ ModelConfig bert_large() {
 }
 
 ModelConfig t5_large() {
-  ModelConfig c = transformer("t5-large", "T5-large: 24 encoder + 24 decoder layers, d_model 1024, 16 heads, ReLU FFN 4096",
-                              Architecture::EncoderDecoder, 24, 1024, 16, 4096);
+  ModelConfig c =
+      transformer("t5-large", "T5-large: 24 encoder + 24 decoder layers, d_model 1024, 16 heads, ReLU FFN 4096",
+                  Architecture::EncoderDecoder, 24, 1024, 16, 4096);
   c.encoder_layers = 24;
   c.vocab = 32128;
   c.seq_len = 512;
@@ -94,9 +97,10 @@ ModelConfig t5_large() {
 
 // ViT (Dosovitskiy et al. 2021, Table 1) at 224x224 pixels: (224/p)^2 patches plus the class token.
 ModelConfig vit(const char* name, int layers, int hidden, int heads, int mlp, int patch, double published) {
-  ModelConfig c = transformer(
-      name, fmt::format("ViT {} layers, hidden {}, {} heads, patch {} at 224x224, 1000 classes", layers, hidden, heads, patch),
-      Architecture::Vision, layers, hidden, heads, mlp);
+  ModelConfig c = transformer(name,
+                              fmt::format("ViT {} layers, hidden {}, {} heads, patch {} at 224x224, 1000 classes",
+                                          layers, hidden, heads, patch),
+                              Architecture::Vision, layers, hidden, heads, mlp);
   c.vocab = 1000;
   c.seq_len = c.max_positions = (224 / patch) * (224 / patch) + 1;
   c.patch_size = patch;
@@ -120,8 +124,9 @@ ModelConfig deepseek_moe() {
   ModelConfig c = llama("deepseek-moe-16b", 28, 2048, 16, 16, 10944, 102400, 4096, 16.4 * kBillion,
                         "Dai et al. 2024, DeepSeekMoE (16B: 64 routed experts of 1408, top-6, 2 shared, first layer "
                         "dense; 16.4B total, 2.8B active)");
-  c.description = "DeepSeek-like MoE: 28 layers, hidden 2048, first layer dense (10944), then 2 shared + 64 routed "
-                  "experts of 1408, top-6";
+  c.description =
+      "DeepSeek-like MoE: 28 layers, hidden 2048, first layer dense (10944), then 2 shared + 64 routed "
+      "experts of 1408, top-6";
   c.moe = {64, 6, 1408, 2, 1};
   c.published_active_parameters = 2.8 * kBillion;
   return c;

@@ -32,8 +32,8 @@ std::vector<int> recompute_segments(const CostGraph& graph, const Partition& par
   std::vector<int> first(n, -1);
   for (int i = 0; i < n; ++i) {
     if (decisions[i] != MemoryDecision::Recompute) continue;
-    const bool continues =
-        i > 0 && first[i - 1] >= 0 && stage_of[i - 1] == stage_of[i] && graph.nodes[i - 1].layer == graph.nodes[i].layer;
+    const bool continues = i > 0 && first[i - 1] >= 0 && stage_of[i - 1] == stage_of[i] &&
+                           graph.nodes[i - 1].layer == graph.nodes[i].layer;
     first[i] = continues ? first[i - 1] : i;
   }
   return first;
@@ -46,7 +46,8 @@ Partition partition_by_layer(const CostGraph& graph, const std::vector<int>& sta
   Partition partition;
   partition.num_stages = num_stages;
   for (const OperatorNode& node : graph.nodes) {
-    if (node.layer == kNoLayer) throw Error(fmt::format("operator '{}' has no layer; partition it by operators", node.name));
+    if (node.layer == kNoLayer)
+      throw Error(fmt::format("operator '{}' has no layer; partition it by operators", node.name));
     partition.stage_of_node.push_back(stage_of_layer[node.layer]);
   }
   check_partition(graph, partition);
@@ -62,7 +63,8 @@ Partition partition_from_sizes(const CostGraph& graph, std::span<const int> oper
   partition.num_stages = static_cast<int>(operators_per_stage.size());
   int total = 0;
   for (size_t k = 0; k < operators_per_stage.size(); ++k) {
-    if (operators_per_stage[k] < 0) throw Error(fmt::format("stage {}: negative operator count {}", k, operators_per_stage[k]));
+    if (operators_per_stage[k] < 0)
+      throw Error(fmt::format("stage {}: negative operator count {}", k, operators_per_stage[k]));
     total += operators_per_stage[k];
     if (total > n) break;
     partition.stage_of_node.insert(partition.stage_of_node.end(), operators_per_stage[k], static_cast<int>(k));
@@ -82,7 +84,8 @@ Partition partition_from_layer_counts(const CostGraph& graph, std::span<const in
     stage_of_layer.insert(stage_of_layer.end(), layers_per_stage[k], static_cast<int>(k));
   }
   if (static_cast<int>(stage_of_layer.size()) != layers)
-    throw Error(fmt::format("the stages hold {} layers but the graph '{}' has {}", stage_of_layer.size(), graph.name, layers));
+    throw Error(
+        fmt::format("the stages hold {} layers but the graph '{}' has {}", stage_of_layer.size(), graph.name, layers));
   return partition_by_layer(graph, stage_of_layer, static_cast<int>(layers_per_stage.size()));
 }
 
@@ -120,7 +123,8 @@ Partition partition_evenly(const CostGraph& graph, int num_stages) {
   }
   const int count = static_cast<int>(transformer_layers.size());
   std::vector<int> stage_of_layer(graph.layers.size(), 0);
-  for (int t = 0; t < count; ++t) stage_of_layer[transformer_layers[t]] = static_cast<int>(int64_t(t) * num_stages / count);
+  for (int t = 0; t < count; ++t)
+    stage_of_layer[transformer_layers[t]] = static_cast<int>(int64_t(t) * num_stages / count);
   for (size_t l = 0; l < graph.layers.size(); ++l)
     if (int(l) > transformer_layers.back()) stage_of_layer[l] = num_stages - 1;
   return partition_by_layer(graph, stage_of_layer, num_stages);
@@ -128,8 +132,8 @@ Partition partition_evenly(const CostGraph& graph, int num_stages) {
 
 void check_partition(const CostGraph& graph, const Partition& partition) {
   if (partition.stage_of_node.size() != graph.nodes.size())
-    throw Error(fmt::format("the partition places {} operators but the graph '{}' has {}", partition.stage_of_node.size(),
-                            graph.name, graph.nodes.size()));
+    throw Error(fmt::format("the partition places {} operators but the graph '{}' has {}",
+                            partition.stage_of_node.size(), graph.name, graph.nodes.size()));
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const int stage = partition.stage_of_node[i];
     if (stage < 0 || stage >= partition.num_stages)
@@ -139,8 +143,9 @@ void check_partition(const CostGraph& graph, const Partition& partition) {
   for (const TensorEdge& edge : graph.edges) {
     const int from = partition.stage_of_node[edge.from], to = partition.stage_of_node[edge.to];
     if (from > to)
-      throw Error(fmt::format("the tensor '{}' -> '{}' flows from stage {} back to stage {}; a pipeline only sends forward",
-                              graph.nodes[edge.from].name, graph.nodes[edge.to].name, from, to));
+      throw Error(
+          fmt::format("the tensor '{}' -> '{}' flows from stage {} back to stage {}; a pipeline only sends forward",
+                      graph.nodes[edge.from].name, graph.nodes[edge.to].name, from, to));
   }
 }
 
@@ -149,11 +154,13 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
   const int n = static_cast<int>(graph.nodes.size());
   const int stages = partition.num_stages;
   if (!options.decisions.empty() && static_cast<int>(options.decisions.size()) != n)
-    throw Error(fmt::format("{} memory decisions for the {} operators of '{}'", options.decisions.size(), n, graph.name));
+    throw Error(
+        fmt::format("{} memory decisions for the {} operators of '{}'", options.decisions.size(), n, graph.name));
   if (options.shape.microbatch_size <= 0 || options.shape.seq_len <= 0)
     throw Error(fmt::format("micro-batch size and sequence length must be positive, got {} and {}",
                             options.shape.microbatch_size, options.shape.seq_len));
-  if (!options.offload_checkpoints.empty() && static_cast<int>(options.offload_checkpoints.size()) != partition.num_stages)
+  if (!options.offload_checkpoints.empty() &&
+      static_cast<int>(options.offload_checkpoints.size()) != partition.num_stages)
     throw Error(fmt::format("{} checkpoint offload flags for the {} stages of the partition",
                             options.offload_checkpoints.size(), partition.num_stages));
   const double b = options.shape.microbatch_size, s = options.shape.seq_len;
@@ -166,9 +173,8 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
   for (StageCosts& stage : costs) stage = StageCosts{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   std::vector<double> held(stages, 0), held_freed(stages, 0), rebuilt(stages, 0), rebuilt_freed(stages, 0);
   std::vector<bool> recomputes(stages, false), offloads(stages, false);
-  const std::vector<int> segment_of = options.decisions.empty()
-                                         ? std::vector<int>(n, -1)
-                                         : recompute_segments(graph, partition, options.decisions);
+  const std::vector<int> segment_of =
+      options.decisions.empty() ? std::vector<int>(n, -1) : recompute_segments(graph, partition, options.decisions);
   std::vector<double> largest_segment(stages, 0);
   double segment_bytes = 0;
 
@@ -233,7 +239,8 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
     const int from_stage = stage_of[p];
     const double output = graph.nodes[p].output_bytes.at(b, s);
     int last_stage = from_stage;
-    for (int j = first_edge[p]; j < first_edge[p + 1]; ++j) last_stage = std::max(last_stage, stage_of[graph.edges[by_producer[j]].to]);
+    for (int j = first_edge[p]; j < first_edge[p + 1]; ++j)
+      last_stage = std::max(last_stage, stage_of[graph.edges[by_producer[j]].to]);
     // Every cut between the producer and its last consumer carries the part its later consumers read.
     for (int cut = from_stage; cut < last_stage; ++cut) {
       double crossing = 0;
@@ -252,8 +259,10 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       const bool rebuilt_with_consumer = segment_of[p] >= 0 && segment_of[p] == segment_of[edge.to];
       if (decision(edge.to) != MemoryDecision::Recompute || rebuilt_with_consumer) continue;
       auto it = std::find_if(reads.begin(), reads.end(), [&](const auto& r) { return r.first == k; });
-      if (it == reads.end()) reads.emplace_back(k, edge.bytes.at(b, s));
-      else it->second += edge.bytes.at(b, s);
+      if (it == reads.end())
+        reads.emplace_back(k, edge.bytes.at(b, s));
+      else
+        it->second += edge.bytes.at(b, s);
     }
     for (const auto& [k, bytes] : reads) checkpoint[k] += std::min(output, bytes);
   }

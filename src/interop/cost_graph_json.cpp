@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "flexpipe/interop/cost_graph_json.h"
-#include "flexpipe/support/error.h"
 #include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
 #include "json_reader.h"
 
@@ -22,24 +22,35 @@ namespace flexpipe {
 
 namespace {
 
-using nlohmann::json;
 using detail::describe_json;
 using detail::json_child;
 using detail::json_element;
+using nlohmann::json;
 using ordered = nlohmann::ordered_json;
 
 constexpr std::string_view kFormat = "flexpipe-cost-graph";
 constexpr int kVersion = 1;
 
-constexpr std::string_view kTopLevelKeys[] = {"format", "version",  "name",   "time_unit", "reference",
-                                              "hardware", "layers", "nodes", "edges"};
+constexpr std::string_view kTopLevelKeys[] = {"format",   "version", "name",  "time_unit", "reference",
+                                              "hardware", "layers",  "nodes", "edges"};
 constexpr std::string_view kReferenceKeys[] = {"microbatch_size", "seq_len"};
 constexpr std::string_view kHardwareKeys[] = {"name", "flop_rate", "byte_rate"};
 constexpr std::string_view kLayerKeys[] = {"name", "role"};
-constexpr std::string_view kNodeKeys[] = {"name",           "kind",           "layer",           "parameters",
-                                          "active_parameters", "tied_to",     "scaling",         "forward",
-                                          "backward_input", "backward_weight", "saved_bytes",     "freed_by_input",
-                                          "shared_saved_bytes", "output_bytes", "workspace_bytes"};
+constexpr std::string_view kNodeKeys[] = {"name",
+                                          "kind",
+                                          "layer",
+                                          "parameters",
+                                          "active_parameters",
+                                          "tied_to",
+                                          "scaling",
+                                          "forward",
+                                          "backward_input",
+                                          "backward_weight",
+                                          "saved_bytes",
+                                          "freed_by_input",
+                                          "shared_saved_bytes",
+                                          "output_bytes",
+                                          "workspace_bytes"};
 constexpr std::string_view kPassKeys[] = {"time", "flops", "bytes"};
 constexpr std::string_view kPolynomialKeys[] = {"fixed", "per_sample", "per_token", "per_token_seq"};
 constexpr std::string_view kScalingKeys[] = {"rule", "batch_exponent", "sequence_exponent"};
@@ -55,7 +66,8 @@ class Reader : public detail::JsonPathReader {
   explicit Reader(const std::string& origin) : JsonPathReader(origin) {}
 
   CostGraph graph(const json& document) {
-    if (!document.is_object()) fail("", fmt::format("expected a JSON object at the top level, got {}", describe_json(document)));
+    if (!document.is_object())
+      fail("", fmt::format("expected a JSON object at the top level, got {}", describe_json(document)));
     only_known_keys(document, "", kTopLevelKeys);
     check_format_header(document, "cost graph", kFormat, kVersion);
 
@@ -171,7 +183,8 @@ class Reader : public detail::JsonPathReader {
       layer.name = text(entry["name"], json_child(path, "name"));
       if (entry.contains("role")) {
         const std::string role = text(entry["role"], json_child(path, "role"));
-        const auto* found = std::find_if(std::begin(kRoles), std::end(kRoles), [&](const auto& r) { return r.first == role; });
+        const auto* found =
+            std::find_if(std::begin(kRoles), std::end(kRoles), [&](const auto& r) { return r.first == role; });
         if (found == std::end(kRoles))
           fail(json_child(path, "role"),
                fmt::format("expected one of embedding, transformer, mtp, loss, other; got {}", entry["role"].dump()));

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "flexpipe/interop/cost_table_json.h"
+#include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/ir/schedule.h"
 #include "flexpipe/support/error.h"
-#include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/support/files.h"
 #include "json_reader.h"
 
@@ -19,10 +19,10 @@ namespace flexpipe {
 
 namespace {
 
-using nlohmann::json;
 using detail::describe_json;
 using detail::json_child;
 using detail::json_element;
+using nlohmann::json;
 
 constexpr std::string_view kFormat = "flexpipe-costs";
 constexpr int kVersion = 1;
@@ -30,10 +30,12 @@ constexpr int kVersion = 1;
 constexpr std::string_view kTopLevelKeys[] = {"format", "version",    "time_unit",       "memory_unit",
                                               "stages", "all_stages", "num_stages",      "link",
                                               "links",  "host_link",  "memory_capacity", "overlap_ratio"};
-constexpr std::string_view kStageKeys[] = {"forward",          "backward_input",  "backward_weight",  "backward",
-                                           "recompute",        "optimizer",       "activation_bytes", "freed_by_input",
-                                           "checkpoint_bytes", "parameter_bytes", "gradient_bytes",   "optimizer_bytes",
-                                           "output_bytes",     "offload_bytes",   "rebuilt_peak_bytes", "workspace_bytes"};
+constexpr std::string_view kStageKeys[] = {"forward",          "backward_input", "backward_weight",
+                                           "backward",         "recompute",      "optimizer",
+                                           "activation_bytes", "freed_by_input", "checkpoint_bytes",
+                                           "parameter_bytes",  "gradient_bytes", "optimizer_bytes",
+                                           "output_bytes",     "offload_bytes",  "rebuilt_peak_bytes",
+                                           "workspace_bytes"};
 constexpr std::string_view kLinkKeys[] = {"latency", "bandwidth"};
 constexpr std::string_view kLinkOverrideKeys[] = {"src", "dst", "latency", "bandwidth"};
 
@@ -84,7 +86,8 @@ class Reader : public detail::JsonPathReader {
       costs.offload_bytes = number_or_unlimited(object["offload_bytes"], json_child(path, "offload_bytes"));
     // Optional; null or absent: R's rebuild holds all of activation_bytes.
     if (object.contains("rebuilt_peak_bytes"))
-      costs.rebuilt_peak_bytes = number_or_unlimited(object["rebuilt_peak_bytes"], json_child(path, "rebuilt_peak_bytes"));
+      costs.rebuilt_peak_bytes =
+          number_or_unlimited(object["rebuilt_peak_bytes"], json_child(path, "rebuilt_peak_bytes"));
     read("workspace_bytes", costs.workspace_bytes);  // optional; absent: no transient memory
     if (costs.freed_by_input > costs.activation_bytes)
       fail(json_child(path, "freed_by_input"),
@@ -135,7 +138,8 @@ class Reader : public detail::JsonPathReader {
       } else if (capacity.is_number()) {
         costs.memory_capacity.push_back(number(capacity, "memory_capacity"));
       } else {
-        fail("memory_capacity", fmt::format("expected a number or an array of numbers, got {}", describe_json(capacity)));
+        fail("memory_capacity",
+             fmt::format("expected a number or an array of numbers, got {}", describe_json(capacity)));
       }
     }
     if (document.contains("overlap_ratio")) costs.overlap_ratio = number(document["overlap_ratio"], "overlap_ratio");
@@ -150,7 +154,8 @@ class Reader : public detail::JsonPathReader {
     if (listed) {
       if (document.contains("num_stages")) fail("num_stages", "goes with \"all_stages\", not with \"stages\"");
       const json& stages = document["stages"];
-      if (!stages.is_array()) fail("stages", fmt::format("expected an array of objects, got {}", describe_json(stages)));
+      if (!stages.is_array())
+        fail("stages", fmt::format("expected an array of objects, got {}", describe_json(stages)));
       if (stages.empty()) fail("stages", "needs at least one stage");
       for (size_t i = 0; i < stages.size(); ++i) costs.stages.push_back(stage(stages[i], json_element("stages", i)));
     } else if (shared) {
@@ -160,11 +165,11 @@ class Reader : public detail::JsonPathReader {
       if (count_of_stages == 0) fail("num_stages", "must be at least 1, got 0");
       // Checked before anything is allocated: a 100-byte file must not ask for gigabytes.
       if (expected_stages_ > 0 && count_of_stages != expected_stages_)
-        fail("num_stages", fmt::format("{} stages for a schedule with {} stages per pipeline", count_of_stages,
-                                       expected_stages_));
+        fail("num_stages",
+             fmt::format("{} stages for a schedule with {} stages per pipeline", count_of_stages, expected_stages_));
       if (count_of_stages > kMaxStages)
-        fail("num_stages", fmt::format("is too large, got {} (a schedule has at most {} stages)", count_of_stages,
-                                       kMaxStages));
+        fail("num_stages",
+             fmt::format("is too large, got {} (a schedule has at most {} stages)", count_of_stages, kMaxStages));
       costs.stages.assign(count_of_stages, stage(document["all_stages"], "all_stages"));
     } else {
       fail("", "no stage costs: give \"stages\" (one entry per stage) or \"all_stages\" with \"num_stages\"");

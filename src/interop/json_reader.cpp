@@ -53,9 +53,12 @@ json parse_json_text(const std::string& text, const std::string& origin, std::st
     // first place its text stands as a whole token is.
     const std::string message = error.what();
     const size_t open = message.find('\''), close = message.rfind('\'');
-    const std::string number = open != std::string::npos && close > open ? message.substr(open + 1, close - open - 1) : "";
+    const std::string number =
+        open != std::string::npos && close > open ? message.substr(open + 1, close - open - 1) : "";
     size_t at = number.empty() ? std::string::npos : text.find(number);
-    const auto is_number_char = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '-'; };
+    const auto is_number_char = [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '-';
+    };
     while (at != std::string::npos && at > 0 && is_number_char(text[at - 1])) at = text.find(number, at + 1);
     const auto [line, column] = at == std::string::npos ? std::pair{0, 0} : line_and_column(text, at + 1, unit);
     throw Error(located(origin, line, column,

@@ -40,7 +40,8 @@ class LayoutParser {
   int position() const { return static_cast<int>(at_) + 1; }
 
   void skip_cosmetics() {
-    while (at_ < layout_.size() && (layout_[at_] == ',' || std::isspace(static_cast<unsigned char>(layout_[at_])))) ++at_;
+    while (at_ < layout_.size() && (layout_[at_] == ',' || std::isspace(static_cast<unsigned char>(layout_[at_]))))
+      ++at_;
   }
 
   std::vector<Symbol> sequence() {
@@ -67,7 +68,8 @@ class LayoutParser {
       }
       if (item.empty()) fail(layout_, start, "'()' repeats nothing");
       result.insert(result.end(), item.begin(), item.end());
-      if (result.size() > kMaxSymbols) fail(layout_, start, fmt::format("the layout expands past {} symbols", kMaxSymbols));
+      if (result.size() > kMaxSymbols)
+        fail(layout_, start, fmt::format("the layout expands past {} symbols", kMaxSymbols));
     }
     return result;
   }
@@ -121,8 +123,10 @@ const char* describe_symbol(char symbol) {
 std::vector<std::string> parse_megatron_layout(const std::string& layout) {
   std::vector<std::string> stages(1);
   for (const Symbol& symbol : LayoutParser(layout).parse()) {
-    if (symbol.kind == '|') stages.emplace_back();
-    else stages.back() += symbol.kind;
+    if (symbol.kind == '|')
+      stages.emplace_back();
+    else
+      stages.back() += symbol.kind;
   }
   return stages;
 }

@@ -12,8 +12,8 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
 
 namespace flexpipe {
@@ -42,7 +42,8 @@ class PipeDreamReader {
       if (line_.find_first_not_of(" \t") != std::string_view::npos) read_line();
       start = end + 1;
     }
-    if (graph_.nodes.empty()) throw Error(fmt::format("{}: no node lines (nodeN -- DESC -- forward_compute_time=...)", origin_));
+    if (graph_.nodes.empty())
+      throw Error(fmt::format("{}: no node lines (nodeN -- DESC -- forward_compute_time=...)", origin_));
     return ordered();
   }
 
@@ -66,8 +67,9 @@ class PipeDreamReader {
   void read_node() {
     const size_t first_separator = line_.find(kSeparator);
     if (first_separator == std::string_view::npos)
-      fail(0, "expected a node line 'nodeN -- DESC -- forward_compute_time=..., backward_compute_time=..., "
-              "activation_size=..., parameter_size=...' or a tab-indented edge line 'nodeA -- nodeB'");
+      fail(0,
+           "expected a node line 'nodeN -- DESC -- forward_compute_time=..., backward_compute_time=..., "
+           "activation_size=..., parameter_size=...' or a tab-indented edge line 'nodeA -- nodeB'");
     const std::string_view id = line_.substr(0, first_separator);
     // The description is free text; the metadata starts at " -- forward_compute_time=".
     const std::string marker = fmt::format("{}{}=", kSeparator, kFields[0]);
@@ -92,7 +94,8 @@ class PipeDreamReader {
       if (rest.substr(0, key.size()) != key) fail(column_of(rest), fmt::format("expected '{}NUMBER'", key));
       rest.remove_prefix(key.size());
       const size_t comma = f < 3 ? rest.find(", ") : rest.size();
-      if (comma == std::string_view::npos) fail(column_of(rest) + rest.size(), fmt::format("expected ', {}='", kFields[f + 1]));
+      if (comma == std::string_view::npos)
+        fail(column_of(rest) + rest.size(), fmt::format("expected ', {}='", kFields[f + 1]));
       const std::string_view value = rest.substr(0, comma);
       values[f] = f == 2 ? activation(value) : number(value);
       rest.remove_prefix(std::min(rest.size(), comma + 2));
@@ -158,8 +161,8 @@ class PipeDreamReader {
     const std::string_view from = body.substr(0, separator);
     std::string_view to = body.substr(separator + kSeparator.size());
     while (!to.empty() && (to.back() == ' ' || to.back() == '\t')) to.remove_suffix(1);
-    edges_.push_back({std::string(from), std::string(to), line_number_, first,
-                      first + separator + kSeparator.size(), std::string(line_)});
+    edges_.push_back({std::string(from), std::string(to), line_number_, first, first + separator + kSeparator.size(),
+                      std::string(line_)});
   }
 
   struct PendingEdge {
@@ -181,11 +184,14 @@ class PipeDreamReader {
     for (size_t e = 0; e < edges_.size(); ++e) {
       const PendingEdge& edge = edges_[e];
       const auto from = index_.find(edge.from), to = index_.find(edge.to);
-      if (from == index_.end()) fail_at(edge, edge.from_column, fmt::format("unknown node '{}' (no node line defines it)", edge.from));
-      if (to == index_.end()) fail_at(edge, edge.to_column, fmt::format("unknown node '{}' (no node line defines it)", edge.to));
+      if (from == index_.end())
+        fail_at(edge, edge.from_column, fmt::format("unknown node '{}' (no node line defines it)", edge.from));
+      if (to == index_.end())
+        fail_at(edge, edge.to_column, fmt::format("unknown node '{}' (no node line defines it)", edge.to));
       if (auto [it, inserted] = first_line.emplace(std::pair{from->second, to->second}, e); !inserted)
         fail_at(edge, edge.from_column,
-                fmt::format("duplicate edge '{}' -> '{}' (first on line {})", edge.from, edge.to, edges_[it->second].line));
+                fmt::format("duplicate edge '{}' -> '{}' (first on line {})", edge.from, edge.to,
+                            edges_[it->second].line));
       graph_.edges.push_back({from->second, to->second, graph_.nodes[from->second].output_bytes});
     }
     const int n = static_cast<int>(graph_.nodes.size());
@@ -226,7 +232,8 @@ class PipeDreamReader {
       for (int next : successors[node])
         if (--in_degree[next] == 0) ready.insert(next);
     }
-    for (const TensorEdge& edge : graph_.edges) result.edges.push_back({new_index[edge.from], new_index[edge.to], edge.bytes});
+    for (const TensorEdge& edge : graph_.edges)
+      result.edges.push_back({new_index[edge.from], new_index[edge.to], edge.bytes});
     validate_cost_graph(result, origin_);
     return result;
   }
@@ -244,7 +251,8 @@ class PipeDreamReader {
 
 }  // namespace
 
-CostGraph parse_pipedream_graph(const std::string& text, const std::string& origin, const PipeDreamImportOptions& options) {
+CostGraph parse_pipedream_graph(const std::string& text, const std::string& origin,
+                                const PipeDreamImportOptions& options) {
   return PipeDreamReader(text, origin, options).read();
 }
 

@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/interop/schedule_json.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
 
 namespace flexpipe {
@@ -148,8 +148,7 @@ class CsvReader {
           content += line[i++];
         }
         while (i < line.size() && is_blank(line[i])) ++i;
-        if (i < line.size() && line[i] != ',')
-          fail(line_number, columns.at(i), "unexpected text after a quoted cell");
+        if (i < line.size() && line[i] != ',') fail(line_number, columns.at(i), "unexpected text after a quoted cell");
       } else {
         const size_t end = std::min(line.find(',', i), line.size());
         size_t last = end;
@@ -207,8 +206,7 @@ class CsvReader {
                                      "gradient), but the file is read with the legacy lettering",
                                      first_i->text));
         return CsvLettering::Legacy;
-      case CsvLettering::Detect:
-        break;
+      case CsvLettering::Detect: break;
     }
     if (first_bw && first_i)
       fail(*first_i, fmt::format("'{}' uses the current lettering (I = input gradient), but '{}' at line {}, column {} "
@@ -223,9 +221,12 @@ class CsvReader {
     for (auto& row : rows_)
       for (Cell& cell : row) {
         Action& a = cell.action;
-        if (a.kind == ActionKind::B) a.kind = ActionKind::I;
-        else if (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::B) a.sub_kind = ActionKind::I;
-        else if (is_legacy_full_backward(a)) a = Action::make(ActionKind::B, a.stage, a.microbatch);
+        if (a.kind == ActionKind::B)
+          a.kind = ActionKind::I;
+        else if (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::B)
+          a.sub_kind = ActionKind::I;
+        else if (is_legacy_full_backward(a))
+          a = Action::make(ActionKind::B, a.stage, a.microbatch);
       }
   }
 
@@ -317,9 +318,7 @@ bool pytorch_cell(const Schedule& schedule, const Action& a, std::string& cell, 
     case ActionKind::RecvF:
     case ActionKind::SendB:
     case ActionKind::RecvB:
-    case ActionKind::Overlap:
-      cell = schedule.action_name(a);
-      return true;
+    case ActionKind::Overlap: cell = schedule.action_name(a); return true;
     case ActionKind::Custom: {
       if (a.custom >= schedule.custom_ops.size()) {
         why = fmt::format("custom kind #{} is not declared", a.custom);
@@ -337,9 +336,7 @@ bool pytorch_cell(const Schedule& schedule, const Action& a, std::string& cell, 
       cell = schedule.action_name(a);
       return true;
     }
-    default:
-      why = fmt::format("PyTorch's schedule CSV has no {} action", kind_name(a.kind));
-      return false;
+    default: why = fmt::format("PyTorch's schedule CSV has no {} action", kind_name(a.kind)); return false;
   }
 }
 
@@ -363,7 +360,8 @@ std::string write_pytorch_csv(const Schedule& schedule) {
     for (size_t i = 0; i < actions.size(); ++i) {
       std::string cell, why;
       if (!pytorch_cell(schedule, actions[i], cell, why))
-        throw Error(fmt::format("device {} #{} {}: {} (save it as .json)", d, i, schedule.action_name(actions[i]), why));
+        throw Error(
+            fmt::format("device {} #{} {}: {} (save it as .json)", d, i, schedule.action_name(actions[i]), why));
       if (i > 0) text += ',';
       text += cell;
     }

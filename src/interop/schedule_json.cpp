@@ -14,8 +14,8 @@
 
 namespace flexpipe {
 
-using nlohmann::json;
 using detail::json_child;
+using nlohmann::json;
 
 namespace {
 
@@ -186,7 +186,8 @@ ActionKind kind_from_name(std::string_view name, bool& found) {
 json dependencies_to_json(const std::vector<CustomDependency>& dependencies) {
   json out = json::array();
   for (const CustomDependency& d : dependencies)
-    out.push_back({{"kind", kind_name(d.kind)}, {"stage_offset", d.stage_offset}, {"all_microbatches", d.all_microbatches}});
+    out.push_back(
+        {{"kind", kind_name(d.kind)}, {"stage_offset", d.stage_offset}, {"all_microbatches", d.all_microbatches}});
   return out;
 }
 
@@ -216,8 +217,8 @@ class ScheduleReader : public detail::JsonPathReader {
     // Every micro-batch needs a forward on every stage, so more micro-batches than actions is a typo,
     // and one that would make every later pass loop over micro-batches that do not exist.
     if (s.num_microbatches > s.num_actions())
-      fail("microbatches", fmt::format("{} micro-batches, but the schedule has only {} actions", s.num_microbatches,
-                                       s.num_actions()));
+      fail("microbatches",
+           fmt::format("{} micro-batches, but the schedule has only {} actions", s.num_microbatches, s.num_actions()));
     return s;
   }
 
@@ -307,7 +308,8 @@ class ScheduleReader : public detail::JsonPathReader {
     }
   }
 
-  std::vector<CustomDependency> read_dependencies(const json& op, const std::string& key, const std::string& parent) const {
+  std::vector<CustomDependency> read_dependencies(const json& op, const std::string& key,
+                                                  const std::string& parent) const {
     std::vector<CustomDependency> out;
     if (!op.contains(key)) return out;
     const json& list = get_array(op, key, parent);
@@ -365,7 +367,8 @@ class ScheduleReader : public detail::JsonPathReader {
     s.device_actions.assign(s.num_devices, {});
     for (int d = 0; d < s.num_devices; ++d) {
       const json& row = rows[d];
-      if (!row.is_array()) fail(fmt::format("actions[{}]", d), fmt::format("expected an array, got {}", row.type_name()));
+      if (!row.is_array())
+        fail(fmt::format("actions[{}]", d), fmt::format("expected an array, got {}", row.type_name()));
       std::vector<Action>& actions = s.device_actions[d];
       actions.reserve(row.size());
       for (size_t i = 0; i < row.size(); ++i) {
@@ -387,7 +390,7 @@ class ScheduleReader : public detail::JsonPathReader {
 bool parse_action_cell(const std::string& cell, const Schedule& schedule, Action& action, std::string& error) {
   std::string reason;
   const bool ok = !cell.empty() && cell.front() == '(' ? parse_overlap_cell(cell, schedule, action, reason)
-                                                        : parse_simple_cell(cell, schedule, action, reason);
+                                                       : parse_simple_cell(cell, schedule, action, reason);
   if (!ok) error = fmt::format("cannot parse action '{}': {}", cell, reason);
   return ok;
 }
@@ -438,9 +441,9 @@ json schedule_to_json(const Schedule& schedule) {
 
 std::string write_schedule_json(const Schedule& schedule) {
   const json document = schedule_to_json(schedule);
-  constexpr std::array<std::string_view, 11> kFieldOrder{"format",    "version",        "name",
-                                                         "devices",   "microbatches",   "stages_per_pipeline",
-                                                         "pipelines", "placement",      "microbatch_pipeline",
+  constexpr std::array<std::string_view, 11> kFieldOrder{"format",     "version",      "name",
+                                                         "devices",    "microbatches", "stages_per_pipeline",
+                                                         "pipelines",  "placement",    "microbatch_pipeline",
                                                          "custom_ops", "actions"};
   std::string text = "{";
   bool first = true;

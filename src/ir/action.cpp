@@ -12,10 +12,8 @@ bool is_compute(ActionKind kind) {
     case ActionKind::W:
     case ActionKind::R:
     case ActionKind::Opt:
-    case ActionKind::Overlap:
-      return true;
-    default:
-      return false;
+    case ActionKind::Overlap: return true;
+    default: return false;
   }
 }
 

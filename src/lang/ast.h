@@ -31,9 +31,9 @@ struct Expr {
   std::string name;           // Variable, Call
   std::vector<ExprPtr> args;  // operands, arguments, list elements
   // Resolved by the checker:
-  int slot = -1;              // Variable
+  int slot = -1;  // Variable
   Builtin builtin = Builtin::None;
-  int counter = -1;           // count(K, s): the counter family of K
+  int counter = -1;  // count(K, s): the counter family of K
 };
 
 // A reference to an action kind with its arguments: `F(s, mb)`, `F(s)`, `W()`, `UNSHARD(s)`.
@@ -84,9 +84,24 @@ using StmtPtr = std::unique_ptr<Stmt>;
 using Block = std::vector<StmtPtr>;
 
 enum class StmtKind : uint8_t {
-  Param, Name, Devices, Microbatches, Stages, Pipelines,  // declarations
-  Let, Assign, For, Repeat, While, If, On, Pattern, Call, Action,
-  Op, Greedy,
+  Param,
+  Name,
+  Devices,
+  Microbatches,
+  Stages,
+  Pipelines,  // declarations
+  Let,
+  Assign,
+  For,
+  Repeat,
+  While,
+  If,
+  On,
+  Pattern,
+  Call,
+  Action,
+  Op,
+  Greedy,
 };
 
 struct Stmt {
@@ -94,19 +109,19 @@ struct Stmt {
   SourceLocation location;
   std::string name;  // Param, Let, Assign, For: variable; Pattern, Call, Op: name; Name: the schedule name
   SourceLocation name_location;
-  Op assign_op = Op::Eq;       // Assign: Eq for `=`, Add for `+=`, Sub for `-=`
-  std::vector<ExprPtr> exprs;  // see parser: the statement's expressions in source order
-  std::vector<Where> wheres;   // Param
-  bool reversed = false;       // For
+  Op assign_op = Op::Eq;                          // Assign: Eq for `=`, Add for `+=`, Sub for `-=`
+  std::vector<ExprPtr> exprs;                     // see parser: the statement's expressions in source order
+  std::vector<Where> wheres;                      // Param
+  bool reversed = false;                          // For
   PlacementForm placement = PlacementForm::Loop;  // Stages
-  Block body, else_body;       // For, Repeat, While, If, On, Pattern
-  std::vector<std::string> parameters;  // Pattern
-  std::vector<int> parameter_slots;     // Pattern
-  std::vector<ActionForm> actions;      // Action: one, or two for an overlap
+  Block body, else_body;                          // For, Repeat, While, If, On, Pattern
+  std::vector<std::string> parameters;            // Pattern
+  std::vector<int> parameter_slots;               // Pattern
+  std::vector<ActionForm> actions;                // Action: one, or two for an overlap
   OpDecl op;
   GreedyDecl greedy;
   // Resolved by the checker:
-  int slot = -1;                // Param, Let, Assign, For: the variable; Stages: s; Pipelines: mb
+  int slot = -1;                  // Param, Let, Assign, For: the variable; Stages: s; Pipelines: mb
   const Stmt* pattern = nullptr;  // Call
 };
 

@@ -31,11 +31,11 @@ int counter_family(ActionKind kind, int custom) {
 }
 
 bool builtin_kind(const std::string& name, ActionKind& kind) {
-  static const std::map<std::string, ActionKind> kinds = {
-      {"F", ActionKind::F},           {"B", ActionKind::B},           {"I", ActionKind::I},
-      {"W", ActionKind::W},           {"R", ActionKind::R},           {"OFFLOAD", ActionKind::Offload},
-      {"RELOAD", ActionKind::Reload}, {"OPT", ActionKind::Opt},       {"SEND_F", ActionKind::SendF},
-      {"RECV_F", ActionKind::RecvF},  {"SEND_B", ActionKind::SendB}, {"RECV_B", ActionKind::RecvB}};
+  static const std::map<std::string, ActionKind> kinds =
+      {{"F", ActionKind::F},           {"B", ActionKind::B},          {"I", ActionKind::I},
+       {"W", ActionKind::W},           {"R", ActionKind::R},          {"OFFLOAD", ActionKind::Offload},
+       {"RELOAD", ActionKind::Reload}, {"OPT", ActionKind::Opt},      {"SEND_F", ActionKind::SendF},
+       {"RECV_F", ActionKind::RecvF},  {"SEND_B", ActionKind::SendB}, {"RECV_B", ActionKind::RecvB}};
   auto it = kinds.find(name);
   if (it == kinds.end()) return false;
   kind = it->second;
@@ -106,8 +106,7 @@ bool valid_op_name(const std::string& name) {
 
 class Checker {
  public:
-  Checker(Program& program, std::vector<LangDiagnostic>& diagnostics)
-      : program_(program), diagnostics_(diagnostics) {}
+  Checker(Program& program, std::vector<LangDiagnostic>& diagnostics) : program_(program), diagnostics_(diagnostics) {}
 
   void run() {
     scopes_.emplace_back();
@@ -126,9 +125,8 @@ class Checker {
       if (is_declaration(stmt->kind) && stmt->kind != StmtKind::Param && stmt->kind != StmtKind::Op) {
         auto [it, fresh] = declared.emplace(stmt->kind, stmt->location);
         if (!fresh)
-          error(stmt->location,
-                fmt::format("'{}' is declared twice (first at {}:{})", keyword(stmt->kind), it->second.line,
-                            it->second.column));
+          error(stmt->location, fmt::format("'{}' is declared twice (first at {}:{})", keyword(stmt->kind),
+                                            it->second.line, it->second.column));
       }
       if (stmt->kind == StmtKind::Action && first_action == nullptr) first_action = stmt.get();
       statement(*stmt, true);
@@ -191,8 +189,8 @@ class Checker {
     return slot;
   }
 
-  void block(Block& body, std::vector<std::pair<std::string, NameKind>> bound = {},
-             std::vector<int>* slots = nullptr, SourceLocation at = {}) {
+  void block(Block& body, std::vector<std::pair<std::string, NameKind>> bound = {}, std::vector<int>* slots = nullptr,
+             SourceLocation at = {}) {
     scopes_.emplace_back();
     for (const auto& [name, kind] : bound) {
       const int slot = define(name, kind, at);
@@ -342,10 +340,11 @@ class Checker {
       form.custom = static_cast<int>(i);
       const bool stagewide = program_.ops[i]->op.stagewide;
       if (stagewide && n != 1)
-        error(form.location, fmt::format("{} is stagewide: it takes one argument, the stage (got {})", form.kind_name, n));
+        error(form.location,
+              fmt::format("{} is stagewide: it takes one argument, the stage (got {})", form.kind_name, n));
       else if (n == 0 || n > 2)
-        error(form.location, fmt::format("{} takes a stage and optionally a micro-batch (got {} arguments)",
-                                         form.kind_name, n));
+        error(form.location,
+              fmt::format("{} takes a stage and optionally a micro-batch (got {} arguments)", form.kind_name, n));
       return;
     }
     if (const Binding* b = lookup(form.kind_name); b != nullptr) {
@@ -359,9 +358,10 @@ class Checker {
     }
     std::string hint = suggestion(form.kind_name, true);
     if (valid_op_name(form.kind_name))
-      hint = fmt::format("action kinds: F B I W R OFFLOAD RELOAD OPT SEND_F RECV_F SEND_B RECV_B; declare a new one "
-                         "with `op {} {{ ... }}` before its first use",
-                         form.kind_name);
+      hint = fmt::format(
+          "action kinds: F B I W R OFFLOAD RELOAD OPT SEND_F RECV_F SEND_B RECV_B; declare a new one "
+          "with `op {} {{ ... }}` before its first use",
+          form.kind_name);
     error(form.location, fmt::format("unknown action or pattern '{}'", form.kind_name), hint);
   }
 
@@ -467,9 +467,11 @@ class Checker {
   }
 
   void call(Expr& e, bool real_allowed) {
-    static const std::map<std::string, Builtin> builtins = {
-        {"min", Builtin::Min}, {"max", Builtin::Max}, {"abs", Builtin::Abs}, {"device", Builtin::Device},
-        {"count", Builtin::Count}};
+    static const std::map<std::string, Builtin> builtins = {{"min", Builtin::Min},
+                                                            {"max", Builtin::Max},
+                                                            {"abs", Builtin::Abs},
+                                                            {"device", Builtin::Device},
+                                                            {"count", Builtin::Count}};
     auto it = builtins.find(e.name);
     if (it == builtins.end()) {
       const Binding* b = lookup(e.name);

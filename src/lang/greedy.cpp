@@ -25,7 +25,8 @@ class GreedyScheduler {
     }
     forwards_left_.assign(s_.num_devices, 0);
     cooldown_rank_.fill(static_cast<int>(policy.cooldown.size()));
-    for (size_t i = 0; i < policy.cooldown.size(); ++i) cooldown_rank_[static_cast<int>(policy.cooldown[i])] = static_cast<int>(i);
+    for (size_t i = 0; i < policy.cooldown.size(); ++i)
+      cooldown_rank_[static_cast<int>(policy.cooldown[i])] = static_cast<int>(i);
     if (policy.written()) {
       written_ = std::move(s_.device_actions);
       s_.device_actions.assign(s_.num_devices, {});
@@ -45,7 +46,8 @@ class GreedyScheduler {
     split_ = std::find(policy.prefer.begin(), policy.prefer.end(), ActionKind::W) != policy.prefer.end();
     cooling_prefer_ = policy.cooldown;
     for (ActionKind kind : policy.prefer)
-      if (cooldown_rank_[static_cast<int>(kind)] == static_cast<int>(policy.cooldown.size())) cooling_prefer_.push_back(kind);
+      if (cooldown_rank_[static_cast<int>(kind)] == static_cast<int>(policy.cooldown.size()))
+        cooling_prefer_.push_back(kind);
     device_stages_.resize(s_.num_devices);
     for (int st = 0; st < stages_; ++st) device_stages_[s_.stage_device[st]].push_back(st);
     for (int st = 0; st < stages_; ++st)
@@ -180,9 +182,10 @@ class GreedyScheduler {
   [[noreturn]] void stalled(const std::vector<int64_t>& in_flight) const {
     for (int d = 0; d < s_.num_devices; ++d)
       if (policy_.inflight[d] >= 0 && in_flight[d] >= policy_.inflight[d])
-        throw Error(fmt::format("the greedy policy stalls: no device can start an action ({} actions left); device {} "
-                                "has {} micro-batches in flight, its `inflight` limit",
-                                remaining_, d, in_flight[d]));
+        throw Error(
+            fmt::format("the greedy policy stalls: no device can start an action ({} actions left); device {} "
+                        "has {} micro-batches in flight, its `inflight` limit",
+                        remaining_, d, in_flight[d]));
     throw Error(fmt::format("the greedy policy stalls: no device can start an action ({} actions left)", remaining_));
   }
 
@@ -195,9 +198,9 @@ class GreedyScheduler {
   std::vector<int64_t> end_[kKinds];        // per kind, (stage, micro-batch): end time; kNever before it starts
   std::vector<int> first_pending_[kKinds];  // per kind, stage: no micro-batch below it is pending
   std::vector<std::vector<int>> device_stages_;
-  std::vector<int> forwards_left_;          // per device: forwards not yet started
+  std::vector<int> forwards_left_;                    // per device: forwards not yet started
   std::array<int, kNumActionKinds> cooldown_rank_{};  // per kind: position in `cooldown`, its size if absent
-  std::vector<ActionKind> cooling_prefer_;  // `cooldown`, then the rest of `prefer`
+  std::vector<ActionKind> cooling_prefer_;            // `cooldown`, then the rest of `prefer`
   // `written` only: the program's lists, which of their actions have run, the first that has not,
   // and the written position of each action run.
   std::vector<std::vector<Action>> written_;

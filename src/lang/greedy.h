@@ -10,10 +10,10 @@
 namespace flexpipe::lang {
 
 struct GreedyPolicy {
-  std::vector<ActionKind> prefer;    // most urgent first: {F, B} or {F, I, W} in any order; empty: `written`
-  std::vector<ActionKind> cooldown;  // once a device has started its last F: these kinds first, in order
+  std::vector<ActionKind> prefer;               // most urgent first: {F, B} or {F, I, W} in any order; empty: `written`
+  std::vector<ActionKind> cooldown;             // once a device has started its last F: these kinds first, in order
   std::array<int64_t, kNumActionKinds> time{};  // per kind, >= 1
-  std::vector<int64_t> inflight;     // per device: forwards started without their B / W started; < 0: no limit
+  std::vector<int64_t> inflight;  // per device: forwards started without their B / W started; < 0: no limit
   bool written() const { return prefer.empty(); }
 };
 

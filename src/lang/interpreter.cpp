@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "checker.h"
+#include "flexpipe/support/error.h"
 #include "greedy.h"
 
 namespace flexpipe::lang {
@@ -259,7 +259,7 @@ class Interpreter final : public Evaluator::State {
         require_schedule(s.location);
         if (d < 0 || d >= num_devices_)
           fail(s.exprs[0]->start, fmt::format("device {} is out of range: the program has {} devices (0..{})", d,
-                                                 num_devices_, num_devices_ - 1));
+                                              num_devices_, num_devices_ - 1));
         const int saved = current_device_;
         current_device_ = static_cast<int>(d);
         block(s.body);
@@ -303,8 +303,8 @@ class Interpreter final : public Evaluator::State {
     num_microbatches_ = static_cast<int>(bounded(*s.exprs[0], 1, kMaxMicrobatches, "the number of micro-batches"));
     padded_ = num_microbatches_;
     if (s.exprs.size() > 1)
-      padded_ = static_cast<int>(bounded(*s.exprs[1], num_microbatches_, kMaxMicrobatches,
-                                         "the padded number of micro-batches"));
+      padded_ = static_cast<int>(
+          bounded(*s.exprs[1], num_microbatches_, kMaxMicrobatches, "the padded number of micro-batches"));
   }
 
   void stages(const Stmt& s) {
@@ -317,7 +317,8 @@ class Interpreter final : public Evaluator::State {
       case PlacementForm::List: {
         const Expr& list = *s.exprs[1];
         if (static_cast<int64_t>(list.args.size()) != num_stages_)
-          fail(list.location, fmt::format("the placement lists {} devices for {} stages", list.args.size(), num_stages_));
+          fail(list.location,
+               fmt::format("the placement lists {} devices for {} stages", list.args.size(), num_stages_));
         placement_.clear();
         for (const ExprPtr& e : list.args) placement_.push_back(static_cast<int32_t>(device_value(*e)));
         return;
@@ -337,7 +338,7 @@ class Interpreter final : public Evaluator::State {
     const int64_t d = eval_.eval(e);
     if (d < 0 || d >= num_devices_)
       fail(e.start, fmt::format("device {} is out of range: the program has {} devices (0..{})", d, num_devices_,
-                                   num_devices_ - 1));
+                                num_devices_ - 1));
     return d;
   }
 
@@ -347,8 +348,8 @@ class Interpreter final : public Evaluator::State {
       fail(s.location, "'pipelines' needs the microbatches and stages declared first");
     num_pipelines_ = static_cast<int>(bounded(*s.exprs[0], 1, num_stages_, "the number of pipelines"));
     if (num_stages_ % num_pipelines_ != 0)
-      fail(s.exprs[0]->start, fmt::format("{} stages cannot form {} pipelines of equal length", num_stages_,
-                                             num_pipelines_));
+      fail(s.exprs[0]->start,
+           fmt::format("{} stages cannot form {} pipelines of equal length", num_stages_, num_pipelines_));
     if (padded_ != num_microbatches_)
       fail(s.location, "padded micro-batches and several pipelines do not mix", "drop `padded to`");
     const Expr& route = *s.exprs[1];
@@ -363,7 +364,7 @@ class Interpreter final : public Evaluator::State {
       const int64_t pipeline = eval_.eval(e);
       if (pipeline < 0 || pipeline >= num_pipelines_)
         fail(e.start, fmt::format("micro-batch {} is routed to pipeline {}, but there are {} pipelines (0..{})", mb,
-                                     pipeline, num_pipelines_, num_pipelines_ - 1));
+                                  pipeline, num_pipelines_, num_pipelines_ - 1));
       route_[mb] = static_cast<int32_t>(pipeline);
     }
   }
@@ -436,8 +437,8 @@ class Interpreter final : public Evaluator::State {
     if (args.size() == 2) {
       const int64_t mb = eval_.eval(*args[1]);
       if (mb < 0 || mb >= padded_)
-        fail(args[1]->start, fmt::format("micro-batch {} is out of range: the program has {} micro-batches (0..{})",
-                                            mb, padded_, padded_ - 1));
+        fail(args[1]->start, fmt::format("micro-batch {} is out of range: the program has {} micro-batches (0..{})", mb,
+                                         padded_, padded_ - 1));
       a.microbatch = static_cast<int>(mb);
       return counted(a, form);
     }
@@ -566,7 +567,8 @@ class Interpreter final : public Evaluator::State {
         const auto kind = std::find(std::begin(kinds), std::end(kinds), a.kind);
         if (kind == std::end(kinds))
           fail(at, fmt::format("`prefer written` runs F, B, I and W, not {}", action_text(a)),
-               fmt::format("the greedy policy at {}:{} reorders this list", greedy.location.line, greedy.location.column));
+               fmt::format("the greedy policy at {}:{} reorders this list", greedy.location.line,
+                           greedy.location.column));
         if (a.kind == ActionKind::B && whole == nullptr) whole = &a;
         if ((a.kind == ActionKind::I || a.kind == ActionKind::W) && split == nullptr) split = &a;
         if (a.kind != ActionKind::F && whole != nullptr && split != nullptr)
@@ -602,7 +604,7 @@ class Interpreter final : public Evaluator::State {
   std::vector<int32_t> placement_, route_;
   std::vector<CustomOpKind> ops_;
   bool materialized_ = false;
-  std::vector<int32_t> last_;   // per (counter family, stage): last micro-batch emitted, -1 none
+  std::vector<int32_t> last_;    // per (counter family, stage): last micro-batch emitted, -1 none
   std::vector<int64_t> counts_;  // per (counter family, stage): actions emitted
   std::vector<std::deque<std::pair<int, int>>> pending_weights_;  // per device: I's whose W() has not run
   int current_device_ = -1;
@@ -610,7 +612,9 @@ class Interpreter final : public Evaluator::State {
 
 }  // namespace
 
-int64_t evaluate_constant(const Expr& expr, std::vector<int64_t>& slots) { return Evaluator(slots, nullptr).eval(expr); }
+int64_t evaluate_constant(const Expr& expr, std::vector<int64_t>& slots) {
+  return Evaluator(slots, nullptr).eval(expr);
+}
 
 ParameterValues evaluate_parameters(const Program& program, const std::map<std::string, int64_t>& defines,
                                     std::vector<LangDiagnostic>& diagnostics) {
@@ -623,8 +627,10 @@ ParameterValues evaluate_parameters(const Program& program, const std::map<std::
     bool known = false;
     for (const StmtPtr& s : program.statements) known = known || (s->kind == StmtKind::Param && s->name == name);
     if (!known)
-      diagnostics.push_back({{}, fmt::format("unknown parameter '{}' set from outside (parameters: {})", name,
-                                             names.empty() ? "none" : names), {}});
+      diagnostics.push_back({{},
+                             fmt::format("unknown parameter '{}' set from outside (parameters: {})", name,
+                                         names.empty() ? "none" : names),
+                             {}});
   }
   Evaluator eval(out.slots, nullptr);
   for (const StmtPtr& s : program.statements) {

@@ -12,7 +12,7 @@
 namespace flexpipe::lang {
 
 struct ParameterValues {
-  std::vector<int64_t> slots;  // the frame, with every parameter's slot set
+  std::vector<int64_t> slots;                           // the frame, with every parameter's slot set
   std::vector<std::pair<const Stmt*, int64_t>> values;  // in declaration order
 };
 

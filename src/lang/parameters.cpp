@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "checker.h"
+#include "flexpipe/support/error.h"
 #include "interpreter.h"
 
 namespace flexpipe {
@@ -54,10 +54,17 @@ void bound(const Expr& e, int slot, std::vector<int64_t>& slots, ProgramParamete
   auto lower_max = [&](int64_t x) { out.max = out.max ? std::min(*out.max, x) : x; };
   switch (op) {
     case Op::Ge: raise_min(v); break;
-    case Op::Gt: if (v < INT64_MAX) raise_min(v + 1); break;
+    case Op::Gt:
+      if (v < INT64_MAX) raise_min(v + 1);
+      break;
     case Op::Le: lower_max(v); break;
-    case Op::Lt: if (v > INT64_MIN) lower_max(v - 1); break;
-    case Op::Eq: raise_min(v); lower_max(v); break;
+    case Op::Lt:
+      if (v > INT64_MIN) lower_max(v - 1);
+      break;
+    case Op::Eq:
+      raise_min(v);
+      lower_max(v);
+      break;
     default: break;
   }
 }

@@ -146,8 +146,7 @@ class Parser {
   }
 
   StmtPtr statement() {
-    while (accept_punct(";")) {
-    }
+    while (accept_punct(";")) {}
     const Token& first = peek();
     if (first.kind != TokenKind::Name)
       fail(first, fmt::format("expected a statement, found {}", describe(first)),
@@ -231,8 +230,7 @@ class Parser {
     expect_punct("{", "to open a block");
     Block body;
     for (;;) {
-      while (accept_punct(";")) {
-      }
+      while (accept_punct(";")) {}
       if (accept_punct("}")) return body;
       if (at_end()) fail(open, "this '{' is never closed", "add '}' at the end of the block");
       if (StmtPtr stmt = statement_or_recover()) body.push_back(std::move(stmt));
@@ -375,8 +373,7 @@ class Parser {
     expect_punct("{", "to open the operation's declaration");
     while (!accept_punct("}")) {
       if (at_end()) fail(open, "this '{' is never closed", "add '}' at the end of the op");
-      while (accept_punct(";")) {
-      }
+      while (accept_punct(";")) {}
       if (accept_punct("}")) break;
       const Token& field = expect_name("an op field (after, before, duration, memory, communicates, stagewide)");
       if (field.text == "after" || field.text == "before") {
@@ -406,8 +403,7 @@ class Parser {
     expect_punct("{", "to open the greedy policy");
     while (!accept_punct("}")) {
       if (at_end()) fail(open, "this '{' is never closed", "add '}' at the end of the policy");
-      while (accept_punct(";")) {
-      }
+      while (accept_punct(";")) {}
       if (accept_punct("}")) break;
       const Token& field = expect_name("a policy field (prefer, time, inflight, cooldown)");
       if (field.text == "prefer") {
@@ -524,11 +520,9 @@ class Parser {
     Op op;
     if (!comparison_op(peek(), op)) return lhs;
     const Token& at = next();
-    if (is_punct("=") && at.text != "=")
-      fail(at, fmt::format("'{}=' is not an operator", at.text));
+    if (is_punct("=") && at.text != "=") fail(at, fmt::format("'{}=' is not an operator", at.text));
     lhs = binary(op, std::move(lhs), additive(), at);
-    if (comparison_op(peek(), op))
-      fail(peek(), "comparisons do not chain", "write a < b and b < c");
+    if (comparison_op(peek(), op)) fail(peek(), "comparisons do not chain", "write a < b and b < c");
     return lhs;
   }
 
@@ -614,12 +608,15 @@ class Parser {
 }  // namespace
 
 bool is_reserved(const std::string& name) {
-  static const std::set<std::string> reserved = {
-      "param", "where", "name", "devices", "microbatches", "padded", "to", "stages", "placed", "loop", "vshape",
-      "pipelines", "route", "let", "for", "in", "reversed", "repeat", "while", "if", "else", "on", "pattern",
-      "op", "after", "before", "duration", "memory", "communicates", "stagewide", "all", "greedy", "prefer",
-      "time", "inflight", "written", "cooldown", "and", "or", "not", "count", "min", "max", "abs", "device",
-      "F", "B", "I", "W", "R", "OFFLOAD", "RELOAD", "OPT", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
+  static const std::set<std::string> reserved =
+      {"param",    "where",  "name",     "devices",   "microbatches", "padded",    "to",      "stages",
+       "placed",   "loop",   "vshape",   "pipelines", "route",        "let",       "for",     "in",
+       "reversed", "repeat", "while",    "if",        "else",         "on",        "pattern", "op",
+       "after",    "before", "duration", "memory",    "communicates", "stagewide", "all",     "greedy",
+       "prefer",   "time",   "inflight", "written",   "cooldown",     "and",       "or",      "not",
+       "count",    "min",    "max",      "abs",       "device",       "F",         "B",       "I",
+       "W",        "R",      "OFFLOAD",  "RELOAD",    "OPT",          "SEND_F",    "RECV_F",  "SEND_B",
+       "RECV_B"};
   return reserved.count(name) > 0;
 }
 

@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "checker.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
-#include "checker.h"
 #include "interpreter.h"
 
 namespace flexpipe {
@@ -33,7 +33,8 @@ CompiledProgram load_program(const std::string& path, const std::map<std::string
   return compile_program(read_text_file(path), path, defines, options);
 }
 
-std::vector<std::string> locate_diagnostics(const CompiledProgram& program, const std::vector<Diagnostic>& diagnostics) {
+std::vector<std::string> locate_diagnostics(const CompiledProgram& program,
+                                            const std::vector<Diagnostic>& diagnostics) {
   std::vector<std::string> out;
   for (const Diagnostic& d : diagnostics) {
     const SourceLocation at = program.map.at(d.device, d.position);

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "checker.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 
@@ -22,7 +22,7 @@ std::string list(const std::vector<int32_t>& values) {
 
 std::string dependency(const CustomDependency& dep) {
   const std::string kind(kind_name(dep.kind));
-  std::string stage = dep.stage_offset == 0 ? "s"
+  std::string stage = dep.stage_offset == 0  ? "s"
                       : dep.stage_offset > 0 ? fmt::format("s + {}", dep.stage_offset)
                                              : fmt::format("s - {}", -dep.stage_offset);
   if (dep.all_microbatches) return fmt::format("{}({}, all)", kind, stage);
@@ -53,7 +53,8 @@ std::string kind_text(const Schedule& s, ActionKind kind, uint16_t custom) {
 class NextMicrobatch {
  public:
   explicit NextMicrobatch(const Schedule& s)
-      : s_(s), stages_(static_cast<int>(s.stage_device.size())),
+      : s_(s),
+        stages_(static_cast<int>(s.stage_device.size())),
         last_((lang::kBuiltinCounterFamilies + s.custom_ops.size()) * std::max(stages_, 1), -1) {}
 
   // Whether `mb` is what K(stage) would name; then records it, as every action does.
@@ -82,8 +83,8 @@ std::string action_text(const Schedule& s, const Action& a, NextMicrobatch* next
     const std::string forward = half(ActionKind::F, a.stage, a.microbatch);
     return forward + " & " + half(a.sub_kind, a.stage2, a.microbatch2);
   }
-  const bool stagewide = a.kind == ActionKind::Opt ||
-                         (a.kind == ActionKind::Custom && a.custom < s.custom_ops.size() && !s.custom_ops[a.custom].per_microbatch);
+  const bool stagewide = a.kind == ActionKind::Opt || (a.kind == ActionKind::Custom && a.custom < s.custom_ops.size() &&
+                                                       !s.custom_ops[a.custom].per_microbatch);
   const std::string kind = kind_text(s, a.kind, a.custom);
   if (stagewide != (a.microbatch < 0))
     throw Error(fmt::format("action {} cannot be written as a program: {}", s.action_name(a),
@@ -201,13 +202,15 @@ std::string write_program(const Schedule& s, ProgramStyle style) {
   if (!s.microbatch_pipeline.empty())
     out += fmt::format("pipelines {} route {}\n", s.num_pipelines, list(s.microbatch_pipeline));
   else if (s.num_pipelines != 1)
-    throw Error(fmt::format("schedule '{}' has {} pipelines but no route for its micro-batches", s.name, s.num_pipelines));
+    throw Error(
+        fmt::format("schedule '{}' has {} pipelines but no route for its micro-batches", s.name, s.num_pipelines));
   for (const CustomOpKind& op : s.custom_ops) out += op_declaration(op);
   NextMicrobatch next(s);  // the counters run through the devices in the order they are written
   for (int d = 0; d < s.num_devices && d < static_cast<int>(s.device_actions.size()); ++d) {
     const auto& actions = s.device_actions[d];
     if (compact) {
-      out += actions.empty() ? fmt::format("on {} {{}}\n", d) : fmt::format("on {} {{\n{}}}\n", d, compact_device(s, actions, next));
+      out += actions.empty() ? fmt::format("on {} {{}}\n", d)
+                             : fmt::format("on {} {{\n{}}}\n", d, compact_device(s, actions, next));
       continue;
     }
     out += fmt::format("on {} {{", d);

@@ -31,7 +31,8 @@ PartitionMethod parse_partition_method(const std::string& name) {
   for (PartitionMethod m : {PartitionMethod::Dawn, PartitionMethod::Uniform, PartitionMethod::Params,
                             PartitionMethod::PipeDream, PartitionMethod::VPipe, PartitionMethod::Exhaustive})
     if (name == partition_method_name(m)) return m;
-  throw Error(fmt::format("unknown partition method '{}'; known: dawn, uniform, params, pipedream, vpipe, exhaustive", name));
+  throw Error(
+      fmt::format("unknown partition method '{}'; known: dawn, uniform, params, pipedream, vpipe, exhaustive", name));
 }
 
 std::vector<int> PartitionResult::starts() const {
@@ -145,7 +146,8 @@ class StageCost {
       if (v >= i && v < j && p_.ops.tied_to[v] >= i && p_.ops.tied_to[v] < j) parameters -= p_.ops.parameters[v];
     // What i shares with i - 1 is not shared within the range.
     const double shared = j > i ? shared_[j] - shared_[i + 1] : 0;
-    return parameters * p_.bytes_per_parameter + max_workspace(i, j) + p_.in_flight[s] * (saved_[j] - saved_[i] - shared);
+    return parameters * p_.bytes_per_parameter + max_workspace(i, j) +
+           p_.in_flight[s] * (saved_[j] - saved_[i] - shared);
   }
 
   // c_s(i, j; T); kInfinity when the range cannot fit or already computes longer than `limit`.
@@ -155,7 +157,8 @@ class StageCost {
     if (keep_all_memory(s, i, j) <= p_.budget[s]) return base;
     ++evaluations_;
     // With no period to meet only fitting matters: the least-memory program answers it in one pass.
-    if (period == kInfinity) return least_stage_memory(p_.ops, i, j, context(s, period)).memory <= p_.budget[s] ? base : kInfinity;
+    if (period == kInfinity)
+      return least_stage_memory(p_.ops, i, j, context(s, period)).memory <= p_.budget[s] ? base : kInfinity;
     const StageMemoryPlan plan = optimize_stage_memory(p_.ops, i, j, context(s, period), p_.solver);
     return plan.fits ? base + plan.added_time() : kInfinity;
   }
@@ -166,8 +169,9 @@ class StageCost {
     r.end = j;
     r.compute_time = compute(i, j);
     const StageContext c = context(s, period);
-    r.memory = optimize ? optimize_stage_memory(p_.ops, i, j, c, p_.solver)
-                        : evaluate_stage_memory(p_.ops, i, j, c, std::vector<MemoryDecision>(j - i, MemoryDecision::Keep));
+    r.memory = optimize
+                   ? optimize_stage_memory(p_.ops, i, j, c, p_.solver)
+                   : evaluate_stage_memory(p_.ops, i, j, c, std::vector<MemoryDecision>(j - i, MemoryDecision::Keep));
     r.time = r.compute_time + r.memory.added_time();
     return r;
   }
@@ -194,15 +198,16 @@ void check_problem(const PartitionProblem& problem) {
     throw Error(fmt::format("{} memory budgets for {} stages", problem.budget.size(), stages));
   if (stages > n) throw Error(fmt::format("{} stages for {} operators: every stage needs at least one", stages, n));
   if (!problem.cut_allowed.empty() && static_cast<int>(problem.cut_allowed.size()) != n + 1)
-    throw Error(fmt::format("{} cut flags for {} operators (one per cut position 0..{})", problem.cut_allowed.size(), n, n));
+    throw Error(
+        fmt::format("{} cut flags for {} operators (one per cut position 0..{})", problem.cut_allowed.size(), n, n));
   for (int k : problem.in_flight)
     if (k < 1) throw Error(fmt::format("in-flight count {} (a stage holds at least one micro-batch)", k));
 }
 
 // Every stage's decisions for the partition's own period and the bottleneck. The period is the least
 // T with max_s c_s(T) <= T (c_s falls as T grows: the transfers have longer to hide in).
-PartitionResult finish(const PartitionProblem& problem, StageCost& cost, const std::vector<int>& starts,
-                       bool optimize, PartitionMethod method) {
+PartitionResult finish(const PartitionProblem& problem, StageCost& cost, const std::vector<int>& starts, bool optimize,
+                       PartitionMethod method) {
   const int stages = problem.num_stages();
   PartitionResult result;
   result.method = method;
@@ -221,7 +226,8 @@ PartitionResult finish(const PartitionProblem& problem, StageCost& cost, const s
   if (lo == kInfinity) {
     result.stages = std::move(at_infinity);
     for (const StageResult& r : result.stages)
-      if (!r.memory.fits) result.shortfall = std::max(result.shortfall, r.memory.memory - problem.budget[&r - &result.stages[0]]);
+      if (!r.memory.fits)
+        result.shortfall = std::max(result.shortfall, r.memory.memory - problem.budget[&r - &result.stages[0]]);
     result.fits = false;
     return result;
   }
@@ -234,8 +240,10 @@ PartitionResult finish(const PartitionProblem& problem, StageCost& cost, const s
   for (int iteration = 0; iteration < 60 && hi - lo > 1e-12 * hi; ++iteration) {
     const double mid = 0.5 * (lo + hi);
     std::vector<StageResult> trial = build(mid);
-    if (worst(trial) <= mid) hi = mid, best = std::move(trial);
-    else lo = mid;
+    if (worst(trial) <= mid)
+      hi = mid, best = std::move(trial);
+    else
+      lo = mid;
   }
   result.stages = std::move(best);
   result.bottleneck = worst(result.stages);
@@ -287,8 +295,10 @@ class BinaryPartitioner {
     for (int iteration = 0; iteration < 60 && hi - lo > 1e-12 * hi; ++iteration) {
       if (p_.should_stop && p_.should_stop()) break;  // anytime: `best` is feasible at `hi`
       const double mid = 0.5 * (lo + hi);
-      if (feasible(mid, starts)) hi = mid, best = starts;
-      else lo = mid;
+      if (feasible(mid, starts))
+        hi = mid, best = starts;
+      else
+        lo = mid;
     }
     PartitionResult result;
     result.method = PartitionMethod::Dawn;
@@ -336,16 +346,20 @@ class BinaryPartitioner {
       // Longest by compute alone: compute(start, j) <= T.
       const double reach = prefix[start] + T;
       hi = std::min(hi, static_cast<int>(std::upper_bound(prefix.begin() + start, prefix.end(), reach * (1 + 1e-15)) -
-                                         prefix.begin()) - 1);
+                                         prefix.begin()) -
+                            1);
       // Shortest the later stages allow: compute(j, n) <= later * T.
       const double need = prefix[n] - later * T;
-      const int lo_cut = std::max(start + 1, static_cast<int>(std::lower_bound(prefix.begin(), prefix.end(), need * (1 - 1e-15)) -
-                                                              prefix.begin()));
+      const int lo_cut =
+          std::max(start + 1, static_cast<int>(std::lower_bound(prefix.begin(), prefix.end(), need * (1 - 1e-15)) -
+                                               prefix.begin()));
       if (hi < lo_cut) return false;
       if (!affordable(start + 1)) return false;
       int good = start + 1, bad = hi + 1;
-      if (affordable(hi)) good = hi;
-      else bad = hi;
+      if (affordable(hi))
+        good = hi;
+      else
+        bad = hi;
       while (bad - good > 1) {
         const int mid = good + (bad - good) / 2;
         (affordable(mid) ? good : bad) = mid;
@@ -391,8 +405,10 @@ class BinaryPartitioner {
       if (hi_cut < lo) return false;
       if (!affordable(end - 1)) return false;
       int good = end - 1, bad = lo - 1;
-      if (affordable(lo)) good = lo;
-      else bad = lo;
+      if (affordable(lo))
+        good = lo;
+      else
+        bad = lo;
       while (good - bad > 1) {
         const int mid = bad + (good - bad) / 2;
         (affordable(mid) ? good : bad) = mid;
@@ -419,7 +435,9 @@ class BinaryPartitioner {
       StageContext everything = cost_.context(0, kInfinity);
       everything.in_flight = k;
       const int n = cost_.size();
-      extra_hi = std::max(1.0, evaluate_stage_memory(p_.ops, 0, n, everything, std::vector<MemoryDecision>(n, MemoryDecision::Keep)).memory);
+      extra_hi = std::max(1.0, evaluate_stage_memory(p_.ops, 0, n, everything,
+                                                     std::vector<MemoryDecision>(n, MemoryDecision::Keep))
+                                   .memory);
     }
     PartitionProblem relaxed = p_;
     auto fits_with = [&](double extra) {
@@ -430,7 +448,8 @@ class BinaryPartitioner {
     };
     for (int doublings = 0; !fits_with(extra_hi); ++doublings) {
       // Unlimited memory always fits unless the allowed cuts leave too few places to cut.
-      if (doublings > 64) throw Error(fmt::format("no partition into {} stages cuts only where cuts are allowed", p_.num_stages()));
+      if (doublings > 64)
+        throw Error(fmt::format("no partition into {} stages cuts only where cuts are allowed", p_.num_stages()));
       extra_hi *= 2;
     }
     for (int iteration = 0; iteration < 60 && extra_hi - extra_lo > 1e-6 * extra_hi; ++iteration) {
@@ -455,8 +474,10 @@ PartitionResult exhaustive(const PartitionProblem& problem) {
   const int n = problem.ops.size(), stages = problem.num_stages();
   // C(n-1, S-1) partitions, each bisected on its period: a reference for small graphs only.
   if (n > 40 || stages > 6)
-    throw Error(fmt::format("exhaustive search is for graphs of up to 40 operators and 6 stages (this one: {} and {}); "
-                            "use --method dawn", n, stages));
+    throw Error(
+        fmt::format("exhaustive search is for graphs of up to 40 operators and 6 stages (this one: {} and {}); "
+                    "use --method dawn",
+                    n, stages));
   StageCost cost(problem);
   PartitionResult best;
   best.method = PartitionMethod::Exhaustive;
@@ -609,14 +630,16 @@ PartitionResult vpipe(const PartitionProblem& problem, StageCost& cost, const st
 
 }  // namespace
 
-PartitionResult evaluate_partition(const PartitionProblem& problem, const std::vector<int>& starts, bool optimize_memory) {
+PartitionResult evaluate_partition(const PartitionProblem& problem, const std::vector<int>& starts,
+                                   bool optimize_memory) {
   check_problem(problem);
   const int stages = problem.num_stages(), n = problem.ops.size();
   if (static_cast<int>(starts.size()) != stages + 1 || starts.front() != 0 || starts.back() != n)
     throw Error(fmt::format("a partition of {} operators into {} stages needs {} boundaries from 0 to {}", n, stages,
                             stages + 1, n));
   for (int s = 0; s < stages; ++s)
-    if (starts[s + 1] <= starts[s]) throw Error(fmt::format("stage {} is empty (operators [{}, {}))", s, starts[s], starts[s + 1]));
+    if (starts[s + 1] <= starts[s])
+      throw Error(fmt::format("stage {} is empty (operators [{}, {}))", s, starts[s], starts[s + 1]));
   StageCost cost(problem);
   if (optimize_memory) return finish(problem, cost, starts, true, PartitionMethod::Dawn);
   PartitionResult result;

@@ -25,7 +25,8 @@ Partition plan_partition(const PartitionPlan& plan, const CostGraph& graph, cons
   }
 }
 
-std::vector<MemoryDecision> plan_decisions(const PartitionPlan& plan, const CostGraph& graph, const std::string& origin) {
+std::vector<MemoryDecision> plan_decisions(const PartitionPlan& plan, const CostGraph& graph,
+                                           const std::string& origin) {
   const Partition partition = plan_partition(plan, graph, origin);
   std::unordered_map<std::string, int> index;
   for (size_t v = 0; v < graph.nodes.size(); ++v) index.emplace(graph.nodes[v].name, static_cast<int>(v));
@@ -37,7 +38,8 @@ std::vector<MemoryDecision> plan_decisions(const PartitionPlan& plan, const Cost
       for (const std::string& name : *names) {
         const auto found = index.find(name);
         if (found == index.end())
-          throw Error(fmt::format("{}: stages[{}].{}: '{}' is not an operator of '{}'", origin, k, key, name, graph.name));
+          throw Error(
+              fmt::format("{}: stages[{}].{}: '{}' is not an operator of '{}'", origin, k, key, name, graph.name));
         if (partition.stage_of_node[found->second] != static_cast<int>(k))
           throw Error(fmt::format("{}: stages[{}].{}: operator '{}' belongs to stage {}", origin, k, key, name,
                                   partition.stage_of_node[found->second]));

@@ -47,7 +47,8 @@ std::vector<int> chunks_sharing_device(const Schedule& schedule) {
   for (int s = 0; s < schedule.num_stages(); ++s) ++per_device[schedule.stage_device[s]];
   std::vector<int> chunks(schedule.stages_per_pipeline, 1);
   for (int s = 0; s < schedule.num_stages(); ++s)
-    chunks[schedule.chunk_of_stage(s)] = std::max(chunks[schedule.chunk_of_stage(s)], per_device[schedule.stage_device[s]]);
+    chunks[schedule.chunk_of_stage(s)] =
+        std::max(chunks[schedule.chunk_of_stage(s)], per_device[schedule.stage_device[s]]);
   return chunks;
 }
 
@@ -79,7 +80,8 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
   }
   if (shares) {
     ops.shared.resize(n);
-    for (int i = 0; i < n; ++i) ops.shared[i] = graph.nodes[i].shared_saved_bytes.at(shape.microbatch_size, shape.seq_len);
+    for (int i = 0; i < n; ++i)
+      ops.shared[i] = graph.nodes[i].shared_saved_bytes.at(shape.microbatch_size, shape.seq_len);
   }
   for (const TensorEdge& edge : graph.edges)
     ops.inputs[edge.to].push_back({edge.from, edge.bytes.at(shape.microbatch_size, shape.seq_len)});

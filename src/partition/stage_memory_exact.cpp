@@ -14,32 +14,35 @@ namespace {
 // A partial assignment of the operators so far. Its memory at the end is memory + largest plus the
 // offloaded copies; largest may still grow while the open segment does.
 struct Point {
-  double memory;     // fixed part, k * (kept + checkpoints), and every rebuilt byte when the backward is split
-  double largest;    // the largest recompute segment so far, the open one included (whole backward only)
-  double open;       // the open segment's bytes when the last operator is recomputed (whole backward only)
-  int start;         // the open segment's first operator, -1 when none: later checkpoints depend on it
+  double memory;   // fixed part, k * (kept + checkpoints), and every rebuilt byte when the backward is split
+  double largest;  // the largest recompute segment so far, the open one included (whole backward only)
+  double open;     // the open segment's bytes when the last operator is recomputed (whole backward only)
+  int start;       // the open segment's first operator, -1 when none: later checkpoints depend on it
   double recompute;
-  double offload;    // bytes; their copies depend on the total, so they are charged at the end
-  int parent;        // index into the arena, -1 at the start
+  double offload;  // bytes; their copies depend on the total, so they are charged at the end
+  int parent;      // index into the arena, -1 at the start
   MemoryDecision decision;
 };
 
-double objective(const Point& p, const StageContext& context) { return p.recompute + offload_penalty(p.offload, context); }
+double objective(const Point& p, const StageContext& context) {
+  return p.recompute + offload_penalty(p.offload, context);
+}
 
 // Whatever the remaining operators decide, both points pay the same for it, and then p is never worse
 // than q. Final memory is memory + max(largest, S) for the largest segment S still to come (S grows
 // with open), which is no more for p at every S when p holds no more now (memory + largest) and no
 // more besides its segments (memory).
 bool dominates(const Point& p, const Point& q) {
-  return p.start == q.start && p.memory <= q.memory && p.memory + p.largest <= q.memory + q.largest && p.open <= q.open &&
-         p.recompute <= q.recompute && p.offload <= q.offload;
+  return p.start == q.start && p.memory <= q.memory && p.memory + p.largest <= q.memory + q.largest &&
+         p.open <= q.open && p.recompute <= q.recompute && p.offload <= q.offload;
 }
 
 // Removes points another point of the same set dominates; sorts by the memory they hold so far.
 void keep_pareto(std::vector<int>& set, const std::vector<Point>& arena) {
   auto key = [&](int i) {
     const Point& p = arena[i];
-    return std::array<double, 7>{double(p.start), p.memory + p.largest, p.memory, p.largest, p.open, p.recompute, p.offload};
+    return std::array<double, 7>{double(p.start), p.memory + p.largest, p.memory, p.largest,
+                                 p.open,          p.recompute,          p.offload};
   };
   // Only points of one open segment compare; within one, lexicographic order puts every dominating
   // point before the points it dominates.
@@ -242,8 +245,7 @@ bool same_shape(const OperatorTable& ops, int stage_begin, int a, int b, int n, 
   for (int i = 0; i < n; ++i) {
     const int u = a + i, v = b + i;
     if (ops.saved[u] != ops.saved[v] || ops.saved_once(stage_begin, u) != ops.saved_once(stage_begin, v) ||
-        can_offload(ops, u, context) != can_offload(ops, v, context) ||
-        ops.inputs[u].size() != ops.inputs[v].size())
+        can_offload(ops, u, context) != can_offload(ops, v, context) || ops.inputs[u].size() != ops.inputs[v].size())
       return false;
     for (size_t j = 0; j < ops.inputs[u].size(); ++j) {
       const OperatorTable::InEdge &x = ops.inputs[u][j], &y = ops.inputs[v][j];
@@ -297,7 +299,8 @@ StageMemoryPlan least_memory_holding_checkpoints_one_way(const OperatorTable& op
     const std::vector<LayerOption>& options = options_of(l);
     memory += options[0].memory;
     floor = std::max(floor, options[0].largest);
-    for (size_t i = 1; i < options.size(); ++i) steps.push_back({options[i].largest, static_cast<int>(l), static_cast<int>(i)});
+    for (size_t i = 1; i < options.size(); ++i)
+      steps.push_back({options[i].largest, static_cast<int>(l), static_cast<int>(i)});
   }
   std::sort(steps.begin(), steps.end(), [](const Step& a, const Step& b) { return a.largest < b.largest; });
   std::vector<int> current = chosen;

@@ -16,8 +16,7 @@ namespace {
 double checkpoint_bound(const OperatorTable& ops, int v, int segment_start) {
   double bytes = 0;
   for (const OperatorTable::InEdge& in : ops.inputs[v])
-    if (in.from < segment_start)
-      bytes += ops.output.empty() ? in.bytes : std::min(ops.output[in.from], in.bytes);
+    if (in.from < segment_start) bytes += ops.output.empty() ? in.bytes : std::min(ops.output[in.from], in.bytes);
   return bytes;
 }
 
@@ -55,7 +54,8 @@ double take_hidden_offloads(GreedyState& s, double deficit) {
     if (deficit <= 0) break;
     const double bytes = sharing ? s.held_alone(v, MemoryDecision::Offload) : s.ops.saved[v];
     const double kept = sharing ? s.held_alone(v, MemoryDecision::Keep) : s.ops.saved[v];
-    const double gain = k * kept - (offloaded_held(s.offloaded + bytes, s.context) - offloaded_held(s.offloaded, s.context));
+    const double gain =
+        k * kept - (offloaded_held(s.offloaded + bytes, s.context) - offloaded_held(s.offloaded, s.context));
     if (offload_penalty(s.offloaded + bytes, s.context) > 0 || gain <= 0) continue;
     s.d[v - s.begin] = MemoryDecision::Offload;
     s.offloaded += bytes;
@@ -86,8 +86,8 @@ SegmentProfile profile_segments(const GreedyState& s) {
   for (int v = s.end - 1; v >= s.begin; --v)
     if (s.is(v, MemoryDecision::Recompute))
       p.from[v - s.begin] = s.ops.saved[v] + (s.is(v + 1, MemoryDecision::Recompute) && s.continues(v + 1)
-                                                   ? p.from[v + 1 - s.begin] - s.shared_with_next(v)
-                                                   : 0);
+                                                  ? p.from[v + 1 - s.begin] - s.shared_with_next(v)
+                                                  : 0);
   return p;
 }
 
@@ -114,8 +114,8 @@ GreedyMove best_move_of(const GreedyState& s, double deficit) {
   double best_cost = kInfinity, best_ratio = 0, climb_ratio = 0;
   bool best_closes = false;
   // Inlined: it runs for every chain the inner loop prices (the partitioner's hot path).
-  auto consider = [&](double gain, double cost, int a, int b, bool offload,
-                      double rebuilt = 0) __attribute__((always_inline)) {
+  auto consider = [&](double gain, double cost, int a, int b, bool offload, double rebuilt = 0)
+      __attribute__((always_inline)) {
     if (gain <= 0) {
       if (offload || gain + rebuilt <= 0 || cost <= 0) return;
       const double ratio = (gain + rebuilt) / cost;
@@ -148,7 +148,8 @@ GreedyMove best_move_of(const GreedyState& s, double deficit) {
     const double left = joins_left ? segments.into[a - 1 - s.begin] : 0;
     const int start = joins_left ? segments.start[a - 1 - s.begin] : a;
     double kept = 0, chain = 0, checkpoints = 0, compute = 0, moved = 0;
-    for (int b = a; b < s.end && b < a + kLongestChain && s.is(b, MemoryDecision::Keep) && (b == a || ops.same_layer(b - 1, b));
+    for (int b = a;
+         b < s.end && b < a + kLongestChain && s.is(b, MemoryDecision::Keep) && (b == a || ops.same_layer(b - 1, b));
          ++b) {
       // What b holds besides a predecessor kept (before the move) or rebuilt with it (after).
       const double shared = Sharing ? ops.shared_in_stage(s.begin, b) : 0;
@@ -225,7 +226,8 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
     s.offloaded = now.offload_bytes;  // offloaded checkpoints included
     const GreedyMove move = best_move(s, deficit);
     if (move.a < 0) break;
-    for (int v = move.a; v <= move.b; ++v) s.d[v - begin] = move.offload ? MemoryDecision::Offload : MemoryDecision::Recompute;
+    for (int v = move.a; v <= move.b; ++v)
+      s.d[v - begin] = move.offload ? MemoryDecision::Offload : MemoryDecision::Recompute;
     deficit -= move.gain;
   }
   plan = s.evaluate();

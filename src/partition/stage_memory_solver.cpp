@@ -21,10 +21,12 @@ namespace {
 StageMemoryPlan optimize_holding_checkpoints_one_way(const OperatorTable& ops, int begin, int end,
                                                      const StageContext& context, MemorySolver solver) {
   StageMemoryPlan plan;
-  if (solver == MemorySolver::Exact) plan = detail::solve_exact(ops, begin, end, context, detail::kMaxParetoPoints);
+  if (solver == MemorySolver::Exact)
+    plan = detail::solve_exact(ops, begin, end, context, detail::kMaxParetoPoints);
   else if (solver == MemorySolver::Auto && end - begin <= kExactSolverOperators)
     plan = detail::solve_exact(ops, begin, end, context, detail::kAutoParetoPoints);
-  else plan = detail::solve_greedy(ops, begin, end, context);
+  else
+    plan = detail::solve_greedy(ops, begin, end, context);
   if (!plan.fits && context.allow_offload && context.allow_recompute) {
     // The greedy never recomputes what it chose to offload, and offloading saves at most the copies
     // the transfers do not hold: without offloading it may still fit.
@@ -79,8 +81,9 @@ StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end,
 StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& stage_context,
                                       MemorySolver solver) {
   const StageContext context = detail::checked_stage_context(ops, begin, end, stage_context);
-  return either_way(context,
-                    [&](const StageContext& c) { return optimize_holding_checkpoints_one_way(ops, begin, end, c, solver); });
+  return either_way(context, [&](const StageContext& c) {
+    return optimize_holding_checkpoints_one_way(ops, begin, end, c, solver);
+  });
 }
 
 }  // namespace flexpipe

@@ -86,13 +86,16 @@ FixedMemory fixed_memory(const OperatorTable& ops, int begin, int end, const Sta
 // with more micro-batches in flight.
 inline bool can_offload(const OperatorTable& ops, int v, const StageContext& context) {
   const int least_in_flight = context.offload_checkpoints ? 2 : 4;
-  return context.allow_offload && context.host_bandwidth > 0 && context.in_flight >= least_in_flight && ops.saved[v] > 0;
+  return context.allow_offload && context.host_bandwidth > 0 && context.in_flight >= least_in_flight &&
+         ops.saved[v] > 0;
 }
 
 // Where the checkpoints of a recomputed operator go: k copies on the device, or offloaded bytes.
 inline void add_checkpoints(double bytes, const StageContext& context, double& memory, double& offload) {
-  if (context.offload_checkpoints) offload += bytes;
-  else memory += context.in_flight * bytes;
+  if (context.offload_checkpoints)
+    offload += bytes;
+  else
+    memory += context.in_flight * bytes;
 }
 
 }  // namespace flexpipe::detail

@@ -8,8 +8,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
 
 namespace flexpipe::runtime {
@@ -57,9 +57,11 @@ void write_rank_checkpoint(const std::string& path, const RankCheckpoint& checkp
   for (const auto& [name, tensor] : checkpoint.tensors) {
     const at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
     const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-    header["tensors"].push_back(
-        {{"name", name}, {"dtype", dtype_name(t.scalar_type())}, {"shape", t.sizes().vec()}, {"offset", data.size()},
-         {"bytes", bytes}});
+    header["tensors"].push_back({{"name", name},
+                                 {"dtype", dtype_name(t.scalar_type())},
+                                 {"shape", t.sizes().vec()},
+                                 {"offset", data.size()},
+                                 {"bytes", bytes}});
     data.append(static_cast<const char*>(t.data_ptr()), bytes);
   }
   header["checksum"] = fmt::format("{:016x}", fnv1a(data.data(), data.size()));
@@ -95,9 +97,11 @@ RankCheckpoint read_rank_checkpoint(const std::string& path) {
       const auto shape = entry.at("shape").get<std::vector<int64_t>>();
       const size_t offset = entry.at("offset").get<size_t>(), bytes = entry.at("bytes").get<size_t>();
       if (offset + bytes > data.size()) throw Error(fmt::format("{}: tensor data runs past the end of the file", path));
-      at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype_named(entry.at("dtype").get<std::string>(), path)));
+      at::Tensor t =
+          at::empty(shape, at::TensorOptions().dtype(dtype_named(entry.at("dtype").get<std::string>(), path)));
       if (static_cast<size_t>(t.numel()) * t.element_size() != bytes)
-        throw Error(fmt::format("{}: tensor {} has {} bytes for its shape", path, entry.at("name").get<std::string>(), bytes));
+        throw Error(
+            fmt::format("{}: tensor {} has {} bytes for its shape", path, entry.at("name").get<std::string>(), bytes));
       std::memcpy(t.data_ptr(), data.data() + offset, bytes);
       checkpoint.tensors.emplace_back(entry.at("name").get<std::string>(), t);
     }

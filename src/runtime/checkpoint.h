@@ -18,7 +18,7 @@
 namespace flexpipe::runtime {
 
 struct RankCheckpoint {
-  int step = 0;             // the next step to run
+  int step = 0;  // the next step to run
   int optimizer_steps = 0;
   nlohmann::json identity;  // what must match to resume: model, schedule, seed, devices, replicas
   std::vector<std::pair<std::string, at::Tensor>> tensors;

@@ -34,7 +34,8 @@ DataSource DataSource::synthetic(int vocab, uint64_t seed) {
 DataSource DataSource::text_file(const std::string& path, uint64_t seed) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("{}: cannot open the data file", path));
-  auto bytes = std::make_shared<std::vector<uint8_t>>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  auto bytes =
+      std::make_shared<std::vector<uint8_t>>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   if (in.bad()) throw Error(fmt::format("{}: read error", path));
   DataSource source;
   source.vocab_ = 256;

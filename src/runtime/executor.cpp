@@ -30,16 +30,17 @@ Executor::State::State(const Schedule& s, const ModelPlan& p, Transport& t, cons
     throw Error(fmt::format("schedule {} runs on {} devices but the job has {} ranks", schedule.name,
                             schedule.num_devices, transport.world_size()));
   if (plan.num_chunks() != schedule.stages_per_pipeline)
-    throw Error(fmt::format("schedule {} has {} stages per pipeline but the model is cut into {} chunks",
-                            schedule.name, schedule.stages_per_pipeline, plan.num_chunks()));
+    throw Error(fmt::format("schedule {} has {} stages per pipeline but the model is cut into {} chunks", schedule.name,
+                            schedule.stages_per_pipeline, plan.num_chunks()));
   for (const CustomOpKind& op : schedule.custom_ops) {
     const Hook* hook = registry.find(op.name);
     if (hook == nullptr) {
       std::string known;
       for (const std::string& n : registry.names()) known += (known.empty() ? "" : ", ") + n;
-      throw Error(fmt::format("schedule {} uses operation {} but no hook is registered for it (registered: {}); "
-                              "map it with --hook {}=noop|log|sleep:MS", schedule.name, op.name,
-                              known.empty() ? "none" : known, op.name));
+      throw Error(
+          fmt::format("schedule {} uses operation {} but no hook is registered for it (registered: {}); "
+                      "map it with --hook {}=noop|log|sleep:MS",
+                      schedule.name, op.name, known.empty() ? "none" : known, op.name));
     }
     hooks.push_back(hook);
   }
@@ -62,9 +63,9 @@ Executor::State::State(const Schedule& s, const ModelPlan& p, Transport& t, cons
   local_of_stage.assign(schedule.num_stages(), -1);
   const std::vector<char> split_stages = split_backward_stages(schedule);
   // Without decisions R reruns every operator, one layer at a time.
-  const std::vector<int> segments = recompute_segments(
-      plan.graph, plan.partition,
-      decisions.empty() ? std::vector<MemoryDecision>(nodes, MemoryDecision::Recompute) : decisions);
+  const std::vector<int> segments =
+      recompute_segments(plan.graph, plan.partition,
+                         decisions.empty() ? std::vector<MemoryDecision>(nodes, MemoryDecision::Recompute) : decisions);
   for (int s = 0; s < schedule.num_stages(); ++s) {
     if (schedule.stage_device[s] != rank) continue;
     local_of_stage[s] = static_cast<int>(locals.size());
@@ -143,8 +144,9 @@ void Executor::State::execute(const Action& a) {
     }
     case ActionKind::RecvF: {
       const int prev = schedule.prev_stage(a.stage);
-      local(a.stage).recv_forward[a.microbatch] = post_recv(crossing_shapes[local(a.stage).chunk],
-                                                            schedule.stage_device[prev], forward_tag(a.stage, a.microbatch), a);
+      local(a.stage).recv_forward[a.microbatch] =
+          post_recv(crossing_shapes[local(a.stage).chunk], schedule.stage_device[prev],
+                    forward_tag(a.stage, a.microbatch), a);
       break;
     }
     case ActionKind::SendB: {
@@ -233,7 +235,8 @@ void Executor::load_state(const std::vector<std::pair<std::string, at::Tensor>>&
 StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch, double learning_rate) {
   State& s = *state_;
   if (static_cast<int>(batch.size()) != s.microbatches)
-    throw Error(fmt::format("step {}: {} micro-batches of data for a schedule of {}", step, batch.size(), s.microbatches));
+    throw Error(
+        fmt::format("step {}: {} micro-batches of data for a schedule of {}", step, batch.size(), s.microbatches));
   at::NoGradGuard no_grad;
   s.step = step;
   s.batch = &batch;
@@ -247,8 +250,8 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
   try {
     s.transport.barrier(s.options.timeout);
   } catch (const std::exception& e) {
-    throw PeerFailure(fmt::format("rank {}: step {}: waiting for every rank at the start of the step: {}", s.me, step,
-                                  e.what()));
+    throw PeerFailure(
+        fmt::format("rank {}: step {}: waiting for every rank at the start of the step: {}", s.me, step, e.what()));
   }
   const Clock::time_point start = Clock::now();
   auto since_start = [&] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(); };
@@ -266,7 +269,8 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
     if (s.options.record_trace) report.trace.push_back({s.action_index, begin, end, s.waited_ns});
   }
   for (auto& p : s.sends)
-    s.wait(*p.transfer, fmt::format("{}: send to rank {} did not complete", p.posted_by, s.transport.global_rank(p.peer)));
+    s.wait(*p.transfer,
+           fmt::format("{}: send to rank {} did not complete", p.posted_by, s.transport.global_rank(p.peer)));
   report.actions = static_cast<int64_t>(actions.size());
   s.sends.clear();
   s.synchronise_replicas();

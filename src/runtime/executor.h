@@ -62,10 +62,10 @@ struct StepReport {
   std::vector<ActionRecord> trace;  // this rank's actions
   int64_t peak_saved_bytes = 0;     // held for backward passes, device side: saved tensors and recompute checkpoints
   int64_t peak_offloaded_bytes = 0;
-  double seconds = 0;               // this rank's step, from the barrier to the last wait
-  double grad_norm = 0;             // global gradient norm before clipping (0 unless clipping)
-  int64_t overhead_ns = 0;          // summed over actions: neither computing, posting nor waiting for a transfer
-  int64_t actions = 0;              // actions run
+  double seconds = 0;       // this rank's step, from the barrier to the last wait
+  double grad_norm = 0;     // global gradient norm before clipping (0 unless clipping)
+  int64_t overhead_ns = 0;  // summed over actions: neither computing, posting nor waiting for a transfer
+  int64_t actions = 0;      // actions run
 };
 
 class Executor {

@@ -83,8 +83,8 @@ struct Executor::State {
   Transport& transport;
   ExecutorOptions options;
   std::vector<const Hook*> hooks;  // per custom operation kind
-  int rank = 0;  // the device this rank runs, its position in the pipeline group
-  int me = 0;    // its job-wide rank, for messages
+  int rank = 0;                    // the device this rank runs, its position in the pipeline group
+  int me = 0;                      // its job-wide rank, for messages
   int microbatches = 0;
   std::vector<int> local_of_stage;  // global stage -> index into locals, -1 elsewhere
   std::vector<Local> locals;

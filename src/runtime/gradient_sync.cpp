@@ -145,7 +145,8 @@ double Executor::State::clip_gradients() {
   try {
     transport.all_reduce_sum(total, options.timeout);
   } catch (const std::exception& e) {
-    throw PeerFailure(fmt::format("rank {}: step {}: summing the gradient norm over all ranks: {}", me, step, e.what()));
+    throw PeerFailure(
+        fmt::format("rank {}: step {}: summing the gradient norm over all ranks: {}", me, step, e.what()));
   }
   const double norm = std::sqrt(total.item<double>());
   const double coefficient = std::min(1.0, options.max_grad_norm / (norm + 1e-6));

@@ -10,9 +10,7 @@
 
 namespace flexpipe::runtime {
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 ModelPlan make_model_plan(const ModelConfig& config, const Partition& partition, int microbatch_size,
                           at::ScalarType dtype, uint64_t seed) {
@@ -35,7 +33,8 @@ ModelPlan make_model_plan(const ModelConfig& config, const Partition& partition,
   plan.crossing = boundary_tensors(plan.graph, partition);
   for (int k = 0; k < partition.num_stages; ++k)
     if (plan.starts[k] == plan.starts[k + 1])
-      throw Error(fmt::format("partition: model chunk {} holds no operator; the runtime needs at least one per chunk", k));
+      throw Error(
+          fmt::format("partition: model chunk {} holds no operator; the runtime needs at least one per chunk", k));
   plan.microbatch_size = microbatch_size;
   plan.seq_len = config.seq_len;
   plan.dtype = dtype;
@@ -65,7 +64,8 @@ std::vector<int64_t> output_shape(const ModelPlan& plan, int node) {
 }
 
 std::vector<MicroBatchData> make_batch(const ModelPlan& plan, int microbatches, int step) {
-  return DataSource::synthetic(plan.shape.vocab, plan.seed).batch(step, 0, microbatches, plan.microbatch_size, plan.seq_len);
+  return DataSource::synthetic(plan.shape.vocab, plan.seed)
+      .batch(step, 0, microbatches, plan.microbatch_size, plan.seq_len);
 }
 
 }  // namespace flexpipe::runtime

@@ -78,8 +78,8 @@ class LayerNorm final : public Operator {
     add_parameter(std::move(params[1]));
   }
   at::Tensor forward(const std::vector<at::Tensor>& inputs, const MicroBatchData&, Saved& saved) const override {
-    auto [y, mean, rstd] = at::native_layer_norm(inputs[0], {parameters()[0].size(0)}, parameters()[0],
-                                                 parameters()[1], kNormEpsilon);
+    auto [y, mean, rstd] =
+        at::native_layer_norm(inputs[0], {parameters()[0].size(0)}, parameters()[0], parameters()[1], kNormEpsilon);
     saved.tensors = {inputs[0], mean, rstd};
     return y;
   }
@@ -217,7 +217,8 @@ class AttentionValues final : public Operator {
     const at::Tensor &p = saved.tensors[0], &qkv = saved.tensors[1];
     const at::Tensor v = split_.part(qkv, 2);
     const at::Tensor g = grad.view({qkv.size(0), qkv.size(1), split_.heads, split_.head_dim}).transpose(1, 2);
-    return {g.matmul(v.transpose(-2, -1)), split_.merge(qkv, at::Tensor(), at::Tensor(), p.transpose(-2, -1).matmul(g))};
+    return {g.matmul(v.transpose(-2, -1)),
+            split_.merge(qkv, at::Tensor(), at::Tensor(), p.transpose(-2, -1).matmul(g))};
   }
 
  private:
@@ -271,7 +272,8 @@ class Rope final : public Operator {
     return turn(inputs[0].narrow(2, 0, rotated_width()), 1);
   }
   std::vector<at::Tensor> backward_input(const at::Tensor& grad, const Saved&) const override {
-    const at::Tensor values = at::zeros({grad.size(0), grad.size(1), shape_.kv_heads * shape_.head_dim()}, grad.options());
+    const at::Tensor values =
+        at::zeros({grad.size(0), grad.size(1), shape_.kv_heads * shape_.head_dim()}, grad.options());
     return {at::cat({turn(grad, -1), values}, 2)};
   }
 
@@ -323,8 +325,8 @@ class CrossEntropy final : public Operator {
   }
   std::vector<at::Tensor> backward_input(const at::Tensor& grad, const Saved& saved) const override {
     const at::Tensor &log_probs = saved.tensors[0], &targets = saved.tensors[1];
-    const at::Tensor d_log_probs = at::nll_loss_backward(grad, log_probs, targets.reshape({-1}), {}, at::Reduction::Mean,
-                                                         kIgnoreIndex, saved.tensors[2]);
+    const at::Tensor d_log_probs = at::nll_loss_backward(grad, log_probs, targets.reshape({-1}), {},
+                                                         at::Reduction::Mean, kIgnoreIndex, saved.tensors[2]);
     const at::Tensor d_logits = at::_log_softmax_backward_data(d_log_probs, log_probs, 1, log_probs.scalar_type());
     return {d_logits.view({targets.size(0), targets.size(1), log_probs.size(1)})};
   }
@@ -345,8 +347,7 @@ std::vector<int64_t> linear_sizes(const std::string& name, const OperatorShape& 
 
 int64_t Saved::bytes() const {
   int64_t total = 0;
-  for (const at::Tensor& t : tensors)
-    total += tensor_bytes(t);
+  for (const at::Tensor& t : tensors) total += tensor_bytes(t);
   return total;
 }
 
@@ -383,7 +384,8 @@ std::unique_ptr<Operator> make_operator(const CostGraph& graph, int node, const 
                                         at::ScalarType dtype) {
   const OperatorNode& n = graph.nodes[node];
   std::vector<at::Tensor> params = initial_parameters(graph, node, shape, seed, dtype);
-  if (n.kind == "embedding") return std::make_unique<Embedding>(n.name, n.name.ends_with(".position"), std::move(params));
+  if (n.kind == "embedding")
+    return std::make_unique<Embedding>(n.name, n.name.ends_with(".position"), std::move(params));
   if (n.kind == "add") {
     size_t inputs = 0;
     for (const TensorEdge& e : graph.edges) inputs += e.to == node;
@@ -391,7 +393,8 @@ std::unique_ptr<Operator> make_operator(const CostGraph& graph, int node, const 
   }
   if (n.kind == "layernorm") return std::make_unique<LayerNorm>(n.name, std::move(params));
   if (n.kind == "linear") {
-    if (linear_sizes(n.name, shape).empty()) throw Error(fmt::format("runtime: no shape known for linear operator '{}'", n.name));
+    if (linear_sizes(n.name, shape).empty())
+      throw Error(fmt::format("runtime: no shape known for linear operator '{}'", n.name));
     return std::make_unique<Linear>(n.name, std::move(params));
   }
   if (n.kind == "rmsnorm") return std::make_unique<RmsNorm>(n.name, std::move(params));
@@ -406,4 +409,3 @@ std::unique_ptr<Operator> make_operator(const CostGraph& graph, int node, const 
 }
 
 }  // namespace flexpipe::runtime
-

@@ -79,8 +79,8 @@ Executor::State::Pending Executor::State::post_recv(const std::vector<std::vecto
 
 std::vector<at::Tensor> Executor::State::take(Pending& p, const std::vector<std::vector<int64_t>>& shapes,
                                               const std::string& use) {
-  wait(*p.transfer, fmt::format("{}: waiting for rank {} (receive posted at {})", use, transport.global_rank(p.peer),
-                                p.posted_by));
+  wait(*p.transfer,
+       fmt::format("{}: waiting for rank {} (receive posted at {})", use, transport.global_rank(p.peer), p.posted_by));
   std::vector<at::Tensor> tensors = unpack(p.buffer, shapes);
   p = Pending{};
   return tensors;

@@ -4,13 +4,13 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "flexpipe/interop/cost_graph_json.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/runtime/entry.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/exit_status.h"
-#include "flexpipe/interop/schedule_io.h"
-#include "flexpipe/train/trainable_model.h"
-#include "flexpipe/runtime/entry.h"
 #include "flexpipe/support/files.h"
-#include "flexpipe/interop/cost_graph_json.h"
+#include "flexpipe/train/trainable_model.h"
 #include "profiler.h"
 
 namespace flexpipe::runtime {
@@ -18,8 +18,8 @@ namespace {
 
 int profile(const ProfileRequest& request) {
   if (request.repeats < 1 || request.warmup < 0)
-    throw Error(fmt::format("--repeats {} must be positive and --warmup {} non-negative", request.repeats,
-                            request.warmup));
+    throw Error(
+        fmt::format("--repeats {} must be positive and --warmup {} non-negative", request.repeats, request.warmup));
   const at::ScalarType dtype = request.dtype == "float64" ? at::kDouble : at::kFloat;
   const CostGraph analytic = trainable_graph(request.model, request.microbatch_size);
   const ModelPlan plan =
@@ -31,9 +31,8 @@ int profile(const ProfileRequest& request) {
     fmt::print("{}\n", cost_graph_to_json(measured));
     return kExitSuccess;
   }
-  fmt::print("{}: {} operators, micro-batch {} x {} tokens, median of {} after {} warm-up runs (ms)\n",
-             measured.name, measured.nodes.size(), request.microbatch_size, request.model.seq_len, request.repeats,
-             request.warmup);
+  fmt::print("{}: {} operators, micro-batch {} x {} tokens, median of {} after {} warm-up runs (ms)\n", measured.name,
+             measured.nodes.size(), request.microbatch_size, request.model.seq_len, request.repeats, request.warmup);
   fmt::print("{:<24} {:>9} {:>9} {:>9} {:>12} {:>12}\n", "operator", "F", "I", "W", "saved bytes", "workspace");
   double f = 0, i = 0, w = 0;
   for (const OperatorNode& n : measured.nodes) {

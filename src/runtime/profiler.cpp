@@ -131,7 +131,8 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
   ChunkModule module;
   module.begin = 0;
   module.end = n;
-  for (int v = 0; v < n; ++v) module.operators.push_back(make_operator(plan.graph, v, plan.shape, plan.seed, plan.dtype));
+  for (int v = 0; v < n; ++v)
+    module.operators.push_back(make_operator(plan.graph, v, plan.shape, plan.seed, plan.dtype));
   const MicroBatchData data =
       DataSource::synthetic(plan.shape.vocab, plan.seed).microbatch(0, 0, plan.microbatch_size, plan.seq_len);
   // One forward to get every operator's inputs and output gradient of the right shape.
@@ -165,7 +166,11 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
     };
     transient([&] { return op.forward(in, data, probe); });
     transient([&] { return op.backward_input(grad, probe); });
-    if (op.has_parameters()) transient([&] { op.backward_weight(grad, probe); return 0; });
+    if (op.has_parameters())
+      transient([&] {
+        op.backward_weight(grad, probe);
+        return 0;
+      });
     for (int r = 0; r < options.warmup + options.repeats; ++r) {
       const double tf = time_ms([&] { op.forward(in, data, probe); });
       const double ti = time_ms([&] { op.backward_input(grad, probe); });
@@ -182,11 +187,11 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
     node.backward_input.time = median(i);
     node.backward_weight.time = median(w);
     node.saved_bytes = rescaled(node.saved_bytes, static_cast<double>(saved[v].bytes()), shape);
-    node.shared_saved_bytes = rescaled(node.shared_saved_bytes, static_cast<double>(shared_saved_bytes(plan, saved, v)), shape);
+    node.shared_saved_bytes =
+        rescaled(node.shared_saved_bytes, static_cast<double>(shared_saved_bytes(plan, saved, v)), shape);
     // The executor frees what an operator without parameters saved when I ends; the rest at W.
     node.freed_by_input = op.has_parameters() ? ShapePolynomial{} : node.saved_bytes;
-    node.output_bytes =
-        rescaled(node.output_bytes, static_cast<double>(tensor_bytes(values[v])), shape);
+    node.output_bytes = rescaled(node.output_bytes, static_cast<double>(tensor_bytes(values[v])), shape);
     node.workspace_bytes = rescaled(node.output_bytes, static_cast<double>(workspace), shape);
   }
   return graph;

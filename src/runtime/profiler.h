@@ -1,9 +1,9 @@
 #pragma once
 // Measures a trainable model operator by operator on this machine — forward, input gradient and
 // weight gradient time (median of repeats after warm-up), the bytes each forward saves, its output,
-// and the transient workspace of its passes (a counting allocator's high-water mark) — and returns the model's cost graph with those measurements in place of the analytic
-// estimates, as DawnPiper profiles before it partitions. The simulator, the partitioner and
-// `train --schedule auto` read it like any cost graph.
+// and the transient workspace of its passes (a counting allocator's high-water mark) — and returns the model's cost
+// graph with those measurements in place of the analytic estimates, as DawnPiper profiles before it partitions. The
+// simulator, the partitioner and `train --schedule auto` read it like any cost graph.
 #include "flexpipe/costs/cost_graph.h"
 #include "model_plan.h"
 

@@ -57,7 +57,8 @@ at::Tensor reference_loss(const ModelPlan& plan, const std::vector<std::vector<a
       out = in[0] * at::rsqrt(in[0].pow(2).mean(-1, true) + 1e-5) * p[0];
     } else if (node.kind == "rope") {
       const int64_t width = (shape.heads + shape.kv_heads) * shape.head_dim();
-      out = rotary(in[0].slice(2, 0, width).reshape({b, s, -1, shape.head_dim()}), shape.rotary_base).reshape({b, s, width});
+      out = rotary(in[0].slice(2, 0, width).reshape({b, s, -1, shape.head_dim()}), shape.rotary_base)
+                .reshape({b, s, width});
     } else if (node.kind == "swiglu") {
       const at::Tensor halves[2] = {in[0].slice(-1, 0, in[0].size(-1) / 2), in[0].slice(-1, in[0].size(-1) / 2)};
       out = at::silu(halves[0]) * halves[1];
@@ -71,7 +72,8 @@ at::Tensor reference_loss(const ModelPlan& plan, const std::vector<std::vector<a
     } else if (node.kind == "softmax") {
       out = at::softmax(in[0], -1);
     } else if (node.name.ends_with(".attention_v")) {
-      out = at::matmul(in[0], head_part(in[1], 2, shape)).transpose(1, 2).reshape({b, s, shape.heads * shape.head_dim()});
+      out =
+          at::matmul(in[0], head_part(in[1], 2, shape)).transpose(1, 2).reshape({b, s, shape.heads * shape.head_dim()});
     } else if (node.kind == "gelu") {
       out = at::gelu(in[0]);
     } else if (node.kind == "cross_entropy") {

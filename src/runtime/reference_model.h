@@ -17,8 +17,8 @@
 namespace flexpipe::runtime {
 
 struct ReferenceRun {
-  std::vector<double> losses;                    // per step: mean over the step's micro-batches
-  std::vector<std::vector<at::Tensor>> parameters;  // per node, after the last step
+  std::vector<double> losses;                            // per step: mean over the step's micro-batches
+  std::vector<std::vector<at::Tensor>> parameters;       // per node, after the last step
   std::vector<std::vector<at::Tensor>> first_gradients;  // per node, of the first step (for tests)
 };
 

@@ -2,8 +2,8 @@
 // every requested schedule from the same initial weights, optionally checks the result against the
 // single-process reference, and has rank 0 print the report and write the measured timeline.
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -14,17 +14,17 @@
 #include "checkpoint.h"
 #include "data_source.h"
 #include "executor.h"
+#include "flexpipe/costs/stage_aggregation.h"
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/runtime/entry.h"
+#include "flexpipe/sim/simulator.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/exit_status.h"
-#include "flexpipe/ir/lowering.h"
+#include "flexpipe/support/files.h"
 #include "flexpipe/train/lr_schedule.h"
 #include "flexpipe/train/measured_timeline.h"
-#include "flexpipe/interop/schedule_io.h"
-#include "flexpipe/sim/simulator.h"
-#include "flexpipe/costs/stage_aggregation.h"
 #include "flexpipe/views/views.h"
-#include "flexpipe/runtime/entry.h"
-#include "flexpipe/support/files.h"
 #include "reference_model.h"
 #include "transport.h"
 
@@ -46,11 +46,11 @@ std::vector<double> gather(Transport& transport, double x, Milliseconds timeout)
 
 // Every rank's trace of the step, on every rank (padded to the longest list).
 std::vector<std::vector<MeasuredAction>> gather_all_traces(Transport& transport, const std::vector<ActionRecord>& mine,
-                                                      Milliseconds timeout) {
+                                                           Milliseconds timeout) {
   const std::vector<double> counts = gather(transport, double(mine.size()), timeout);
   const int64_t longest = static_cast<int64_t>(*std::max_element(counts.begin(), counts.end()));
-  at::Tensor all = at::zeros({transport.world_size(), std::max<int64_t>(longest, 1), 4},
-                             at::TensorOptions().dtype(at::kLong));
+  at::Tensor all =
+      at::zeros({transport.world_size(), std::max<int64_t>(longest, 1), 4}, at::TensorOptions().dtype(at::kLong));
   auto own = all[transport.rank()];
   for (size_t i = 0; i < mine.size(); ++i) {
     own[i][0] = mine[i].index;
@@ -63,8 +63,8 @@ std::vector<std::vector<MeasuredAction>> gather_all_traces(Transport& transport,
   const auto table = all.accessor<int64_t, 3>();
   for (int r = 0; r < transport.world_size(); ++r)
     for (int64_t i = 0; i < static_cast<int64_t>(counts[r]); ++i)
-      devices[r].push_back({static_cast<int32_t>(table[r][i][0]), table[r][i][1] / 1e6, table[r][i][2] / 1e6,
-                            table[r][i][3] / 1e6});
+      devices[r].push_back(
+          {static_cast<int32_t>(table[r][i][0]), table[r][i][1] / 1e6, table[r][i][2] / 1e6, table[r][i][3] / 1e6});
   return devices;
 }
 
@@ -103,8 +103,8 @@ class RankJob {
     const int m = schedule.num_microbatches, devices = schedule.num_devices;
     const int replicas = request_.data_parallel, replica = world_.rank() / devices;
     if (world_.world_size() != devices * replicas)
-      throw Error(fmt::format("{} on {} devices x {} data-parallel copies needs {} ranks; the job has {}", schedule.name,
-                              devices, replicas, devices * replicas, world_.world_size()));
+      throw Error(fmt::format("{} on {} devices x {} data-parallel copies needs {} ranks; the job has {}",
+                              schedule.name, devices, replicas, devices * replicas, world_.world_size()));
     std::vector<int> group;
     for (int d = 0; d < devices; ++d) group.push_back(replica * devices + d);
     const std::unique_ptr<Transport> pipeline = make_group_view(world_, group);
@@ -121,9 +121,13 @@ class RankJob {
     options.memory_decisions = request_.memory_decisions;
     options.offload_checkpoints = request_.offload_checkpoints;
     Executor executor(schedule, plan, *pipeline, hooks, options);
-    const nlohmann::json identity = {{"model", request_.model.name}, {"schedule", schedule.name},
-                                     {"seed", request_.training.seed}, {"devices", devices},
-                                     {"replicas", replicas}, {"microbatches", m}, {"dtype", request_.training.dtype}};
+    const nlohmann::json identity = {{"model", request_.model.name},
+                                     {"schedule", schedule.name},
+                                     {"seed", request_.training.seed},
+                                     {"devices", devices},
+                                     {"replicas", replicas},
+                                     {"microbatches", m},
+                                     {"dtype", request_.training.dtype}};
     int first_step = 0;
     if (request_.resume) first_step = resume(executor, identity);
 
@@ -137,8 +141,7 @@ class RankJob {
     j["data"] = data_.description();
     j["first_step"] = first_step;
     j["steps"] = nlohmann::json::array();
-    const double tokens_per_step =
-        double(m) * replicas * request_.training.microbatch_size * request_.model.seq_len;
+    const double tokens_per_step = double(m) * replicas * request_.training.microbatch_size * request_.model.seq_len;
     StepReport last;
     std::vector<std::vector<MeasuredAction>> devices_trace;
     for (int step = first_step; step < request_.training.steps; ++step) {
@@ -189,8 +192,8 @@ class RankJob {
       const std::string data = request_.training.data.empty()
                                    ? std::string("synthetic data")
                                    : std::filesystem::path(request_.training.data).filename().string();
-      const std::string title = fmt::format("{} with {} on {} devices, {}", request_.model.name, schedule.name,
-                                            schedule.num_devices, data);
+      const std::string title =
+          fmt::format("{} with {} on {} devices, {}", request_.model.name, schedule.name, schedule.num_devices, data);
       write_text_file(output_path(request_.curve_path, schedule.name),
                       render_curve_svg(title, "loss (mean next-token cross-entropy)", losses, first_step));
     }
@@ -232,10 +235,10 @@ class RankJob {
     nlohmann::json memory = nlohmann::json::array();
     const std::vector<double> peaks = j["steps"].back()["peak_saved_bytes"].get<std::vector<double>>();
     for (int d = 0; d < devices; ++d)
-      memory.push_back({{"rank", d},
-                        {"measured_peak_saved_bytes", peaks[d]},
-                        {"simulated_peak_activation_bytes",
-                         modelled.devices[d].peak_memory - modelled.devices[d].static_memory}});
+      memory.push_back(
+          {{"rank", d},
+           {"measured_peak_saved_bytes", peaks[d]},
+           {"simulated_peak_activation_bytes", modelled.devices[d].peak_memory - modelled.devices[d].static_memory}});
     j["memory"] = memory;
     if (world_.rank() == 0) {
       if (!request_.trace_path.empty())
@@ -260,7 +263,8 @@ class RankJob {
   int resume(Executor& executor, const nlohmann::json& identity) {
     const std::string& dir = request_.checkpoint_dir;
     const int step = latest_checkpoint(dir);
-    if (step < 0) throw Error(fmt::format("--resume: {} holds no complete checkpoint ({}/latest is missing)", dir, dir));
+    if (step < 0)
+      throw Error(fmt::format("--resume: {} holds no complete checkpoint ({}/latest is missing)", dir, dir));
     RankCheckpoint saved;
     try {
       saved = read_rank_checkpoint(checkpoint_path(dir, step, world_.rank()));
@@ -274,8 +278,7 @@ class RankJob {
           read_rank_checkpoint(checkpoint_path(dir, earlier, world_.rank()));
           previous = earlier;
           break;
-        } catch (const Error&) {
-        }
+        } catch (const Error&) {}
       }
       throw Error(fmt::format("--resume: the latest checkpoint (step {}) is damaged: {}; {}", step, e.what(),
                               previous < 0 ? std::string("no earlier checkpoint of this rank reads either")
@@ -288,10 +291,9 @@ class RankJob {
                               step, saved.identity.dump(), identity.dump()));
     executor.load_state(saved.tensors, saved.optimizer_steps);
     if (world_.rank() == 0 && !request_.json)
-      fmt::print("resumed from {}: step {} of {} is next\n", std::filesystem::path(checkpoint_path(dir, step, 0))
-                                                                  .parent_path()
-                                                                  .string(),
-                 saved.step + 1, request_.training.steps);
+      fmt::print("resumed from {}: step {} of {} is next\n",
+                 std::filesystem::path(checkpoint_path(dir, step, 0)).parent_path().string(), saved.step + 1,
+                 request_.training.steps);
     return saved.step;
   }
 
@@ -400,10 +402,11 @@ void print_text(const nlohmann::json& run, bool progress) {
       fmt::print("  step {}: loss {:.6f}  {:.1f} ms\n", s["step"].get<int>(), s["loss"].get<double>(),
                  1e3 * s["seconds"].get<double>());
   if (run["steps"].empty()) return;
-  fmt::print("  last step: measured {:.2f} ms (bubble {:.1f}%), simulated with the measured action times {:.2f} ms "
-             "(bubble {:.1f}%)\n",
-             run["measured_makespan_ms"].get<double>(), 100 * run["measured_bubble_ratio"].get<double>(),
-             run["predicted_makespan_ms"].get<double>(), 100 * run["predicted_bubble_ratio"].get<double>());
+  fmt::print(
+      "  last step: measured {:.2f} ms (bubble {:.1f}%), simulated with the measured action times {:.2f} ms "
+      "(bubble {:.1f}%)\n",
+      run["measured_makespan_ms"].get<double>(), 100 * run["measured_bubble_ratio"].get<double>(),
+      run["predicted_makespan_ms"].get<double>(), 100 * run["predicted_bubble_ratio"].get<double>());
   for (const auto& m : run["memory"])
     fmt::print("  rank {}: peak saved activations {} measured, {} simulated from the cost graph\n",
                m["rank"].get<int>(), megabytes(m["measured_peak_saved_bytes"].get<double>()),
@@ -411,8 +414,8 @@ void print_text(const nlohmann::json& run, bool progress) {
   if (run.contains("verify")) {
     const auto& v = run["verify"];
     fmt::print("  verify: loss {:.3g}, parameters {:.3g} relative to the single-process run (tolerance {:.3g}): {}\n",
-               v["loss_difference"].get<double>(), v["parameter_difference"].get<double>(), v["tolerance"].get<double>(),
-               v["passed"].get<bool>() ? "exact" : "MISMATCH");
+               v["loss_difference"].get<double>(), v["parameter_difference"].get<double>(),
+               v["tolerance"].get<double>(), v["passed"].get<bool>() ? "exact" : "MISMATCH");
   }
 }
 

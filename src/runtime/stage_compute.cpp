@@ -68,8 +68,10 @@ void Executor::State::backward(const Action& a, int stage, int mb, bool split) {
   ChunkModule& mod = l.module;
   const int k = l.chunk;
   if (!m.has_saved)
-    throw Error(fmt::format("{}: stage {} micro-batch {} has no saved activations (no forward, or dropped without "
-                            "recompute)", where(a), stage, mb));
+    throw Error(
+        fmt::format("{}: stage {} micro-batch {} has no saved activations (no forward, or dropped without "
+                    "recompute)",
+                    where(a), stage, mb));
   if (m.offloaded)
     throw Error(fmt::format("{}: the activations of stage {} micro-batch {} are offloaded; RELOAD them first", where(a),
                             stage, mb));
@@ -98,8 +100,10 @@ void Executor::State::backward(const Action& a, int stage, int mb, bool split) {
       for (size_t j = 0; j < in.size(); ++j)
         if (in[j].defined()) add_to(target(plan.inputs[v][j]), in[j]);
       if (op.has_parameters()) {
-        if (split) m.pending_weight.emplace_back(v, g);
-        else op.backward_weight(g, saved);
+        if (split)
+          m.pending_weight.emplace_back(v, g);
+        else
+          op.backward_weight(g, saved);
       }
     }
     if (segment_by_segment && l.segment_of[i] == i) {
@@ -112,8 +116,10 @@ void Executor::State::backward(const Action& a, int stage, int mb, bool split) {
   // What only the input gradient needed goes now; W keeps the rest until it runs.
   for (int v = mod.begin; v < mod.end; ++v)
     if (!split || !mod.op(v).has_parameters()) m.saved[v - mod.begin].tensors.clear();
-  if (!split) release(l, m);
-  else account(l, m);
+  if (!split)
+    release(l, m);
+  else
+    account(l, m);
 }
 
 void Executor::State::weight(const Action& a, int stage, int mb) {
@@ -193,8 +199,10 @@ void Executor::State::rebuild_segment(Local& l, int mb, int first) {
     const int v = mod.begin + i;
     std::vector<at::Tensor> in;
     for (int p : plan.inputs[v]) {
-      if (p < mod.begin || l.segment_of[p - mod.begin] == first) in.push_back(input_value(l, m, values, p));
-      else in.push_back(m.checkpoints[p - mod.begin]);
+      if (p < mod.begin || l.segment_of[p - mod.begin] == first)
+        in.push_back(input_value(l, m, values, p));
+      else
+        in.push_back(m.checkpoints[p - mod.begin]);
     }
     ComputeTimer timer{compute_ns};
     values[i] = mod.operators[i]->forward(in, data, m.saved[i]);
@@ -232,7 +240,8 @@ void Executor::State::transfer_saved(const Action& a, int stage, int mb, bool to
   std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> moved;
   auto move = [&](at::Tensor& t) {
     if (!t.defined()) return;
-    auto it = std::find_if(moved.begin(), moved.end(), [&](const auto& e) { return e.first == t.unsafeGetTensorImpl(); });
+    auto it =
+        std::find_if(moved.begin(), moved.end(), [&](const auto& e) { return e.first == t.unsafeGetTensorImpl(); });
     if (it != moved.end()) {
       t = it->second;
       return;

@@ -45,7 +45,8 @@ class Transport {
 };
 
 // Rendezvous through the store rank 0 serves on env.master_addr:master_port and no other address
-// (rendezvous_store.h), then a ProcessGroupGloo over TCP. Throws TransportError naming the address and what was waited for.
+// (rendezvous_store.h), then a ProcessGroupGloo over TCP. Throws TransportError naming the address and what was waited
+// for.
 std::unique_ptr<Transport> connect_gloo(const RankEnv& env, std::chrono::milliseconds timeout);
 
 // A view of `world` as the group of `ranks` (global ranks, in group order): rank() is the position

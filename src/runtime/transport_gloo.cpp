@@ -110,10 +110,10 @@ void check_in(c10d::Store& store, const RankEnv& env, const std::string& address
           if (!store.check({keys[rank]})) missing.push_back(rank);
         std::string list;
         for (int rank : missing) list += fmt::format("{}{}", list.empty() ? "" : ", ", rank);
-        throw TransportError(fmt::format("rendezvous at {} timed out after {} ms: rank{} {} of {} never joined (seen from "
-                                         "rank {})",
-                                         address, timeout.count(), missing.size() > 1 ? "s" : "", list, env.world_size,
-                                         env.rank));
+        throw TransportError(
+            fmt::format("rendezvous at {} timed out after {} ms: rank{} {} of {} never joined (seen from "
+                        "rank {})",
+                        address, timeout.count(), missing.size() > 1 ? "s" : "", list, env.world_size, env.rank));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
@@ -121,9 +121,10 @@ void check_in(c10d::Store& store, const RankEnv& env, const std::string& address
     throw;
   } catch (const std::exception& error) {
     // Mostly rank 0 having given up (its deadline came first) and taken its store with it.
-    throw TransportError(fmt::format("rendezvous at {} failed: rank {} lost the store (has rank 0, its host, given "
-                                     "up or exited?): {}",
-                                     address, env.rank, backend_message(error)));
+    throw TransportError(
+        fmt::format("rendezvous at {} failed: rank {} lost the store (has rank 0, its host, given "
+                    "up or exited?): {}",
+                    address, env.rank, backend_message(error)));
   }
 }
 
@@ -179,13 +180,14 @@ class GlooTransport final : public Transport {
   std::unique_ptr<Transfer> post(const at::Tensor& tensor, int peer, uint32_t tag, bool is_send) {
     const char* what = is_send ? "send" : "receive";
     if (peer < 0 || peer >= env_.world_size || peer == env_.rank)
-      throw TransportError(fmt::format("cannot {} tag {} to/from rank {}: peers are the other ranks of 0..{}", what, tag,
-                                       peer, env_.world_size - 1));
+      throw TransportError(fmt::format("cannot {} tag {} to/from rank {}: peers are the other ranks of 0..{}", what,
+                                       tag, peer, env_.world_size - 1));
     // c10d takes an int tag and rejects negative ones.
     if (tag > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
       throw TransportError(fmt::format("tag {} is too large (Gloo tags are at most 2^31-1)", tag));
     if (!tensor.defined() || !tensor.is_contiguous() || !tensor.is_cpu())
-      throw TransportError(fmt::format("cannot {} tag {}: the tensor must be defined, contiguous and on the CPU", what, tag));
+      throw TransportError(
+          fmt::format("cannot {} tag {}: the tensor must be defined, contiguous and on the CPU", what, tag));
     std::vector<at::Tensor> tensors{tensor};
     try {
       auto work = is_send ? group_->send(tensors, peer, static_cast<int>(tag))
@@ -233,9 +235,10 @@ std::unique_ptr<Transport> connect_gloo(const RankEnv& env, std::chrono::millise
     group->allreduce(token)->wait(c10d_timeout(timeout));
     return std::make_unique<GlooTransport>(env, store, std::move(group));
   } catch (const std::exception& error) {
-    throw TransportError(fmt::format("connecting the Gloo group of {} ranks through the TCPStore at {} failed: rank {} "
-                                     "waited up to {} ms for the others' addresses and connections: {}",
-                                     env.world_size, address, env.rank, timeout.count(), backend_message(error)));
+    throw TransportError(
+        fmt::format("connecting the Gloo group of {} ranks through the TCPStore at {} failed: rank {} "
+                    "waited up to {} ms for the others' addresses and connections: {}",
+                    env.world_size, address, env.rank, timeout.count(), backend_message(error)));
   }
 }
 

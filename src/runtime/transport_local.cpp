@@ -83,8 +83,9 @@ class Hub {
     lock.unlock();
     std::string error;
     if (send->tensor.scalar_type() != recv->tensor.scalar_type() || send->tensor.numel() != recv->tensor.numel()) {
-      error = fmt::format("mismatched transfer of tag {} from rank {} to rank {}: sent {} but the receive was posted for {}",
-                          send->tag, send->src, send->dst, describe(send->tensor), describe(recv->tensor));
+      error = fmt::
+          format("mismatched transfer of tag {} from rank {} to rank {}: sent {} but the receive was posted for {}",
+                 send->tag, send->src, send->dst, describe(send->tensor), describe(recv->tensor));
     } else {
       try {
         recv->tensor.view({-1}).copy_(send->tensor.view({-1}));
@@ -108,8 +109,8 @@ class Hub {
     std::unique_lock lock(mutex_);
     if (!changed_.wait_until(lock, Clock::now() + timeout, [&] { return op->state != Op::State::Pending; })) {
       withdraw(op);
-      fail(*op, op->is_send ? fmt::format("timed out after {} ms waiting for rank {} to receive tag {}", timeout.count(),
-                                          op->dst, op->tag)
+      fail(*op, op->is_send ? fmt::format("timed out after {} ms waiting for rank {} to receive tag {}",
+                                          timeout.count(), op->dst, op->tag)
                             : fmt::format("timed out after {} ms waiting to receive tag {} from rank {}",
                                           timeout.count(), op->tag, op->src));
     }
@@ -150,17 +151,17 @@ class Hub {
   void collective(int rank, const at::Tensor& tensor, const std::string& kind, std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex_);
     for (int peer = 0; peer < world_size_; ++peer)
-      if (closed_[peer] && peer != rank) throw TransportError(fmt::format("{}: rank {} closed its transport", kind, peer));
+      if (closed_[peer] && peer != rank)
+        throw TransportError(fmt::format("{}: rank {} closed its transport", kind, peer));
     if (arrived_ == 0) {
       kind_ = kind;
       reference_ = tensor;
     } else if (kind != kind_ || tensor.defined() != reference_.defined() ||
-               (tensor.defined() && (tensor.scalar_type() != reference_.scalar_type() ||
-                                     tensor.numel() != reference_.numel()))) {
-      const std::string error =
-          fmt::format("mismatched collectives: rank {} called {}{} while others are in {}{}", rank, kind,
-                      tensor.defined() ? " of " + describe(tensor) : "", kind_,
-                      reference_.defined() ? " of " + describe(reference_) : "");
+               (tensor.defined() &&
+                (tensor.scalar_type() != reference_.scalar_type() || tensor.numel() != reference_.numel()))) {
+      const std::string error = fmt::format("mismatched collectives: rank {} called {}{} while others are in {}{}",
+                                            rank, kind, tensor.defined() ? " of " + describe(tensor) : "", kind_,
+                                            reference_.defined() ? " of " + describe(reference_) : "");
       fail_collective(error);
       throw TransportError(error);
     }
@@ -237,7 +238,7 @@ class Hub {
   uint64_t generation_ = 0;
   int arrived_ = 0;
   std::string kind_;
-  at::Tensor reference_;  // the first arrival's tensor, to check the others against
+  at::Tensor reference_;            // the first arrival's tensor, to check the others against
   std::vector<at::Tensor> inputs_;  // by rank; undefined for a barrier
   std::vector<bool> arrived_flags_;
   uint64_t failed_generation_ = std::numeric_limits<uint64_t>::max();
@@ -283,15 +284,17 @@ class LocalTransport final : public Transport {
       throw TransportError("all_reduce_sum needs a defined, contiguous tensor");
     hub_->collective(rank_, tensor, "all_reduce_sum", timeout);
   }
-  void barrier(std::chrono::milliseconds timeout) override { hub_->collective(rank_, at::Tensor(), "barrier", timeout); }
+  void barrier(std::chrono::milliseconds timeout) override {
+    hub_->collective(rank_, at::Tensor(), "barrier", timeout);
+  }
 
  private:
   std::unique_ptr<Transfer> post(const at::Tensor& tensor, int peer, uint32_t tag, bool is_send) {
     const char* what = is_send ? "send" : "receive";
     // The same limits as the Gloo transport, so a test on threads catches what would fail over sockets.
     if (peer < 0 || peer >= world_size() || peer == rank_)
-      throw TransportError(fmt::format("cannot {} tag {} to/from rank {}: peers are the other ranks of 0..{}", what, tag,
-                                       peer, world_size() - 1));
+      throw TransportError(fmt::format("cannot {} tag {} to/from rank {}: peers are the other ranks of 0..{}", what,
+                                       tag, peer, world_size() - 1));
     if (tag > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
       throw TransportError(fmt::format("tag {} is too large (Gloo tags are at most 2^31-1)", tag));
     if (!tensor.defined() || !tensor.is_contiguous())

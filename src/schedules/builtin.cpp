@@ -42,11 +42,12 @@ const BuiltinSchedule& resolve_builtin(std::string_view name, ScheduleParams& pa
     for (const auto& s : builtin_schedules()) known += (known.empty() ? "" : ", ") + s.name;
     throw Error(fmt::format("unknown schedule '{}' (built-in schedules: {})", name, known));
   }
-  if (params.devices <= 0) throw Error(fmt::format("{}: needs at least 1 device (got p={})", builtin->name, params.devices));
+  if (params.devices <= 0)
+    throw Error(fmt::format("{}: needs at least 1 device (got p={})", builtin->name, params.devices));
   if (params.chunks == 0) params.chunks = builtin->default_chunks;
   if (!builtin->chunks_adjustable && params.chunks != builtin->default_chunks)
-    throw Error(fmt::format("{}: has exactly {} chunk{} per device (got v={})", builtin->name,
-                            builtin->default_chunks, builtin->default_chunks == 1 ? "" : "s", params.chunks));
+    throw Error(fmt::format("{}: has exactly {} chunk{} per device (got v={})", builtin->name, builtin->default_chunks,
+                            builtin->default_chunks == 1 ? "" : "s", params.chunks));
   if (params.chunks <= 0) throw Error(fmt::format("{}: needs v >= 1 (got v={})", builtin->name, params.chunks));
   if (params.microbatches == 0) params.microbatches = 2 * params.devices;
   if (params.microbatches < 0)

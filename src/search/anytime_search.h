@@ -45,10 +45,10 @@ struct Structure {
   std::string partition_name;  // "balanced", "dawn", "dawn (greedy)" or a given plan's name
   Schedule skeleton;           // placement and micro-batches, no actions
   Partition partition;
-  CostTable base;              // links and capacity; stages filled from `rows` per candidate
+  CostTable base;                                   // links and capacity; stages filled from `rows` per candidate
   std::vector<std::array<StageCosts, kRows>> rows;  // per stage
   std::array<bool, kRows> has_row{};
-  std::array<std::vector<MemoryDecision>, kRows> decisions;  // per graph node, per row kind
+  std::array<std::vector<MemoryDecision>, kRows> decisions;   // per graph node, per row kind
   std::vector<std::array<char, kRows>> recomputes, offloads;  // per stage: whether that row does
   // Per stage: whether the plan row offloads the recompute checkpoints (RELOAD right before R).
   std::vector<char> plan_offloads_checkpoints;

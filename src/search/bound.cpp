@@ -50,7 +50,8 @@ struct Path {
 // interchangeable and a chunk's operations run one at a time on its device; the k-th from the end
 // is followed by the k operations of its kind after it and by the way of the k + 1 micro-batches
 // still to pass the chunks below (or above).
-void add_pipeline_jobs(const Path& path, int m, const std::vector<int>& device_of, std::vector<std::vector<Job>>& jobs) {
+void add_pipeline_jobs(const Path& path, int m, const std::vector<int>& device_of,
+                       std::vector<std::vector<Job>>& jobs) {
   const int S = static_cast<int>(path.forward.size());
   auto at = [m](int c, int k) { return static_cast<size_t>(c) * m + k; };
   std::vector<double> f_end(S * m), r_end(S * m), b_end(S * m), w_end(S * m);
@@ -93,7 +94,8 @@ void add_pipeline_jobs(const Path& path, int m, const std::vector<int>& device_o
     for (int k = 0; k < m; ++k) {
       const int last = m - 1 - k;  // the k-th to start is the (m - 1 - k)-th from the end
       list.push_back({f_end[at(c, k)] - path.forward[c], path.forward[c], f_tail[at(c, last)]});
-      if (path.rebuild[c] > 0) list.push_back({r_end[at(c, k)] - path.rebuild[c], path.rebuild[c], r_tail[at(c, last)]});
+      if (path.rebuild[c] > 0)
+        list.push_back({r_end[at(c, k)] - path.rebuild[c], path.rebuild[c], r_tail[at(c, last)]});
       list.push_back({b_end[at(c, k)] - path.backward[c], path.backward[c], b_tail[at(c, last)]});
       if (path.weight[c] > 0) list.push_back({w_end[at(c, k)] - path.weight[c], path.weight[c], last * path.weight[c]});
     }
@@ -142,7 +144,8 @@ double path_bound(const Schedule& skeleton, const std::vector<Path>& paths, cons
   return bound;
 }
 
-std::vector<Path> paths_of(const Schedule& skeleton, const CostTable& costs, bool split, const std::vector<char>& recompute) {
+std::vector<Path> paths_of(const Schedule& skeleton, const CostTable& costs, bool split,
+                           const std::vector<char>& recompute) {
   const int S = skeleton.stages_per_pipeline;
   std::vector<Path> paths(skeleton.num_pipelines);
   for (int q = 0; q < skeleton.num_pipelines; ++q) {
@@ -181,7 +184,8 @@ double schedule_lower_bound(const Schedule& skeleton, const CostTable& costs, bo
   std::vector<std::vector<Job>> jobs(skeleton.num_devices);
   for (int q = 0; q < skeleton.num_pipelines; ++q) {
     if (per_pipeline[q] == 0) continue;
-    const std::vector<int> device_of(skeleton.stage_device.begin() + q * S, skeleton.stage_device.begin() + (q + 1) * S);
+    const std::vector<int> device_of(skeleton.stage_device.begin() + q * S,
+                                     skeleton.stage_device.begin() + (q + 1) * S);
     add_pipeline_jobs(paths[q], per_pipeline[q], device_of, jobs);
   }
   double bound = path_bound(skeleton, paths, per_pipeline);

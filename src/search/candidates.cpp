@@ -4,9 +4,9 @@
 #include <tuple>
 #include <vector>
 
+#include "anytime_search.h"
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/ir/memory_actions.h"
-#include "anytime_search.h"
 
 namespace flexpipe::search_detail {
 
@@ -45,9 +45,8 @@ double AnytimeSearch::tight_bound_of(const ScheduleCandidate& c) const {
     std::lock_guard lock(bounds_mutex_);
     if (auto found = bounds_.find(key); found != bounds_.end()) return found->second;
   }
-  const double bound =
-      schedule_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward,
-                           flags(c, Flag::Recompute));
+  const double bound = schedule_lower_bound(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward,
+                                            flags(c, Flag::Recompute));
   std::lock_guard lock(bounds_mutex_);
   bounds_.emplace(std::move(key), bound);
   return bound;

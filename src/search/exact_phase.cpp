@@ -3,8 +3,8 @@
 #include <atomic>
 #include <vector>
 
-#include "flexpipe/search/exact_schedule.h"
 #include "anytime_search.h"
+#include "flexpipe/search/exact_schedule.h"
 
 namespace flexpipe::search_detail {
 

@@ -28,9 +28,9 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 
@@ -95,24 +95,24 @@ void check_input(const Schedule& skeleton, const CostTable& costs, bool split) {
     if (!skeleton.device_actions[d].empty())
       throw Error(fmt::format("exact schedule: the skeleton must have no actions, device {} has {}", d,
                               skeleton.device_actions[d].size()));
-  if (!skeleton.custom_ops.empty())
-    throw Error("exact schedule: custom operations are not supported");
+  if (!skeleton.custom_ops.empty()) throw Error("exact schedule: custom operations are not supported");
   for (int32_t pipeline : skeleton.microbatch_pipeline)
     if (pipeline != 0) throw Error("exact schedule: every micro-batch must belong to pipeline 0");
   check_cost_table(costs, skeleton.stages_per_pipeline, skeleton.num_devices, "cost table");
   auto usable = [](double value) { return std::isfinite(value) && value >= 0; };
   for (size_t c = 0; c < costs.stages.size(); ++c) {
     const StageCosts& stage = costs.stages[c];
-    for (double value : {stage.forward, stage.backward, stage.backward_input, stage.backward_weight,
-                         stage.activation_bytes, stage.parameter_bytes, stage.gradient_bytes, stage.optimizer_bytes,
-                         stage.output_bytes})
+    for (double value :
+         {stage.forward, stage.backward, stage.backward_input, stage.backward_weight, stage.activation_bytes,
+          stage.parameter_bytes, stage.gradient_bytes, stage.optimizer_bytes, stage.output_bytes})
       if (!usable(value))
         throw Error(fmt::format("exact schedule: stage {}'s costs must be finite and not negative", c));
     // Outside [0, activation_bytes] an I or W end would allocate, and memory could peak there.
     if (split && !(stage.freed_by_input >= 0 && stage.freed_by_input <= stage.activation_bytes))
-      throw Error(fmt::format("exact schedule: stage {}'s freed_by_input ({}) must lie between 0 and its "
-                              "activation_bytes ({})",
-                              c, stage.freed_by_input, stage.activation_bytes));
+      throw Error(
+          fmt::format("exact schedule: stage {}'s freed_by_input ({}) must lie between 0 and its "
+                      "activation_bytes ({})",
+                      c, stage.freed_by_input, stage.activation_bytes));
   }
 }
 
@@ -201,8 +201,8 @@ class BranchAndBound {
         backward_link_[s] = link_id(device_of_[s], device_of_[s - 1]);
         backward_transfer_[s] = link.transfer_time(costs.stages[s - 1].output_bytes);
       }
-      if (!std::isfinite(forward_transfer_[s]) || !std::isfinite(backward_transfer_[s]) ||
-          forward_transfer_[s] < 0 || backward_transfer_[s] < 0)
+      if (!std::isfinite(forward_transfer_[s]) || !std::isfinite(backward_transfer_[s]) || forward_transfer_[s] < 0 ||
+          backward_transfer_[s] < 0)
         throw Error(fmt::format("exact schedule: a transfer at stage {} takes no finite time", s));
     }
     link_free_.assign(pairs.size(), 0);
@@ -216,8 +216,8 @@ class BranchAndBound {
       if (split_) tail_[slot(s, kWeight)] = weight;
     }
     for (int s = stages_ - 1; s >= 0; --s) {
-      const double after = s + 1 < stages_ ? forward_transfer_[s] + tail_[slot(s + 1, kForward)]
-                                           : tail_[slot(s, kBackward)];
+      const double after =
+          s + 1 < stages_ ? forward_transfer_[s] + tail_[slot(s + 1, kForward)] : tail_[slot(s, kBackward)];
       tail_[slot(s, kForward)] = duration_[slot(s, kForward)] + after;
     }
     // Without split, a device's last action is a B with no successor on the device: stage 0, or a
@@ -386,9 +386,8 @@ class BranchAndBound {
     int kept = 0;
     for (int32_t* link = &bucket->head; *link >= 0;) {
       const int32_t e = *link;
-      if (kept + 1 >= kEntriesPerBucket ||
-          no_later(frontier_.data(), last_device_, &frontiers_[entries_[e].frontier], entries_[e].last_device,
-                   frontier_.size())) {
+      if (kept + 1 >= kEntriesPerBucket || no_later(frontier_.data(), last_device_, &frontiers_[entries_[e].frontier],
+                                                    entries_[e].last_device, frontier_.size())) {
         *link = entries_[e].next;
         entries_[e].next = bucket->spare;
         bucket->spare = e;
@@ -523,10 +522,9 @@ class BranchAndBound {
                     : estimate_[slot(s - 1, kForward)] + duration_[slot(s - 1, kForward)] + forward_transfer_[s - 1];
       estimate = earliest(s, ready);
       const int d = device_of_[s];
-      if (static_memory_[d] + net_[d] + allocation_[s] > capacity_[d])
-        estimate = std::max(estimate, release_floor(d));
-      bound = std::max(bound, estimate + (microbatches_ - 1 - m) * duration_[slot(s, kForward)] +
-                                  tail_[slot(s, kForward)]);
+      if (static_memory_[d] + net_[d] + allocation_[s] > capacity_[d]) estimate = std::max(estimate, release_floor(d));
+      bound =
+          std::max(bound, estimate + (microbatches_ - 1 - m) * duration_[slot(s, kForward)] + tail_[slot(s, kForward)]);
     }
     for (int s = stages_ - 1; s >= 0; --s) {
       const int m = count_[slot(s, kBackward)];
@@ -535,17 +533,16 @@ class BranchAndBound {
         estimate = kInfinity;
         continue;
       }
-      double ready = count_[slot(s, kForward)] > m
-                         ? forward_end_[cell(s, m)]
-                         : estimate_[slot(s, kForward)] + duration_[slot(s, kForward)];
+      double ready = count_[slot(s, kForward)] > m ? forward_end_[cell(s, m)]
+                                                   : estimate_[slot(s, kForward)] + duration_[slot(s, kForward)];
       if (s + 1 < stages_)
         ready = std::max(ready, count_[slot(s + 1, kBackward)] > m
                                     ? gradient_ready_[cell(s, m)]
                                     : estimate_[slot(s + 1, kBackward)] + duration_[slot(s + 1, kBackward)] +
                                           backward_transfer_[s + 1]);
       estimate = earliest(s, ready);
-      bound = std::max(bound, estimate + (microbatches_ - 1 - m) * duration_[slot(s, kBackward)] +
-                                  tail_[slot(s, kBackward)]);
+      bound = std::max(bound,
+                       estimate + (microbatches_ - 1 - m) * duration_[slot(s, kBackward)] + tail_[slot(s, kBackward)]);
     }
     if (split_)
       for (int s = 0; s < stages_; ++s) {

@@ -3,8 +3,8 @@
 #include <random>
 #include <vector>
 
-#include "flexpipe/ir/lowering.h"
 #include "anytime_search.h"
+#include "flexpipe/ir/lowering.h"
 
 namespace flexpipe::search_detail {
 

@@ -10,10 +10,10 @@
 namespace flexpipe {
 
 std::string describe(const ListPolicy& policy) {
-  std::string text = policy.split_backward
-                         ? fmt::format("split backward, W {}", policy.weight == WeightTiming::FillIdle ? "fills idle time"
-                                                                                                         : "late")
-                         : std::string("whole backward");
+  std::string text =
+      policy.split_backward
+          ? fmt::format("split backward, W {}", policy.weight == WeightTiming::FillIdle ? "fills idle time" : "late")
+          : std::string("whole backward");
   text += policy.backward_first ? ", backward first" : ", forward first";
   text += policy.forward == ForwardOrder::Oldest ? ", oldest forward" : ", shallowest forward";
   bool limited = false;
@@ -64,14 +64,14 @@ struct Releases {
 struct DeviceState {
   std::vector<int> stages;  // held, ascending
   double free_at = 0;
-  double level = 0;        // bytes allocated now (static included), frees committed up to `now`
+  double level = 0;  // bytes allocated now (static included), frees committed up to `now`
   double capacity = kNever;
-  double reserve = 0;      // room kept for the R / RELOAD a pending backward will allocate
+  double reserve = 0;  // room kept for the R / RELOAD a pending backward will allocate
   Releases frees;
-  int open = 0;            // forwards started whose backward has not been committed as ended
-  Releases closes;         // backward ends, one unit each
-  int limit = 0;           // in-flight limit; <= 0: none
-  int remaining_fb = 0;    // forwards and backwards not yet started
+  int open = 0;          // forwards started whose backward has not been committed as ended
+  Releases closes;       // backward ends, one unit each
+  int limit = 0;         // in-flight limit; <= 0: none
+  int remaining_fb = 0;  // forwards and backwards not yet started
   // The cached decision: when this device next starts an action, and which.
   double decision = kNever;
   int kind = -1, stage = -1;
@@ -82,7 +82,11 @@ class ListScheduler {
  public:
   ListScheduler(Schedule& schedule, const CostTable& costs, const ListPolicy& policy,
                 const std::vector<char>& recompute, const std::vector<char>& offload)
-      : schedule_(schedule), costs_(costs), policy_(policy), S_(schedule.num_stages()), M_(schedule.num_microbatches),
+      : schedule_(schedule),
+        costs_(costs),
+        policy_(policy),
+        S_(schedule.num_stages()),
+        M_(schedule.num_microbatches),
         P_(schedule.num_devices) {
     if (static_cast<int>(costs.stages.size()) < schedule.stages_per_pipeline)
       throw Error(fmt::format("the cost table has {} stages, the schedule {} per pipeline", costs.stages.size(),
@@ -154,8 +158,7 @@ class ListScheduler {
   }
   // When the data (stage, micro-batch) of `kind` needs has arrived; kNever while a producer has not started.
   double data_ready(int kind, int s, int mb) const {
-    if (kind == kForward)
-      return schedule_.is_first_stage(s) ? 0.0 : end_[kForward][at(s - 1, mb)] + comm(s - 1, s);
+    if (kind == kForward) return schedule_.is_first_stage(s) ? 0.0 : end_[kForward][at(s - 1, mb)] + comm(s - 1, s);
     if (kind == kWeight) return end_[kBackward][at(s, mb)];
     double ready = end_[kForward][at(s, mb)];
     if (!schedule_.is_last_stage(s)) ready = std::max(ready, end_[kBackward][at(s + 1, mb)] + comm(s + 1, s));
@@ -165,7 +168,8 @@ class ListScheduler {
   // The earliest time >= from at which a forward of `s` fits the device's memory and in-flight limit.
   double forward_room(const DeviceState& dev, int s, double from) const {
     double when = from;
-    if (dev.limit > 0 && dev.open >= dev.limit) when = std::max(when, dev.closes.time_released(from, dev.open - dev.limit + 1));
+    if (dev.limit > 0 && dev.open >= dev.limit)
+      when = std::max(when, dev.closes.time_released(from, dev.open - dev.limit + 1));
     const double over = dev.level + forward_bytes(s) + dev.reserve - dev.capacity;
     if (over > 0) when = std::max(when, dev.frees.time_released(from, over));
     return when;
@@ -186,8 +190,8 @@ class ListScheduler {
     auto consider = [&](int kind, int s, int mb, double est) {
       const int rank = kind == kWeight ? 2 : (kind == kBackward) == policy_.backward_first ? 0 : 1;
       if (est < dev.decision ||
-          (est == dev.decision && (rank < best_rank || (rank == best_rank &&
-                                                        before(kind, s, mb, dev.stage, best_mb, policy_.forward))))) {
+          (est == dev.decision &&
+           (rank < best_rank || (rank == best_rank && before(kind, s, mb, dev.stage, best_mb, policy_.forward))))) {
         dev.decision = est;
         dev.kind = kind;
         dev.stage = s;

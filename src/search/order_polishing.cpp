@@ -4,9 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "anytime_search.h"
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/sim/simulator.h"
-#include "anytime_search.h"
 
 namespace flexpipe::search_detail {
 
@@ -21,10 +21,9 @@ void AnytimeSearch::polish(double until) {
     std::lock_guard lock(mutex_);
     for (const auto& entry : top_) {
       const ScheduleCandidate& c = entry.second;
-      const bool done =
-          std::any_of(polished_starts_.begin(), polished_starts_.end(), [&](const ScheduleCandidate& d) {
-            return d.structure == c.structure && d.rows == c.rows && d.policy == c.policy;
-          });
+      const bool done = std::any_of(polished_starts_.begin(), polished_starts_.end(), [&](const ScheduleCandidate& d) {
+        return d.structure == c.structure && d.rows == c.rows && d.policy == c.policy;
+      });
       if (!done) starts.push_back(entry), polished_starts_.push_back(c);
     }
   }
@@ -39,8 +38,8 @@ void AnytimeSearch::polish(const ScheduleCandidate& start, double until) {
   if (!listed) return;
   Schedule& order = *listed;
   auto makespan_of = [&](const Schedule& s) {
-    const SimOutcome sim = try_simulate(lower(with_memory_actions(s, start)), table,
-                                        {.record_timeline = false, .record_memory = false});
+    const SimOutcome sim =
+        try_simulate(lower(with_memory_actions(s, start)), table, {.record_timeline = false, .record_memory = false});
     if (!sim.ran()) return kInfinity;  // the swap made the order deadlock
     ++evaluated_;
     return sim.status == SimStatus::Ok ? sim.result.makespan : kInfinity;
@@ -111,8 +110,8 @@ bool AnytimeSearch::advance_fronts(Schedule& order, const ScheduleCandidate& sta
       for (size_t i = 0; i < sim.timeline[d].size(); ++i) {
         last = std::max(last, sim.timeline[d][i].end);
         const Action& x = lowered.device_actions[d][i];
-        const bool compute = x.kind == ActionKind::F || x.kind == ActionKind::I || x.kind == ActionKind::B ||
-                             x.kind == ActionKind::W;
+        const bool compute =
+            x.kind == ActionKind::F || x.kind == ActionKind::I || x.kind == ActionKind::B || x.kind == ActionKind::W;
         if (record && compute && x.microbatch >= 0) when[slot(x.kind, x.stage, x.microbatch)] = sim.timeline[d][i];
       }
       finishing += last;
@@ -121,8 +120,9 @@ bool AnytimeSearch::advance_fronts(Schedule& order, const ScheduleCandidate& sta
   };
   auto transfer = [&](int from, int to) {
     const int a = order.stage_device[from], b = order.stage_device[to];
-    return a == b ? 0.0 : table.link_between(a, b).transfer_time(
-                              table.stages[order.chunk_of_stage(std::min(from, to))].output_bytes);
+    return a == b ? 0.0
+                  : table.link_between(a, b).transfer_time(
+                        table.stages[order.chunk_of_stage(std::min(from, to))].output_bytes);
   };
   // When the action's inputs are there, in the current order's simulation.
   auto ready = [&](const Action& x) {

@@ -7,12 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "anytime_search.h"
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/schedules/library.h"
 #include "flexpipe/search/bound.h"
 #include "flexpipe/support/error.h"
-#include "anytime_search.h"
 
 namespace flexpipe::search_detail {
 
@@ -44,9 +44,9 @@ void AnytimeSearch::report_builtins() {
       ++result_.evaluated;
       const std::vector<char> split_stages = split_backward_stages(r.schedule);
       const bool split = std::find(split_stages.begin(), split_stages.end(), 1) != split_stages.end();
-      builtin_bound_ = std::min(builtin_bound_, r.costs.overlap_ratio >= 1
-                                                    ? schedule_lower_bound(r.schedule, r.costs, split, {})
-                                                    : r.lower_bound);
+      builtin_bound_ =
+          std::min(builtin_bound_,
+                   r.costs.overlap_ratio >= 1 ? schedule_lower_bound(r.schedule, r.costs, split, {}) : r.lower_bound);
     } catch (const Error& e) {
       // Not a candidate's rejection: the report says why the built-in does not run here.
       r.skipped = e.what();
@@ -83,7 +83,7 @@ std::string AnytimeSearch::describe_candidate(const ScheduleCandidate& c) const 
 }
 
 ScheduleCandidateReport AnytimeSearch::report(const ScheduleCandidate& c, const std::optional<Schedule>& order,
-                               bool unlimited) const {
+                                              bool unlimited) const {
   const Structure& s = structures_[c.structure];
   ScheduleCandidateReport r;
   r.name = "search";
@@ -177,9 +177,10 @@ std::string AnytimeSearch::what_would_fit() const {
       limit, smallest);
   if (total_static / p >= limit) {
     const int needed = static_cast<int>(std::ceil(total_static / limit));
-    return text + fmt::format("; parameters, gradients and optimizer state alone take {:.4g} bytes, so at least {} "
-                              "devices are needed (have {})",
-                              total_static, needed + 1, p);
+    return text + fmt::format(
+                      "; parameters, gradients and optimizer state alone take {:.4g} bytes, so at least {} "
+                      "devices are needed (have {})",
+                      total_static, needed + 1, p);
   }
   double fixed = 0;
   if (!result_.best.costs.stages.empty()) {
@@ -192,8 +193,8 @@ std::string AnytimeSearch::what_would_fit() const {
   const double b = result_.best.batch.microbatch_size;
   const double smaller = std::floor(b * (limit - fixed) / std::max(smallest - fixed, 1e-300));
   if (smaller >= 1 && smaller < b)
-    text += fmt::format("; activations scale with the micro-batch: try a micro-batch of {} samples (now {})", smaller,
-                        b);
+    text +=
+        fmt::format("; activations scale with the micro-batch: try a micro-batch of {} samples (now {})", smaller, b);
   else if (b > 1)
     text += fmt::format("; a smaller micro-batch (now {}) would help", b);
   return text + fmt::format("; or more devices (now {}) to spread parameters and activations", p);

@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "anytime_search.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe::search_detail {
 

@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "anytime_search.h"
 #include "flexpipe/schedules/library.h"
 #include "flexpipe/support/error.h"
-#include "anytime_search.h"
 
 namespace flexpipe::search_detail {
 
@@ -70,11 +70,14 @@ void AnytimeSearch::prepare_structures(bool dawn, MemorySolver solver) {
     return stages_per_device(a.placement, a.chunks) < stages_per_device(b.placement, b.chunks);
   });
   std::vector<std::optional<Structure>> made(jobs.size());
-  parallel(jobs.size(), [&](size_t i) {
-    const Job& job = jobs[i];
-    made[i] = make_structure(job.batch, job.placement, job.chunks, job.dawn,
-                             job.given >= 0 ? &problem_.partitions[job.given] : nullptr, solver);
-  }, /*timed=*/dawn);
+  parallel(
+      jobs.size(),
+      [&](size_t i) {
+        const Job& job = jobs[i];
+        made[i] = make_structure(job.batch, job.placement, job.chunks, job.dawn,
+                                 job.given >= 0 ? &problem_.partitions[job.given] : nullptr, solver);
+      },
+      /*timed=*/dawn);
   for (auto& s : made)
     if (s) structures_.push_back(std::move(*s));
   if (structures_.empty() && !dawn)
@@ -99,10 +102,10 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
   s.batch = batch;
   s.placement = placement;
   s.chunks = chunks;
-  s.partition_name = given                                    ? given->name
-                     : !dawn                                  ? "balanced"
+  s.partition_name = given                            ? given->name
+                     : !dawn                          ? "balanced"
                      : solver == MemorySolver::Greedy ? "dawn (greedy)"
-                                                              : "dawn";
+                                                      : "dawn";
   if (placement == PlacementKind::Bidirectional) {
     // DualPipe's pair of pipelines: the first half of the micro-batches down, the rest up.
     s.skeleton = make_schedule("search", p, batch.microbatches, bidirectional_placement(p), 2);
@@ -144,10 +147,9 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
       s.partition = balanced_partition(stages, batch, shape, host_bandwidth);
       // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts,
       // when a built-in of the placement runs at this m.
-      const std::optional<Schedule> reference =
-          problem_.memory_choices && problem_.memory_limit < kInfinity
-              ? reference_or_none(placement, p, batch.microbatches, chunks)
-              : std::nullopt;
+      const std::optional<Schedule> reference = problem_.memory_choices && problem_.memory_limit < kInfinity
+                                                    ? reference_or_none(placement, p, batch.microbatches, chunks)
+                                                    : std::nullopt;
       if (reference) {
         const PartitionProblem pp =
             make_partition_problem(problem_.graph, shape, *reference, problem_.memory_limit, host_bandwidth);
@@ -181,7 +183,8 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
     if (r == kPlan && std::all_of(plan.begin(), plan.end(), [](MemoryDecision d) { return d == MemoryDecision::Keep; }))
       continue;
     std::vector<MemoryDecision>& decisions = s.decisions[r];
-    if (r == kPlan) decisions = plan;
+    if (r == kPlan)
+      decisions = plan;
     else
       decisions.assign(n, r == kKeep        ? MemoryDecision::Keep
                           : r == kRecompute ? MemoryDecision::Recompute
@@ -237,8 +240,8 @@ std::vector<std::vector<int>> AnytimeSearch::inflight_profiles(const Structure& 
       // 1F1B's depth on each leg: p - d down and d + 1 up on the bidirectional pair.
       const int base = s.placement == PlacementKind::Bidirectional ? p + 1
                        : s.placement == PlacementKind::V           ? 2 * (p - d)
-                       : v == 1                                 ? p - d
-                                                                : (v - 1) * p + 2 * (p - d - 1) + 1;
+                       : v == 1                                    ? p - d
+                                                                   : (v - 1) * p + 2 * (p - d - 1) + 1;
       limits[d] = std::clamp(base + extra, 1, v * m);
     }
     if (std::find(profiles.begin(), profiles.end(), limits) == profiles.end()) profiles.push_back(limits);

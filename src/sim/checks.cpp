@@ -52,9 +52,9 @@ std::string stage_problem(const Schedule& schedule, int device, int position, co
     return problem_at(schedule, device, position, action,
                       fmt::format("stage {} is placed on device {}", stage, schedule.stage_device[stage]));
   if (needs_microbatch && (microbatch < 0 || microbatch >= schedule.num_microbatches))
-    return problem_at(
-        schedule, device, position, action,
-        fmt::format("micro-batch {} does not exist (the schedule has {})", microbatch, schedule.num_microbatches));
+    return problem_at(schedule, device, position, action,
+                      fmt::format("micro-batch {} does not exist (the schedule has {})", microbatch,
+                                  schedule.num_microbatches));
   return "";
 }
 
@@ -65,9 +65,9 @@ std::string peer_problem(const Schedule& schedule, int device, int position, con
                       fmt::format("stage {} is the {} stage of its pipeline: there is no peer", action.stage,
                                   schedule.is_first_stage(action.stage) ? "first" : "last"));
   if (schedule.stage_device[peer] == device)
-    return problem_at(
-        schedule, device, position, action,
-        fmt::format("stages {} and {} are both on device {}: nothing crosses a link", action.stage, peer, device));
+    return problem_at(schedule, device, position, action,
+                      fmt::format("stages {} and {} are both on device {}: nothing crosses a link", action.stage, peer,
+                                  device));
   return "";
 }
 

@@ -43,7 +43,7 @@ struct StageInfo {
   int32_t backward_link = -1;  // link of this stage's SEND_B
   double forward = 0, backward = 0, backward_input = 0, backward_weight = 0, recompute = 0, optimizer = 0;
   double activation = 0, freed_by_input = 0, checkpoint = 0;
-  double rebuilt = 0;  // what R holds until the backward ends: the largest segment, or everything when split
+  double rebuilt = 0;          // what R holds until the backward ends: the largest segment, or everything when split
   double offload = kInfinity;  // the most one OFFLOAD moves
   double workspace = 0;        // held while any of the stage's computations runs
   double forward_send_time = 0, forward_send_bytes = 0;

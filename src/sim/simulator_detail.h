@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "flexpipe/ir/action.h"
 #include "flexpipe/costs/cost_table.h"
+#include "flexpipe/ir/action.h"
 #include "flexpipe/ir/schedule.h"
 #include "flexpipe/sim/simulator.h"
 

@@ -70,9 +70,10 @@ RankEnv rank_env_from_environment() {
   env.local_world_size = integer_variable("LOCAL_WORLD_SIZE", 1, env.world_size).value_or(env.world_size);
   env.local_rank = integer_variable("LOCAL_RANK", 0, env.local_world_size - 1).value_or(env.rank);
   if (env.local_rank >= env.local_world_size)
-    throw Error(fmt::format("LOCAL_RANK defaults to RANK={}, which is out of range for LOCAL_WORLD_SIZE={}; "
-                            "set LOCAL_RANK",
-                            env.rank, env.local_world_size));
+    throw Error(
+        fmt::format("LOCAL_RANK defaults to RANK={}, which is out of range for LOCAL_WORLD_SIZE={}; "
+                    "set LOCAL_RANK",
+                    env.rank, env.local_world_size));
   return env;
 }
 

@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/costs/hardware.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 
@@ -16,9 +16,10 @@ namespace {
 // with an LM head of its own.
 ModelConfig decoder(const ModelSize& size, const char* family) {
   if (size.layers < 1 || size.hidden < 1 || size.heads < 1 || size.vocab < 2 || size.seq_len < 1)
-    throw Error(fmt::format("{} size: layers, hidden, heads, seq-len must be positive and vocab at least 2 "
-                            "(got {}, {}, {}, {}, {})",
-                            family, size.layers, size.hidden, size.heads, size.seq_len, size.vocab));
+    throw Error(
+        fmt::format("{} size: layers, hidden, heads, seq-len must be positive and vocab at least 2 "
+                    "(got {}, {}, {}, {}, {})",
+                    family, size.layers, size.hidden, size.heads, size.seq_len, size.vocab));
   if (size.hidden % size.heads != 0)
     throw Error(fmt::format("{} size: hidden {} is not a multiple of heads {}", family, size.hidden, size.heads));
   ModelConfig c;
@@ -52,12 +53,14 @@ ModelConfig llama_config(const ModelSize& size) {
   if (size.kv_heads < 0 || size.heads % c.kv_heads != 0)
     throw Error(fmt::format("Llama size: {} key/value heads do not divide {} heads", size.kv_heads, size.heads));
   if (c.head_dim % 2 != 0)
-    throw Error(fmt::format("Llama size: rotary positions turn pairs, so the head size (hidden {} / heads {}) must be even",
-                            size.hidden, size.heads));
+    throw Error(
+        fmt::format("Llama size: rotary positions turn pairs, so the head size (hidden {} / heads {}) must be even",
+                    size.hidden, size.heads));
   c.name = fmt::format("llama-{}x{}", size.layers, size.hidden);
-  c.description = fmt::format("Llama-style decoder: {} layers, hidden {}, {} heads ({} key/value), vocabulary {}, "
-                              "sequence {}",
-                              size.layers, size.hidden, size.heads, c.kv_heads, size.vocab, size.seq_len);
+  c.description = fmt::format(
+      "Llama-style decoder: {} layers, hidden {}, {} heads ({} key/value), vocabulary {}, "
+      "sequence {}",
+      size.layers, size.hidden, size.heads, c.kv_heads, size.vocab, size.seq_len);
   c.ffn_hidden = (8 * size.hidden / 3 + 7) / 8 * 8;
   c.norm = NormKind::RmsNorm;
   c.mlp = MlpKind::SwiGlu;

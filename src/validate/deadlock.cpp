@@ -95,7 +95,8 @@ class Execution {
       }
     }
     for (const Precondition& pre : preconditions_[static_cast<int>(half.kind)]) {
-      int64_t input = existing_key(pre.custom_slot, half, -int64_t{pre.dependency.stage_offset}, pre.dependency.all_microbatches);
+      int64_t input =
+          existing_key(pre.custom_slot, half, -int64_t{pre.dependency.stage_offset}, pre.dependency.all_microbatches);
       if (input >= 0 && !done_[input]) return input;
     }
     return -1;
@@ -140,7 +141,8 @@ class Execution {
     int position = cursor_[device];
     int64_t awaited = awaited_action(waits_for_[device]);
     int stage = table_.stage_of_key(awaited);
-    Action awaited_cell = ActionTable::action_for(table_.slot_of_key(awaited), stage, table_.microbatch_of_key(awaited));
+    Action awaited_cell =
+        ActionTable::action_for(table_.slot_of_key(awaited), stage, table_.microbatch_of_key(awaited));
     return fmt::format("device {} #{} {} waits for {} (device {} #{})", device, position,
                        s_.action_name(s_.device_actions[device][position]), s_.action_name(awaited_cell),
                        s_.stage_device[stage], table_.position(awaited));

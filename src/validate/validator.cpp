@@ -111,10 +111,11 @@ class Checker {
     if (out_.size() > reported) return false;
 
     if (static_cast<int64_t>(s_.device_actions.size()) != s_.num_devices)
-      report_schedule(fmt::format("schedule has {} action lists for {} devices", s_.device_actions.size(), s_.num_devices));
+      report_schedule(
+          fmt::format("schedule has {} action lists for {} devices", s_.device_actions.size(), s_.num_devices));
     if (static_cast<int64_t>(s_.stage_device.size()) != s_.num_stages()) {
-      report_schedule(fmt::format("stage placement lists {} stages, the schedule has {}", s_.stage_device.size(),
-                                  s_.num_stages()));
+      report_schedule(
+          fmt::format("stage placement lists {} stages, the schedule has {}", s_.stage_device.size(), s_.num_stages()));
     } else {
       for (int st = 0; st < s_.num_stages(); ++st)
         if (s_.stage_device[st] < 0 || s_.stage_device[st] >= s_.num_devices)
@@ -128,8 +129,8 @@ class Checker {
     } else {
       for (int m = 0; m < s_.num_microbatches; ++m)
         if (s_.microbatch_pipeline[m] < 0 || s_.microbatch_pipeline[m] >= s_.num_pipelines)
-          report_schedule(fmt::format("micro-batch {} is assigned to pipeline {}, which does not exist ({} pipelines)", m,
-                                      s_.microbatch_pipeline[m], s_.num_pipelines));
+          report_schedule(fmt::format("micro-batch {} is assigned to pipeline {}, which does not exist ({} pipelines)",
+                                      m, s_.microbatch_pipeline[m], s_.num_pipelines));
     }
     return out_.size() == reported;
   }
@@ -138,10 +139,12 @@ class Checker {
     for (const CustomOpKind& op : s_.custom_ops) {
       for (const CustomDependency& dep : op.after)
         if (!is_dependency_kind(dep.kind))
-          report_schedule(fmt::format("custom kind {}: an `after` dependency cannot name {}", op.name, kind_name(dep.kind)));
+          report_schedule(
+              fmt::format("custom kind {}: an `after` dependency cannot name {}", op.name, kind_name(dep.kind)));
       for (const CustomDependency& dep : op.before)
         if (!is_dependency_kind(dep.kind))
-          report_schedule(fmt::format("custom kind {}: a `before` dependency cannot name {}", op.name, kind_name(dep.kind)));
+          report_schedule(
+              fmt::format("custom kind {}: a `before` dependency cannot name {}", op.name, kind_name(dep.kind)));
     }
   }
 
@@ -270,8 +273,7 @@ class Checker {
     for_each_stage_microbatch([&](int st, int m) {
       int64_t forward = key(kF, st, m), backward = table_->backward_key(st, m);
       if (int prev = s_.prev_stage(st); prev >= 0) require_order(key(kF, prev, m), forward, Blame::Later);
-      if (int next = s_.next_stage(st); next >= 0)
-        require_order(table_->backward_key(next, m), backward, Blame::Later);
+      if (int next = s_.next_stage(st); next >= 0) require_order(table_->backward_key(next, m), backward, Blame::Later);
       require_order(forward, backward, Blame::Later);
       require_order(key(kI, st, m), key(kW, st, m), Blame::Later);
 
@@ -294,7 +296,8 @@ class Checker {
       if (last > opt)
         report_at(device_of(st), opt,
                   fmt::format("must run after {} (#{})",
-                              name(weight_last ? kW : kB, st, weight_last ? weight.last_microbatch : full.last_microbatch),
+                              name(weight_last ? kW : kB, st,
+                                   weight_last ? weight.last_microbatch : full.last_microbatch),
                               last));
     }
   }
@@ -308,7 +311,8 @@ class Checker {
         std::optional<int> target = local_dependency_stage(c, dep);
         if (!target) continue;
         int slot = slot_of(dep.kind);
-        int last = dep.all_microbatches ? table_->extent(slot, *target).last : position(slot, *target, c.action.microbatch);
+        int last =
+            dep.all_microbatches ? table_->extent(slot, *target).last : position(slot, *target, c.action.microbatch);
         int last_mb = dep.all_microbatches ? table_->extent(slot, *target).last_microbatch : c.action.microbatch;
         if (last >= c.position)
           report_at(c.device, c.position, fmt::format("must run after {} (#{})", name(slot, *target, last_mb), last));
@@ -317,10 +321,12 @@ class Checker {
         std::optional<int> target = local_dependency_stage(c, dep);
         if (!target) continue;
         int slot = slot_of(dep.kind);
-        int first = dep.all_microbatches ? table_->extent(slot, *target).first : position(slot, *target, c.action.microbatch);
+        int first =
+            dep.all_microbatches ? table_->extent(slot, *target).first : position(slot, *target, c.action.microbatch);
         int first_mb = dep.all_microbatches ? table_->extent(slot, *target).first_microbatch : c.action.microbatch;
         if (first >= 0 && first <= c.position)
-          report_at(c.device, c.position, fmt::format("must run before {} (#{})", name(slot, *target, first_mb), first));
+          report_at(c.device, c.position,
+                    fmt::format("must run before {} (#{})", name(slot, *target, first_mb), first));
       }
     }
   }

@@ -60,7 +60,9 @@ class ActionTable {
   int64_t key(int slot, int stage, int microbatch) const {
     return (static_cast<int64_t>(slot) * stages_ + stage) * row_ + (microbatch >= 0 ? microbatch : microbatches_);
   }
-  int64_t all_key(int slot, int stage) const { return (static_cast<int64_t>(slot) * stages_ + stage) * row_ + row_ - 1; }
+  int64_t all_key(int slot, int stage) const {
+    return (static_cast<int64_t>(slot) * stages_ + stage) * row_ + row_ - 1;
+  }
   bool is_all_key(int64_t key) const { return key % row_ == row_ - 1; }
   // (slot, stage) pairs are numbered 0..slot_stage_count()-1 in key order.
   int64_t slot_stage_count() const { return static_cast<int64_t>(extents_.size()); }
@@ -98,7 +100,8 @@ class ActionTable {
 
   // The action a slot stands for, for naming it.
   static Action action_for(int slot, int stage, int microbatch) {
-    if (slot >= kNumActionKinds) return Action::custom_op(static_cast<uint16_t>(slot - kNumActionKinds), stage, microbatch);
+    if (slot >= kNumActionKinds)
+      return Action::custom_op(static_cast<uint16_t>(slot - kNumActionKinds), stage, microbatch);
     return Action::make(static_cast<ActionKind>(slot), stage, microbatch);
   }
 

@@ -37,7 +37,8 @@ std::string grid_label(const Schedule& schedule, const Action& action, int chunk
       break;
     default: kind = std::string(kind_name(action.kind)); break;
   }
-  if (chunk_prefix) kind = std::to_string(chunk) + kind;
+  if (chunk_prefix)
+    kind = std::to_string(chunk) + kind;
   else if (chunk == 1)
     for (char& c : kind) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return microbatch < 0 ? kind : kind + std::to_string(microbatch);
@@ -49,12 +50,9 @@ std::string legend_line(const Schedule& schedule, const GridLegend& seen, double
     ActionKind kind;
     const char* text;
   } kEntries[] = {
-      {ActionKind::F, "F forward"},
-      {ActionKind::B, "B backward"},
-      {ActionKind::I, "I input gradient"},
-      {ActionKind::W, "W weight gradient"},
-      {ActionKind::R, "R recompute"},
-      {ActionKind::Overlap, "O<m> forward of m overlapped with a backward"},
+      {ActionKind::F, "F forward"},        {ActionKind::B, "B backward"},
+      {ActionKind::I, "I input gradient"}, {ActionKind::W, "W weight gradient"},
+      {ActionKind::R, "R recompute"},      {ActionKind::Overlap, "O<m> forward of m overlapped with a backward"},
       {ActionKind::Opt, "OPT optimizer"},
   };
   std::string kinds;
@@ -68,15 +66,16 @@ std::string legend_line(const Schedule& schedule, const GridLegend& seen, double
     }
   std::string line = "legend: ";
   if (!kinds.empty()) line += kinds + "; ";
-  line += fmt::format("-- continues, . idle; 1 column = {} time unit{}", detail::format_number(step), step == 1 ? "" : "s");
-  if (chunk_prefix) line += "; leading number: chunk on the device";
-  else if (max_chunks == 2) line += "; lower case: second chunk on the device";
+  line +=
+      fmt::format("-- continues, . idle; 1 column = {} time unit{}", detail::format_number(step), step == 1 ? "" : "s");
+  if (chunk_prefix)
+    line += "; leading number: chunk on the device";
+  else if (max_chunks == 2)
+    line += "; lower case: second chunk on the device";
   return line;
 }
 
-void trim_right(std::string& line) {
-  line.erase(line.find_last_not_of(' ') + 1);
-}
+void trim_right(std::string& line) { line.erase(line.find_last_not_of(' ') + 1); }
 
 }  // namespace
 
@@ -91,10 +90,11 @@ std::string render_grid(const Schedule& schedule, const SimResult& result, doubl
   // at least one step long always owns a column and two actions never share one.
   const double columns_exact = std::max(0.0, std::ceil(result.makespan / step - 0.5));
   if (columns_exact > kMaxColumns)
-    throw Error(fmt::format("grid: a step of {} needs {} columns for a makespan of {} (at most {}); "
-                            "choose a larger step",
-                            detail::format_number(step), detail::format_number(columns_exact),
-                            detail::format_number(result.makespan), detail::format_number(kMaxColumns)));
+    throw Error(
+        fmt::format("grid: a step of {} needs {} columns for a makespan of {} (at most {}); "
+                    "choose a larger step",
+                    detail::format_number(step), detail::format_number(columns_exact),
+                    detail::format_number(result.makespan), detail::format_number(kMaxColumns)));
   const int64_t columns = static_cast<int64_t>(columns_exact);
 
   const std::vector<int> chunks = detail::chunk_on_device(schedule);

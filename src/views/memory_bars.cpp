@@ -25,8 +25,8 @@ std::string render_memory_bars(const MemoryBarPanel& before, const MemoryBarPane
   for (int side = 0; side < 2; ++side) {
     const double x0 = left + side * panel;
     svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"13\">{}</text>\n", x0, panels[side]->title);
-    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n", x0, base,
-                       x0 + panel - 30, base);
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n", x0, base, x0 + panel - 30,
+                       base);
     for (int s = 0; s < stages && s < static_cast<int>(panels[side]->stages.size()); ++s) {
       const StageMemoryBar& stage = panels[side]->stages[s];
       const double x = x0 + 10 + s * (panel - 40) / stages;
@@ -35,12 +35,14 @@ std::string render_memory_bars(const MemoryBarPanel& before, const MemoryBarPane
                          y(fixed), bar, base - y(fixed));
       svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n", x,
                          y(total), bar, y(fixed) - y(total), total > budget[s] ? "#e15759" : "#4e79a7");
-      svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"black\" "
-                         "stroke-dasharray=\"4 3\"/>\n",
-                         x - 4, y(budget[s]), x + bar + 4, y(budget[s]));
+      svg += fmt::format(
+          "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"black\" "
+          "stroke-dasharray=\"4 3\"/>\n",
+          x - 4, y(budget[s]), x + bar + 4, y(budget[s]));
       svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x + bar / 2,
                          y(total) - 4, stage.label);
-      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">stage {}</text>\n", x + bar / 2, base + 14, s);
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">stage {}</text>\n", x + bar / 2, base + 14,
+                         s);
       svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{} ops</text>\n", x + bar / 2, base + 27,
                          stage.operators);
     }

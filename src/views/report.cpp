@@ -59,9 +59,9 @@ std::string render_report(const Schedule& schedule, const CostTable& costs, cons
   std::string out = fmt::format("schedule {}: {} devices, {} micro-batches, {} stages (time in {}, memory in {})\n",
                                 schedule.name, schedule.num_devices, schedule.num_microbatches, schedule.num_stages(),
                                 costs.time_unit, costs.memory_unit);
-  out += fmt::format("makespan {}, bubble {}, lower bound {}, efficiency {}\n", detail::format_number(result.makespan),
-                     percent(result.bubble_ratio), detail::format_number(result.lower_bound),
-                     percent(result.efficiency));
+  out +=
+      fmt::format("makespan {}, bubble {}, lower bound {}, efficiency {}\n", detail::format_number(result.makespan),
+                  percent(result.bubble_ratio), detail::format_number(result.lower_bound), percent(result.efficiency));
   std::string memory = "fits";
   if (!result.fits) {
     memory = "does not fit on device";

@@ -198,9 +198,9 @@ class SvgWriter {
     static constexpr struct {
       ActionKind kind;
       const char* label;
-    } kEntries[] = {{ActionKind::F, "F forward"},       {ActionKind::B, "B backward"},
-                    {ActionKind::I, "I input grad"},    {ActionKind::W, "W weight grad"},
-                    {ActionKind::R, "R recompute"},     {ActionKind::Overlap, "F&B overlapped"},
+    } kEntries[] = {{ActionKind::F, "F forward"},      {ActionKind::B, "B backward"},
+                    {ActionKind::I, "I input grad"},   {ActionKind::W, "W weight grad"},
+                    {ActionKind::R, "R recompute"},    {ActionKind::Overlap, "F&B overlapped"},
                     {ActionKind::Opt, "OPT optimizer"}};
     for (const auto& entry : kEntries) {
       if (!kinds[static_cast<int>(entry.kind)]) continue;
@@ -235,8 +235,8 @@ class SvgWriter {
         put("<rect class=\"swatch\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"{}\"/>", at, y,
             item.paint);
       else
-        put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\"{4}/>", at, y + 6,
-            at + 14, item.paint, item.line == "dashed" ? " stroke-dasharray=\"4 3\"" : "");
+        put("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\"{4}/>", at, y + 6, at + 14,
+            item.paint, item.line == "dashed" ? " stroke-dasharray=\"4 3\"" : "");
       put("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n", at + 18, y + 10, escape(item.label));
       at += legend_item_width(item);
     }

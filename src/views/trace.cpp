@@ -56,9 +56,15 @@ class TraceWriter {
     out_ = "{\"traceEvents\":[\n";
     for (int d = 0; d < schedule_.num_devices; ++d) {
       const std::string name = fmt::format("device {}", d);
-      event({{"ph", "M"}, {"name", "process_name"}, {"pid", pid(d)}, {"tid", tid(d, kComputeSlot)},
+      event({{"ph", "M"},
+             {"name", "process_name"},
+             {"pid", pid(d)},
+             {"tid", tid(d, kComputeSlot)},
              {"args", {{"name", name}}}});
-      event({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid(d)}, {"tid", tid(d, kComputeSlot)},
+      event({{"ph", "M"},
+             {"name", "process_sort_index"},
+             {"pid", pid(d)},
+             {"tid", tid(d, kComputeSlot)},
              {"args", {{"sort_index", d}}}});
       thread(d, kComputeSlot, "compute");
     }
@@ -81,7 +87,10 @@ class TraceWriter {
         }
       }
       for (const MemorySample& sample : result_.devices[d].memory)
-        event({{"ph", "C"}, {"name", "memory"}, {"pid", pid(d)}, {"ts", microseconds(sample.time)},
+        event({{"ph", "C"},
+               {"name", "memory"},
+               {"pid", pid(d)},
+               {"ts", microseconds(sample.time)},
                {"args", {{"memory", sample.bytes}}}});
     }
     out_ += "\n],\"displayTimeUnit\":\"ms\",\"otherData\":";
@@ -109,9 +118,15 @@ class TraceWriter {
 
   void thread(int device, int slot, const std::string& name) {
     if (!named_threads_.emplace(device, slot).second) return;
-    event({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid(device)}, {"tid", tid(device, slot)},
+    event({{"ph", "M"},
+           {"name", "thread_name"},
+           {"pid", pid(device)},
+           {"tid", tid(device, slot)},
            {"args", {{"name", name}}}});
-    event({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid(device)}, {"tid", tid(device, slot)},
+    event({{"ph", "M"},
+           {"name", "thread_sort_index"},
+           {"pid", pid(device)},
+           {"tid", tid(device, slot)},
            {"args", {{"sort_index", slot}}}});
   }
 

@@ -8,9 +8,9 @@
 
 #include <fmt/format.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/ir/schedule.h"
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe::detail {
 
@@ -43,8 +43,8 @@ inline void require_timeline(const Schedule& schedule, const SimResult& result, 
     throw Error(fmt::format("{}: schedule '{}' has {} devices but action lists for {}", view, schedule.name,
                             schedule.num_devices, schedule.device_actions.size()));
   if (result.timeline.size() != static_cast<size_t>(schedule.num_devices))
-    throw Error(fmt::format("{}: the simulation result has a timeline for {} devices but schedule '{}' has {}{}",
-                            view, result.timeline.size(), schedule.name, schedule.num_devices,
+    throw Error(fmt::format("{}: the simulation result has a timeline for {} devices but schedule '{}' has {}{}", view,
+                            result.timeline.size(), schedule.name, schedule.num_devices,
                             result.timeline.empty() ? " (was it simulated without recording the timeline?)" : ""));
   if (!std::isfinite(result.makespan) || result.makespan < 0)
     throw Error(fmt::format("{}: the simulation result's makespan is {}", view, result.makespan));

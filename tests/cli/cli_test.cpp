@@ -162,7 +162,8 @@ TEST_F(Cli, CheckPointsValidatorErrorsAtProgramLines) {
                                  "on 1 { B(1, 0)  F(1, 0) }\n");
   Outcome run = flexpipe("check " + program.string());
   EXPECT_EQ(run.exit_code, 1) << run.err;
-  EXPECT_EQ(run.out, program.string() + ":5:8: error: device 1 #0 1B0: must run after 1F0 (#1)\n"
+  EXPECT_EQ(run.out, program.string() +
+                         ":5:8: error: device 1 #0 1B0: must run after 1F0 (#1)\n"
                          "    5 | on 1 { B(1, 0)  F(1, 0) }\n"
                          "      |        ^\n" +
                          program.string() + ": 1 error\n");

@@ -139,9 +139,10 @@ class Launch : public flexpipe::test::CliHarness {
 
 TEST_F(Launch, EveryRankSeesTheTorchrunEnvironment) {
   const fs::path seen = dir_ / "seen";
-  const std::string command = script(
-      "env.sh", "echo $RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR/$OMP_NUM_THREADS/"
-                "$OPENBLAS_NUM_THREADS >> seen\necho $MASTER_PORT >> ports\n");
+  const std::string command =
+      script("env.sh",
+             "echo $RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR/$OMP_NUM_THREADS/"
+             "$OPENBLAS_NUM_THREADS >> seen\necho $MASTER_PORT >> ports\n");
   // Stale values in the launcher's environment are replaced.
   ::setenv("RANK", "99", 1);
   const Outcome run = flexpipe("launch -n 4 -- " + command);
@@ -161,8 +162,9 @@ TEST_F(Launch, EveryRankSeesTheTorchrunEnvironment) {
 }
 
 TEST_F(Launch, MasterAddressPortAndThreadCountsCanBeGiven) {
-  const std::string command = script("env.sh", "echo $RANK $MASTER_ADDR:$MASTER_PORT $OMP_NUM_THREADS "
-                                               "$OPENBLAS_NUM_THREADS >> seen\n");
+  const std::string command = script("env.sh",
+                                     "echo $RANK $MASTER_ADDR:$MASTER_PORT $OMP_NUM_THREADS "
+                                     "$OPENBLAS_NUM_THREADS >> seen\n");
   ::setenv("OMP_NUM_THREADS", "7", 1);
   const Outcome run = flexpipe("launch -n 2 --master-addr 10.1.2.3 --master-port 29511 -- " + command);
   ::unsetenv("OMP_NUM_THREADS");
@@ -194,11 +196,12 @@ TEST_F(Launch, ExitCodeIsThatOfTheFirstRankToFail) {
 }
 
 TEST_F(Launch, AFailedRankEndsASiblingAndWhatItStarted) {
-  const std::string command = "sh " + sleeper("if [ $RANK = 0 ]; then\n"
-                                               "  while [ ! -e pids.1 ]; do sleep 0.02; done\n"
-                                               "  exit 3\n"
-                                               "fi\n")
-                                           .string();
+  const std::string command = "sh " + sleeper(
+                                          "if [ $RANK = 0 ]; then\n"
+                                          "  while [ ! -e pids.1 ]; do sleep 0.02; done\n"
+                                          "  exit 3\n"
+                                          "fi\n")
+                                          .string();
   const auto start = Clock::now();
   const Outcome run = flexpipe("launch -n 2 --grace 1 -- " + command);
   EXPECT_LT(Clock::now() - start, kHang);
@@ -223,8 +226,7 @@ TEST_F(Launch, ACommandThatCannotRunIs127Or126) {
   const Outcome missing = flexpipe("launch -n 3 -- flexpipe-no-such-command --flag");
   EXPECT_EQ(missing.exit_code, 127) << missing.err;
   // Reported once: the other ranks are not started.
-  EXPECT_EQ(missing.err,
-            "flexpipe launch: rank 0: cannot run 'flexpipe-no-such-command': No such file or directory\n");
+  EXPECT_EQ(missing.err, "flexpipe launch: rank 0: cannot run 'flexpipe-no-such-command': No such file or directory\n");
   const fs::path not_executable = write("data.txt", "not a program\n");
   const Outcome denied = flexpipe("launch -n 1 -- " + not_executable.string());
   EXPECT_EQ(denied.exit_code, 126) << denied.err;
@@ -300,8 +302,7 @@ TEST_F(LaunchSignals, SigintReachesTheRanksAndWhatSurvivesItGetsSigterm) {
   ASSERT_TRUE(WIFEXITED(*run.status));
   EXPECT_EQ(WEXITSTATUS(*run.status), 128 + SIGINT) << launcher_stderr();
   EXPECT_NE(launcher_stderr().find("was killed by signal 2 (Interrupt)"), std::string::npos) << launcher_stderr();
-  EXPECT_NE(launcher_stderr().find("sending SIGTERM to ranks 0-1: still running 1 s after SIGINT"),
-            std::string::npos)
+  EXPECT_NE(launcher_stderr().find("sending SIGTERM to ranks 0-1: still running 1 s after SIGINT"), std::string::npos)
       << launcher_stderr();
   for (const pid_t pid : run.pids) EXPECT_TRUE(gone_soon(pid)) << pid;
 }
@@ -311,8 +312,7 @@ TEST_F(LaunchSignals, RanksThatIgnoreSigtermAreKilled) {
   ASSERT_TRUE(run.status) << "the launcher hung: " << launcher_stderr();
   ASSERT_TRUE(WIFEXITED(*run.status));
   EXPECT_EQ(WEXITSTATUS(*run.status), 128 + SIGKILL) << launcher_stderr();
-  EXPECT_NE(launcher_stderr().find("sending SIGKILL to ranks 0-1: still running 3 s after SIGTERM"),
-            std::string::npos)
+  EXPECT_NE(launcher_stderr().find("sending SIGKILL to ranks 0-1: still running 3 s after SIGTERM"), std::string::npos)
       << launcher_stderr();
   for (const pid_t pid : run.pids) EXPECT_TRUE(gone_soon(pid)) << pid;
 }
@@ -358,10 +358,10 @@ TEST_F(Launch, BadInputIsExitCode2WithOneMessage) {
 TEST_F(Launch, HelpDescribesEverything) {
   const Outcome run = flexpipe("launch --help");
   ASSERT_EQ(run.exit_code, 0);
-  for (const char* text : {"-n,--nproc-per-node", "--master-addr", "--master-port", "--grace", "--tag-output",
-                           "RANK=i", "WORLD_SIZE=N", "LOCAL_RANK=i", "LOCAL_WORLD_SIZE=N", "MASTER_ADDR",
-                           "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1", "process group", "SIGINT, SIGTERM and SIGHUP",
-                           "SIGKILL 3 s later", "Exit code", "127", "-- python train.py"})
+  for (const char* text :
+       {"-n,--nproc-per-node", "--master-addr", "--master-port", "--grace", "--tag-output", "RANK=i", "WORLD_SIZE=N",
+        "LOCAL_RANK=i", "LOCAL_WORLD_SIZE=N", "MASTER_ADDR", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1",
+        "process group", "SIGINT, SIGTERM and SIGHUP", "SIGKILL 3 s later", "Exit code", "127", "-- python train.py"})
     EXPECT_NE(run.out.find(text), std::string::npos) << text;
 }
 

@@ -112,9 +112,10 @@ TEST_F(ModelCli, ErrorsAreExact) {
   std::ofstream(broken) << "{\"format\": \"flexpipe-cost-graph\",\n \"version\": 1,\n \"nodes\": [}\n";
   run = flexpipe("model show " + broken.string());
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_EQ(run.err, "error: " + broken.string() +
-                         ":3:12: invalid JSON: syntax error while parsing value - unexpected '}'; expected '[', '{', or "
-                         "a literal\n");
+  EXPECT_EQ(run.err,
+            "error: " + broken.string() +
+                ":3:12: invalid JSON: syntax error while parsing value - unexpected '}'; expected '[', '{', or "
+                "a literal\n");
 }
 
 }  // namespace

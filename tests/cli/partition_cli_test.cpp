@@ -49,7 +49,8 @@ TEST_F(Partition, APlanSimulatesToWhatThePartitionerReported) {
 // partitioner's figures.
 TEST_F(Partition, APlanThatOffloadsCheckpointsSimulatesToWhatThePartitionerReported) {
   const std::string plan = (dir_ / "plan.json").string();
-  const Outcome made = flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 12e9 --microbatch-size 2 -o " + plan);
+  const Outcome made =
+      flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 12e9 --microbatch-size 2 -o " + plan);
   ASSERT_EQ(made.exit_code, 0) << made.err;
   EXPECT_NE(made.out.find("0+ckpt"), std::string::npos) << made.out;
   const nlohmann::json p = nlohmann::json::parse(slurp(plan));
@@ -64,7 +65,8 @@ TEST_F(Partition, APlanThatOffloadsCheckpointsSimulatesToWhatThePartitionerRepor
   const auto bad = write("flag.json", wrong.dump(2));
   const Outcome refused = flexpipe("simulate 1f1b -p 4 -m 8 --plan " + bad.string());
   EXPECT_EQ(refused.exit_code, 2);
-  EXPECT_NE(refused.err.find(bad.string() + ": stages[0].offload_checkpoints: must be true or false"), std::string::npos)
+  EXPECT_NE(refused.err.find(bad.string() + ": stages[0].offload_checkpoints: must be true or false"),
+            std::string::npos)
       << refused.err;
 }
 
@@ -91,7 +93,8 @@ TEST_F(Partition, AModelThatCannotFitSaysByHowMuch) {
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.out.find("does not fit 8 devices with 80.00 GB each"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("GB more even with every recompute and offload"), std::string::npos) << run.out;
-  const Outcome written = flexpipe("partition --model gpt3-175b -p 8 --memory-limit 80e9 -o " + (dir_ / "p.json").string());
+  const Outcome written =
+      flexpipe("partition --model gpt3-175b -p 8 --memory-limit 80e9 -o " + (dir_ / "p.json").string());
   EXPECT_EQ(written.exit_code, 2);
   EXPECT_NE(written.err.find("no plan written"), std::string::npos) << written.err;
 }
@@ -119,7 +122,8 @@ TEST_F(Partition, BadInputIsOneClearError) {
   const auto wrong = write("wrong.json", p.dump(2));
   const Outcome unknown = flexpipe("simulate 1f1b -p 4 -m 8 --plan " + wrong.string());
   EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_NE(unknown.err.find(wrong.string() + ": stages[0].recompute: 'layer.99.qkv' is not an operator of 'gpt3-2.7b'"),
+  EXPECT_NE(unknown.err.find(wrong.string() +
+                             ": stages[0].recompute: 'layer.99.qkv' is not an operator of 'gpt3-2.7b'"),
             std::string::npos)
       << unknown.err;
   // A schedule with another number of stages than the plan.

@@ -30,7 +30,8 @@ TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
                "`flexpipe launch -n 2 -- flexpipe ...`");
   expect_error("1f1b -p 1 --partition ops:1,2",
                "1f1b: partition ops:1,2: the stages hold 3 operators but the graph 'gpt-2x32' has 30");
-  expect_error("interleaved-1f1b -p 1 -v 40", "interleaved-1f1b: partition: cannot cut 30 operators of gpt-2x32 into 40 non-empty stages");
+  expect_error("interleaved-1f1b -p 1 -v 40",
+               "interleaved-1f1b: partition: cannot cut 30 operators of gpt-2x32 into 40 non-empty stages");
   expect_error("1f1b -p 1 --fault 1:2", "--fault '1:2': expected RANK:STEP:ACTION or RANK:STEP:ACTION:hang");
   expect_error("1f1b -p 1 --hook FOO", "--hook 'FOO': expected NAME=SPEC, e.g. OFFLOAD_KV=sleep:2");
   expect_error("1f1b -p 1 --steps 0", "--steps 0: at least one step");

@@ -83,13 +83,16 @@ TEST_F(Search, SaysWhatWouldBeNeededWhenNothingFits) {
 TEST_F(Search, ReadsPartitionPlans) {
   const std::string plan = (dir_ / "plan.json").string();
   ASSERT_EQ(flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 18e9 -o " + plan).exit_code, 0);
-  Outcome run = flexpipe("search --model gpt3-1.3b -p 4 -m 8 --memory-limit 18e9 -q --threads 2 --no-partitioner "
-                         "--json --plan " + plan);
+  Outcome run = flexpipe(
+      "search --model gpt3-1.3b -p 4 -m 8 --memory-limit 18e9 -q --threads 2 --no-partitioner "
+      "--json --plan " +
+      plan);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_TRUE(nlohmann::json::parse(run.out)["found"].get<bool>());
   run = flexpipe("search --model gpt3-1.3b -p 4 -m 8 --microbatch-size 2 --memory-limit 18e9 -q --plan " + plan);
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.err.find("the plan is for micro-batches of 1 samples, which the search does not try"), std::string::npos)
+  EXPECT_NE(run.err.find("the plan is for micro-batches of 1 samples, which the search does not try"),
+            std::string::npos)
       << run.err;
   run = flexpipe("search --model bert-large -p 4 -m 8 -q --plan " + plan);
   EXPECT_EQ(run.exit_code, 2);

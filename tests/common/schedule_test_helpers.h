@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <string>
 
-#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/costs/cost_table.h"
-#include "flexpipe/support/error.h"
 #include "flexpipe/ir/lowering.h"
+#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe::test {
 

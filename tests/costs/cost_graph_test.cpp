@@ -4,9 +4,9 @@
 #include <string>
 
 #include "flexpipe/costs/cost_graph.h"
-#include "flexpipe/support/error.h"
 #include "flexpipe/costs/model_zoo.h"
 #include "flexpipe/interop/cost_graph_json.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {
@@ -99,7 +99,8 @@ TEST(CostGraphFormat, RoundTripsHandWrittenAndZooGraphs) {
 TEST(CostGraphFormat, SharedSavedBytesNameTheTensorsTheOperatorBeforeSaves) {
   const std::string shared = R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0},
      "saved_bytes": {"per_token": 2}, "shared_saved_bytes": {"per_token": 1})";
-  const CostGraph graph = parse_cost_graph(with(R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0})", shared), "g.json");
+  const CostGraph graph =
+      parse_cost_graph(with(R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0})", shared), "g.json");
   EXPECT_EQ(graph.nodes[2].shared_saved_bytes, per_token(1));
   EXPECT_TRUE(graph.nodes[1].shared_saved_bytes.is_zero());
   EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), "again"), graph);
@@ -108,10 +109,12 @@ TEST(CostGraphFormat, SharedSavedBytesNameTheTensorsTheOperatorBeforeSaves) {
 TEST(CostGraphErrors, SharedSavedBytesNeedAFeedingNeighbourThatSavesThem) {
   const std::string c_saves = R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0})";
   // c saves 256 bytes at the reference shape (2 x 128 tokens) and b 32,776.
-  EXPECT_EQ(error_of(with(c_saves, c_saves + R"(, "saved_bytes": {"per_token": 1}, "shared_saved_bytes": {"per_token": 2})")),
+  EXPECT_EQ(error_of(with(c_saves,
+                          c_saves + R"(, "saved_bytes": {"per_token": 1}, "shared_saved_bytes": {"per_token": 2})")),
             "g.json: nodes[2] ('c'): shared_saved_bytes 512 exceed what it saves (256) or what 'b' before it saves "
             "(32776) at the reference shape");
-  EXPECT_EQ(error_of(with("\"kind\": \"linear\",", "\"kind\": \"linear\", \"shared_saved_bytes\": {\"per_token\": 1},")),
+  EXPECT_EQ(error_of(
+                with("\"kind\": \"linear\",", "\"kind\": \"linear\", \"shared_saved_bytes\": {\"per_token\": 1},")),
             "g.json: nodes[0] ('a'): shared_saved_bytes 256 but no node comes before it");
   EXPECT_EQ(error_of(with("\"freed_by_input\": {\"per_token_seq\": 1},",
                           "\"freed_by_input\": {\"per_token_seq\": 1}, \"shared_saved_bytes\": 8,")),
@@ -143,13 +146,15 @@ TEST(CostGraphScaling, RooflineRuleIsExactForFlopAndByteCosts) {
   // Zoo graphs: the time at another shape equals the roofline of that shape.
   const CostGraph gpt = build_model_graph(find_model("gpt3-1.3b"), find_hardware("H100-80GB"));
   for (const OperatorNode& node : gpt.nodes)
-    EXPECT_DOUBLE_EQ(operator_time(gpt, node, Pass::Forward, {4, 512}), roofline_time(node.forward, *gpt.hardware, {4, 512}))
+    EXPECT_DOUBLE_EQ(operator_time(gpt, node, Pass::Forward, {4, 512}),
+                     roofline_time(node.forward, *gpt.hardware, {4, 512}))
         << node.name;
 }
 
 TEST(CostGraphErrors, SyntaxErrorsNameLineAndColumn) {
-  EXPECT_EQ(error_of("{\n  \"format\": \"flexpipe-cost-graph\",\n  \"version\": 1,,\n}"),
-            "g.json:3:16: invalid JSON: syntax error while parsing object key - unexpected ','; expected string literal");
+  EXPECT_EQ(
+      error_of("{\n  \"format\": \"flexpipe-cost-graph\",\n  \"version\": 1,,\n}"),
+      "g.json:3:16: invalid JSON: syntax error while parsing object key - unexpected ','; expected string literal");
 }
 
 TEST(CostGraphErrors, HeaderErrors) {
@@ -165,9 +170,11 @@ TEST(CostGraphErrors, HeaderErrors) {
 }
 
 TEST(CostGraphErrors, NodeFieldErrorsNameTheJsonPath) {
-  EXPECT_EQ(error_of(with("\"time\": 4", "\"time\": -4")), "g.json: nodes[0].forward.time: must not be negative, got -4");
-  EXPECT_EQ(error_of(with("{\"per_token\": 8}", "{\"per_tokn\": 8}")),
-            "g.json: nodes[0].forward.flops.per_tokn: unknown key (known keys: fixed, per_sample, per_token, per_token_seq)");
+  EXPECT_EQ(error_of(with("\"time\": 4", "\"time\": -4")),
+            "g.json: nodes[0].forward.time: must not be negative, got -4");
+  EXPECT_EQ(
+      error_of(with("{\"per_token\": 8}", "{\"per_tokn\": 8}")),
+      "g.json: nodes[0].forward.flops.per_tokn: unknown key (known keys: fixed, per_sample, per_token, per_token_seq)");
   EXPECT_EQ(error_of(with("\"bytes\": 2", "\"bytes\": \"2\"")),
             "g.json: nodes[0].forward.bytes: expected a number or an object of shape terms, got \"2\"");
   EXPECT_EQ(error_of(with("\"rule\": \"power\"", "\"rule\": \"cubic\"")),
@@ -175,7 +182,8 @@ TEST(CostGraphErrors, NodeFieldErrorsNameTheJsonPath) {
   EXPECT_EQ(error_of(with("\"layer\": \"first\"", "\"layer\": \"zeroth\"")),
             "g.json: nodes[0].layer: unknown layer 'zeroth' (define it in \"layers\")");
   EXPECT_EQ(error_of(with("\"tied_to\": \"a\"", "\"tied_to\": \"z\"")), "g.json: nodes[2].tied_to: unknown node 'z'");
-  EXPECT_EQ(error_of(with("{\"name\": \"b\"", "{\"name\": \"a\"")), "g.json: nodes[1].name: 'a' is already the name of nodes[0]");
+  EXPECT_EQ(error_of(with("{\"name\": \"b\"", "{\"name\": \"a\"")),
+            "g.json: nodes[1].name: 'a' is already the name of nodes[0]");
   EXPECT_EQ(error_of(with("\"freed_by_input\": {\"per_token_seq\": 1}", "\"freed_by_input\": {\"per_token_seq\": 2}")),
             "g.json: nodes[1] ('b'): freed_by_input 65536 exceeds saved_bytes 32776 at the reference shape");
   EXPECT_EQ(error_of(with("\"active_parameters\": 3", "\"active_parameters\": 7")),
@@ -186,7 +194,8 @@ TEST(CostGraphErrors, NodeFieldErrorsNameTheJsonPath) {
 
 TEST(CostGraphErrors, RooflineNeedsHardwareRates) {
   std::string text = kSmallGraph;
-  text.erase(text.find("\"hardware\""), std::string("\"hardware\": {\"name\": \"toy\", \"flop_rate\": 1000, \"byte_rate\": 100},").size());
+  text.erase(text.find("\"hardware\""),
+             std::string("\"hardware\": {\"name\": \"toy\", \"flop_rate\": 1000, \"byte_rate\": 100},").size());
   EXPECT_EQ(error_of(text), "g.json: nodes[0] ('a'): scales by roofline but the graph names no hardware rates");
 }
 
@@ -203,7 +212,8 @@ TEST(CostGraphErrors, DanglingEdgesCyclesAndOrder) {
             "g.json: the graph has a cycle: 'b' -> 'c' -> 'a' -> 'b'");
   std::string backwards = kSmallGraph;
   backwards.replace(backwards.find("\"edges\""), std::string::npos, "\"edges\": [{\"from\": \"b\", \"to\": \"a\"}]}");
-  EXPECT_EQ(error_of(backwards), "g.json: edges[0] ('b' -> 'a'): 'a' is listed before 'b'; list the nodes in a topological order");
+  EXPECT_EQ(error_of(backwards),
+            "g.json: edges[0] ('b' -> 'a'): 'a' is listed before 'b'; list the nodes in a topological order");
 }
 
 TEST(CostGraphErrors, ZooGraphsAreValid) {

@@ -1,14 +1,14 @@
 #include "flexpipe/costs/cost_table.h"
 
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/interop/cost_table_json.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {

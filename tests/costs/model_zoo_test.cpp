@@ -5,15 +5,17 @@
 #include <set>
 #include <string>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {
 
 const HardwareProfile& h100() { return find_hardware("H100-80GB"); }
 
-CostGraph build(const std::string& name, ModelOptions options = {}) { return build_model_graph(find_model(name), h100(), options); }
+CostGraph build(const std::string& name, ModelOptions options = {}) {
+  return build_model_graph(find_model(name), h100(), options);
+}
 
 int layer_index(const CostGraph& graph, const std::string& name) {
   for (size_t l = 0; l < graph.layers.size(); ++l)
@@ -98,7 +100,8 @@ TEST(ModelZoo, WithoutDropoutTheProbabilitiesAreSavedOnce) {
   EXPECT_EQ(llama.nodes[weighted].shared_saved_bytes, llama.nodes[softmax].saved_bytes);
   double quadratic = 0;  // bytes per b*s^2, held once
   for (const OperatorNode& node : llama.nodes)
-    if (node.layer == llama.nodes[softmax].layer) quadratic += node.saved_bytes.per_token_seq - node.shared_saved_bytes.per_token_seq;
+    if (node.layer == llama.nodes[softmax].layer)
+      quadratic += node.saved_bytes.per_token_seq - node.shared_saved_bytes.per_token_seq;
   EXPECT_EQ(quadratic, 2 * 32);
   // With dropout the P V product saves the dropped-out copy: nothing is shared.
   for (const OperatorNode& node : build("gpt3-1.3b").nodes) EXPECT_TRUE(node.shared_saved_bytes.is_zero()) << node.name;
@@ -124,7 +127,8 @@ TEST(ModelZoo, BackwardFlopsAreTwiceTheForwardForMatrixProducts) {
   for (const OperatorNode& node : graph.nodes) {
     if (node.kind == "linear") {
       EXPECT_EQ(node.backward_input.flops, node.forward.flops) << node.name;
-      EXPECT_EQ(node.backward_weight.flops, node.forward.flops + per_token(node.parameters - node.forward.flops.per_token / 2))
+      EXPECT_EQ(node.backward_weight.flops,
+                node.forward.flops + per_token(node.parameters - node.forward.flops.per_token / 2))
           << node.name;
     }
     if (node.kind == "bmm") {

@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/costs/model_zoo.h"
 #include "flexpipe/costs/stage_aggregation.h"
 #include "flexpipe/partition/stage_memory.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {
@@ -122,7 +122,9 @@ TEST(StageAggregation, OffloadedCheckpointsAddToWhatOffloadMoves) {
   EXPECT_EQ(result.table.stages[1].offload_bytes, 100);
   EXPECT_EQ(result.table.stages[2].offload_bytes, kInfinity);
   options.offload_checkpoints = {1, 1};
-  EXPECT_EQ(error_of([&] { aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options); }),
+  EXPECT_EQ(error_of([&] {
+              aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options);
+            }),
             "2 checkpoint offload flags for the 3 stages of the partition");
 }
 
@@ -212,7 +214,8 @@ TEST(StageAggregation, WorkspaceIsTheLargestOperatorsOfTheStage) {
   g.nodes[2].workspace_bytes = per_token(7);  // attn
   g.nodes[3].workspace_bytes = per_token(2);  // add
   g.nodes[4].workspace_bytes = per_token(5);  // head
-  const StageAggregate result = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options_at(2, 10));
+  const StageAggregate result =
+      aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2, 1}), options_at(2, 10));
   EXPECT_EQ(result.table.stages[0].workspace_bytes, 0);
   EXPECT_EQ(result.table.stages[1].workspace_bytes, 7 * 20);
   EXPECT_EQ(result.table.stages[2].workspace_bytes, 5 * 20);
@@ -231,7 +234,8 @@ TEST(StageAggregation, ExplicitSetsAndSharedProducers) {
 
 TEST(StageAggregation, EmptyStagesPassTensorsThrough) {
   const CostGraph g = hand_graph();
-  const StageAggregate result = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{1, 0, 4}), options_at(1, 10));
+  const StageAggregate result =
+      aggregate_stages(g, partition_from_sizes(g, std::vector<int>{1, 0, 4}), options_at(1, 10));
   EXPECT_EQ(result.table.stages[1].forward, 0);
   EXPECT_EQ(result.table.stages[0].output_bytes, 40);
   EXPECT_EQ(result.table.stages[1].output_bytes, 40);
@@ -239,15 +243,26 @@ TEST(StageAggregation, EmptyStagesPassTensorsThrough) {
 
 TEST(StageAggregation, ErrorsNameWhatIsWrong) {
   const CostGraph g = hand_graph();
-  EXPECT_EQ(error_of([&] { partition_from_sizes(g, std::vector<int>{2, 2}); }),
+  EXPECT_EQ(error_of([&] {
+              partition_from_sizes(g, std::vector<int>{2, 2});
+            }),
             "the stages hold 4 operators but the graph 'hand' has 5");
-  EXPECT_EQ(error_of([&] { partition_from_sets(g, {{"embed", "ln", "head"}, {"attn", "add"}}); }),
+  EXPECT_EQ(error_of([&] {
+              partition_from_sets(g, {{"embed", "ln", "head"}, {"attn", "add"}});
+            }),
             "the tensor 'add' -> 'head' flows from stage 1 back to stage 0; a pipeline only sends forward");
-  EXPECT_EQ(error_of([&] { partition_from_sets(g, {{"embed", "ln"}, {"attn", "add", "hed"}}); }),
+  EXPECT_EQ(error_of([&] {
+              partition_from_sets(g, {{"embed", "ln"}, {"attn", "add", "hed"}});
+            }),
             "stage 1: unknown operator 'hed'");
-  EXPECT_EQ(error_of([&] { partition_from_sets(g, {{"embed", "ln"}, {"attn", "ln"}}); }),
+  EXPECT_EQ(error_of([&] {
+              partition_from_sets(g, {{"embed", "ln"}, {"attn", "ln"}});
+            }),
             "stage 1: operator 'ln' is already in stage 0");
-  EXPECT_EQ(error_of([&] { partition_from_sets(g, {{"embed", "ln"}, {"attn", "add"}}); }), "operator 'head' is in no stage");
+  EXPECT_EQ(error_of([&] {
+              partition_from_sets(g, {{"embed", "ln"}, {"attn", "add"}});
+            }),
+            "operator 'head' is in no stage");
   AggregationOptions options = options_at(1, 10);
   options.decisions.assign(3, MemoryDecision::Keep);
   EXPECT_EQ(error_of([&] { aggregate_stages(g, partition_evenly(g, 2), options); }),

@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "flexpipe/support/error.h"
-#include "flexpipe/interop/megatron_layout.h"
 #include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/interop/megatron_layout.h"
 #include "flexpipe/interop/pipedream_import.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {
@@ -48,7 +48,7 @@ TEST(PipeDreamImport, ReadsNodesEdgesAndOrdersThem) {
   EXPECT_EQ(linear.forward.time, 1.25);
   EXPECT_EQ(linear.backward_input.time, 2.5);  // PipeDream does not split I and W
   EXPECT_EQ(linear.backward_weight.time, 0);
-  EXPECT_EQ(linear.parameters, 4224.0 / 4);  // fp32
+  EXPECT_EQ(linear.parameters, 4224.0 / 4);          // fp32
   EXPECT_EQ(linear.output_bytes, per_sample(1024));  // 2048 bytes at batch 2
   EXPECT_EQ(linear.saved_bytes, linear.output_bytes);
   EXPECT_EQ(graph.nodes[3].output_bytes, per_sample(1024));  // [1024; 1024] summed, per sample
@@ -75,19 +75,24 @@ TEST(PipeDreamImport, StageIdsBecomeLayers) {
 }
 
 TEST(PipeDreamImport, ErrorsNameLineColumnAndShowACaret) {
-  EXPECT_EQ(profile_error("node1 -- Input0 -- forward_compute_time=1.0, backward_time=0.0, activation_size=1.0, parameter_size=0.0\n"),
-            "graph.txt:1:46: expected 'backward_compute_time=NUMBER'\n"
-            "node1 -- Input0 -- forward_compute_time=1.0, backward_time=0.0, activation_size=1.0, parameter_size=0.0\n"
-            "                                             ^");
-  EXPECT_EQ(profile_error("\n\nnode1 -- X -- forward_compute_time=fast, backward_compute_time=0, activation_size=1, parameter_size=0"),
-            "graph.txt:3:36: 'fast' is not a number\n"
-            "node1 -- X -- forward_compute_time=fast, backward_compute_time=0, activation_size=1, parameter_size=0\n"
-            "                                   ^");
-  EXPECT_EQ(profile_error("node1 Input0\n"),
-            "graph.txt:1:1: expected a node line 'nodeN -- DESC -- forward_compute_time=..., backward_compute_time=..., "
-            "activation_size=..., parameter_size=...' or a tab-indented edge line 'nodeA -- nodeB'\n"
-            "node1 Input0\n"
-            "^");
+  EXPECT_EQ(
+      profile_error(
+          "node1 -- Input0 -- forward_compute_time=1.0, backward_time=0.0, activation_size=1.0, parameter_size=0.0\n"),
+      "graph.txt:1:46: expected 'backward_compute_time=NUMBER'\n"
+      "node1 -- Input0 -- forward_compute_time=1.0, backward_time=0.0, activation_size=1.0, parameter_size=0.0\n"
+      "                                             ^");
+  EXPECT_EQ(
+      profile_error(
+          "\n\nnode1 -- X -- forward_compute_time=fast, backward_compute_time=0, activation_size=1, parameter_size=0"),
+      "graph.txt:3:36: 'fast' is not a number\n"
+      "node1 -- X -- forward_compute_time=fast, backward_compute_time=0, activation_size=1, parameter_size=0\n"
+      "                                   ^");
+  EXPECT_EQ(
+      profile_error("node1 Input0\n"),
+      "graph.txt:1:1: expected a node line 'nodeN -- DESC -- forward_compute_time=..., backward_compute_time=..., "
+      "activation_size=..., parameter_size=...' or a tab-indented edge line 'nodeA -- nodeB'\n"
+      "node1 Input0\n"
+      "^");
   EXPECT_EQ(profile_error("node1 -- Input0 -- time=1\n"),
             "graph.txt:1:26: expected ' -- forward_compute_time=...' after the node's description\n"
             "node1 -- Input0 -- time=1\n"
@@ -105,7 +110,8 @@ TEST(PipeDreamImport, ErrorsNameLineColumnAndShowACaret) {
             "\tnode1 -- node2\n"
             " ^");
   EXPECT_EQ(profile_error(kProfile.substr(0, kProfile.find('\n') + 1) + kProfile.substr(0, kProfile.find('\n') + 1)),
-            "graph.txt:2:1: node 'node1' is already defined on line 1\n" + kProfile.substr(0, kProfile.find('\n')) + "\n^");
+            "graph.txt:2:1: node 'node1' is already defined on line 1\n" + kProfile.substr(0, kProfile.find('\n')) +
+                "\n^");
   EXPECT_EQ(profile_error("\n  \n"), "graph.txt: no node lines (nodeN -- DESC -- forward_compute_time=...)");
 }
 
@@ -140,9 +146,11 @@ TEST(MegatronLayout, ErrorsPointAtTheCharacter) {
   EXPECT_EQ(layout_error("Et*3|(tt|*29,m|L"),
             "pipeline layout, character 6: '(' is never closed\n  Et*3|(tt|*29,m|L\n       ^");
   EXPECT_EQ(layout_error("Et*|L"), "pipeline layout, character 3: '*' needs a repeat count after it\n  Et*|L\n    ^");
-  EXPECT_EQ(layout_error("Et*0|L"), "pipeline layout, character 4: the repeat count must be at least 1\n  Et*0|L\n     ^");
-  EXPECT_EQ(layout_error("Ex|L"),
-            "pipeline layout, character 2: unexpected 'x' (expected E, t, m, L, '|', '(', ')', '*' or ',')\n  Ex|L\n   ^");
+  EXPECT_EQ(layout_error("Et*0|L"),
+            "pipeline layout, character 4: the repeat count must be at least 1\n  Et*0|L\n     ^");
+  EXPECT_EQ(
+      layout_error("Ex|L"),
+      "pipeline layout, character 2: unexpected 'x' (expected E, t, m, L, '|', '(', ')', '*' or ',')\n  Ex|L\n   ^");
   EXPECT_EQ(layout_error("Et)|L"), "pipeline layout, character 3: ')' without a matching '('\n  Et)|L\n    ^");
   EXPECT_EQ(layout_error("*3"), "pipeline layout, character 1: '*' must follow a symbol or a ')'\n  *3\n  ^");
   EXPECT_EQ(layout_error(" , "), "pipeline layout, character 1: the layout is empty\n   , \n  ^");
@@ -163,7 +171,8 @@ TEST(MegatronLayout, ErrorsPointAtTheCharacter) {
             "pipeline layout, character 10: the repeat expands past 1000000 symbols\n  E(t*1000)*2000\n           ^");
   EXPECT_EQ(layout_error("E(t*1000)*1000"),
             "pipeline layout, character 2: the layout expands past 1000000 symbols\n  E(t*1000)*1000\n   ^");
-  EXPECT_EQ(layout_error("Et*2*3"), "pipeline layout, character 5: '*' must follow a symbol or a ')'\n  Et*2*3\n      ^");
+  EXPECT_EQ(layout_error("Et*2*3"),
+            "pipeline layout, character 5: '*' must follow a symbol or a ')'\n  Et*2*3\n      ^");
 }
 
 }  // namespace

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/ir/lowering.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/support/error.h"
-#include "flexpipe/ir/lowering.h"
-#include "flexpipe/interop/schedule_io.h"
-#include "flexpipe/validate/validator.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/validate/validator.h"
 
 namespace flexpipe {
 namespace {
@@ -131,8 +131,9 @@ TEST(PytorchCsvFixtures, LegacyFileReadWithTheCurrentLetteringNamesTheFirstBW) {
     load_pytorch_csv(path, {CsvLettering::Current});
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), path + ":1:58: cannot parse action '2BW0': BW is the legacy lettering's full "
-                                           "backward, but the file is read with the current lettering");
+    EXPECT_EQ(std::string(e.what()), path +
+                                         ":1:58: cannot parse action '2BW0': BW is the legacy lettering's full "
+                                         "backward, but the file is read with the current lettering");
   }
 }
 
@@ -142,8 +143,9 @@ TEST(PytorchCsvFixtures, CurrentFileReadWithTheLegacyLetteringNamesTheFirstI) {
     load_pytorch_csv(path, {CsvLettering::Legacy});
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), path + ":1:18: cannot parse action '2I0': the legacy lettering has no I (its B "
-                                           "is the input gradient), but the file is read with the legacy lettering");
+    EXPECT_EQ(std::string(e.what()), path +
+                                         ":1:18: cannot parse action '2I0': the legacy lettering has no I (its B "
+                                         "is the input gradient), but the file is read with the legacy lettering");
   }
 }
 
@@ -177,10 +179,10 @@ TEST(PytorchCsvFixtures, ComputeOnlyFileIsWrittenWithoutIdleCells) {
 }
 
 TEST(PytorchCsvFixtures, FixturesValidate) {
-  for (const char* file : {"loop_zb_2rank_4stage_compute.csv", "loop_mixed_2rank_4stage_comms.csv",
-                           "dualpipev_3rank_7mb.csv", "legacy/loop_zb_2rank_4stage_compute.csv",
-                           "legacy/loop_mixed_2rank_4stage_comms.csv", "handwritten_1f1b_2rank_4mb.csv",
-                           "handwritten_fsdp_2rank_2mb.csv"}) {
+  for (const char* file :
+       {"loop_zb_2rank_4stage_compute.csv", "loop_mixed_2rank_4stage_comms.csv", "dualpipev_3rank_7mb.csv",
+        "legacy/loop_zb_2rank_4stage_compute.csv", "legacy/loop_mixed_2rank_4stage_comms.csv",
+        "handwritten_1f1b_2rank_4mb.csv", "handwritten_fsdp_2rank_2mb.csv"}) {
     Schedule s = load_pytorch_csv(kData + file);
     std::string diagnostics;
     for (const Diagnostic& d : validate(s)) diagnostics += d.to_string() + "\n";
@@ -274,7 +276,10 @@ TEST(PytorchCsvText, CrlfQuotesBlanksAndBomReadLikeThePlainFile) {
   EXPECT_EQ(parse_named("0F0,(0F1;0B0)OVERLAP_F_B\r\n1F0,1B0\r\n", "x"), plain);
   EXPECT_EQ(parse_named("0F0,(0F1;0B0)OVERLAP_F_B\n1F0,1B0", "x"), plain);
   EXPECT_EQ(parse_named("\"0F0\",\"(0F1;0B0)OVERLAP_F_B\"\n 1F0 ,\t1B0\n", "x"), plain);
-  EXPECT_EQ(parse_named("\xEF\xBB\xBF" "0F0,,(0F1;0B0)OVERLAP_F_B,\n,1F0,1B0\n", "x"), plain);
+  EXPECT_EQ(parse_named("\xEF\xBB\xBF"
+                        "0F0,,(0F1;0B0)OVERLAP_F_B,\n,1F0,1B0\n",
+                        "x"),
+            plain);
   EXPECT_EQ(parse_named("0F0,(0F1;0B0)OVERLAP_F_B\r1F0,1B0\r", "x"), plain);
 }
 
@@ -291,7 +296,7 @@ TEST(PytorchCsvRoundTrip, WriteThenParseIsIdentity) {
   Schedule s = make_schedule("rt", 3, 2, v_placement(3, 6));
   using K = ActionKind;
   s.custom_ops = parse_named("0UNSHARD,0RESHARD,0REDUCE_GRAD,0F0,0F1\n", "rt").custom_ops;
-  s.device_actions[0] = {Action::custom_op(0, 0, -1), Action::make(K::F, 0, 0), Action::make(K::SendF, 0, 0),
+  s.device_actions[0] = {Action::custom_op(0, 0, -1),       Action::make(K::F, 0, 0), Action::make(K::SendF, 0, 0),
                          Action::overlap(5, 0, 0, 1, K::I), Action::make(K::W, 0, 1), Action::custom_op(2, 5, -1),
                          Action::custom_op(1, 0, -1)};
   s.device_actions[1] = {Action::make(K::RecvF, 1, 0), Action::make(K::F, 1, 1), Action::make(K::RecvB, 4, 1),
@@ -321,13 +326,15 @@ TEST(PytorchCsvRoundTrip, BuiltinSchedulesAndTheirLoweredForms) {
 // ---- errors -------------------------------------------------------------------------------------
 
 TEST(PytorchCsvErrors, BadCellNamesLineAndColumn) {
-  EXPECT_EQ(error_of("0F0,1F0\n1F0,1F1,3F0,3F1,2BX0\n"), "s.csv:2:17: cannot parse action '2BX0': unknown action type 'BX'");
+  EXPECT_EQ(error_of("0F0,1F0\n1F0,1F1,3F0,3F1,2BX0\n"),
+            "s.csv:2:17: cannot parse action '2BX0': unknown action type 'BX'");
   EXPECT_EQ(error_of("0F0, \"1Y0\"\n"), "s.csv:1:6: cannot parse action '1Y0': unknown action type 'Y'");
   EXPECT_EQ(error_of("F0\n"), "s.csv:1:1: cannot parse action 'F0': expected a stage number first");
   EXPECT_EQ(error_of("0F0,12\n"), "s.csv:1:5: cannot parse action '12': missing the action type after the stage");
   EXPECT_EQ(error_of("0F\n"), "s.csv:1:1: cannot parse action '0F': F needs a micro-batch");
   EXPECT_EQ(error_of("0F0,0UNSHARD3\n"), "s.csv:1:5: cannot parse action '0UNSHARD3': UNSHARD takes no micro-batch");
-  EXPECT_EQ(error_of("0F99999999999\n"), "s.csv:1:1: cannot parse action '0F99999999999': micro-batch 99999999999 is too large");
+  EXPECT_EQ(error_of("0F99999999999\n"),
+            "s.csv:1:1: cannot parse action '0F99999999999': micro-batch 99999999999 is too large");
   // PyTorch's prefix match would read "2F0x" as 2F0; we do not.
   EXPECT_EQ(error_of("2F0x\n"), "s.csv:1:1: cannot parse action '2F0x': unknown action type 'F0x'");
 }
@@ -346,7 +353,8 @@ TEST(PytorchCsvErrors, BadComposites) {
             "s.csv:1:1: cannot parse action '(0F7;7B3)OVERLAP': expected '(FORWARD;BACKWARD)OVERLAP_F_B'");
   EXPECT_EQ(error_of("(0F7;7B3;7W3)OVERLAP_F_B\n"),
             "s.csv:1:1: cannot parse action '(0F7;7B3;7W3)OVERLAP_F_B': expected '(FORWARD;BACKWARD)OVERLAP_F_B'");
-  EXPECT_EQ(error_of("(0F7;7B3\n"), "s.csv:1:1: cannot parse action '(0F7;7B3': expected '(FORWARD;BACKWARD)OVERLAP_F_B'");
+  EXPECT_EQ(error_of("(0F7;7B3\n"),
+            "s.csv:1:1: cannot parse action '(0F7;7B3': expected '(FORWARD;BACKWARD)OVERLAP_F_B'");
   EXPECT_EQ(error_of("(0F7;7W3)OVERLAP_F_B\n"),
             "s.csv:1:1: cannot parse action '(0F7;7W3)OVERLAP_F_B': the second half of OVERLAP_F_B must be a backward "
             "(B or I), not '7W3'");
@@ -358,10 +366,12 @@ TEST(PytorchCsvErrors, BadComposites) {
 }
 
 TEST(PytorchCsvErrors, StageOnTwoRanks) {
-  EXPECT_EQ(error_of("0F0,1F0\n2F0,1B0\n"),
-            "s.csv:2:5: stage 1 is on rank 1 here, but on rank 0 at line 1, column 5 ('1F0'); a stage belongs to one rank");
-  EXPECT_EQ(error_of("0F0\n(1F0;0B0)OVERLAP_F_B\n"),
-            "s.csv:2:1: stage 0 is on rank 1 here, but on rank 0 at line 1, column 1 ('0F0'); a stage belongs to one rank");
+  EXPECT_EQ(
+      error_of("0F0,1F0\n2F0,1B0\n"),
+      "s.csv:2:5: stage 1 is on rank 1 here, but on rank 0 at line 1, column 5 ('1F0'); a stage belongs to one rank");
+  EXPECT_EQ(
+      error_of("0F0\n(1F0;0B0)OVERLAP_F_B\n"),
+      "s.csv:2:1: stage 0 is on rank 1 here, but on rank 0 at line 1, column 1 ('0F0'); a stage belongs to one rank");
 }
 
 TEST(PytorchCsvErrors, EmptyFileAndNoActions) {
@@ -414,8 +424,7 @@ TEST(PytorchCsvWrite, RefusesActionsPyTorchHasNoCellFor) {
 
 TEST(PytorchCsvWrite, RefusesTwoPipelines) {
   Schedule s = make_schedule("dualpipe", 2, 2, bidirectional_placement(2), 2);
-  EXPECT_EQ(write_error_of(s),
-            "PyTorch's schedule CSV holds one pipeline, but 'dualpipe' runs 2 (save it as .json)");
+  EXPECT_EQ(write_error_of(s), "PyTorch's schedule CSV holds one pipeline, but 'dualpipe' runs 2 (save it as .json)");
 }
 
 }  // namespace

@@ -7,8 +7,8 @@
 #include <functional>
 #include <string>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/interop/schedule_json.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
 
 namespace flexpipe {
@@ -22,9 +22,8 @@ const std::string kData = std::string(FLEXPIPE_TEST_DATA) + "/pytorch/";
 class ScheduleIo : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("flexpipe_io_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("flexpipe_io_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -101,8 +100,9 @@ TEST_F(ScheduleIo, LoadErrors) {
   EXPECT_EQ(error_of([&] { load_schedule(path("s.txt"), {}); }),
             path("s.txt") + ": cannot load a schedule from '.txt' (expected .fps, .csv for PyTorch's CSV or .json)");
   EXPECT_EQ(error_of([&] { load_schedule(path("plain"), {}); }),
-            path("plain") + ": cannot load a schedule from a file without extension (expected .fps, .csv for PyTorch's CSV "
-                            "or .json)");
+            path("plain") +
+                ": cannot load a schedule from a file without extension (expected .fps, .csv for PyTorch's CSV "
+                "or .json)");
   EXPECT_EQ(error_of([&] { load_schedule(path("gone.json"), {}); }),
             path("gone.json") + ": cannot read: No such file or directory");
   EXPECT_EQ(error_of([] { load_schedule("nosuchschedule", {}); }).substr(0, 34), "unknown schedule 'nosuchschedule' ");

@@ -6,9 +6,9 @@
 #include <limits>
 #include <string>
 
+#include "flexpipe/ir/lowering.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/support/error.h"
-#include "flexpipe/ir/lowering.h"
 
 namespace flexpipe {
 namespace {
@@ -53,9 +53,9 @@ Schedule rich_schedule() {
   flush.name = "FLUSH";
   flush.per_microbatch = false;
   s.custom_ops = {gather, flush};
-  s.device_actions[0] = {Action::make(K::F, 0, 0),      Action::make(K::SendF, 0, 0), Action::custom_op(0, 0, 0),
-                         Action::make(K::Offload, 0, 0), Action::make(K::Reload, 0, 0), Action::make(K::R, 0, 0),
-                         Action::overlap(3, 1, 0, 0, K::I), Action::make(K::W, 0, 0),  Action::make(K::Opt, 0),
+  s.device_actions[0] = {Action::make(K::F, 0, 0),          Action::make(K::SendF, 0, 0),  Action::custom_op(0, 0, 0),
+                         Action::make(K::Offload, 0, 0),    Action::make(K::Reload, 0, 0), Action::make(K::R, 0, 0),
+                         Action::overlap(3, 1, 0, 0, K::I), Action::make(K::W, 0, 0),      Action::make(K::Opt, 0),
                          Action::custom_op(1, 3, -1)};
   s.device_actions[1] = {Action::make(K::RecvF, 1, 0), Action::make(K::F, 1, 0), Action::make(K::B, 1, 0),
                          Action::make(K::SendB, 1, 0), Action::make(K::F, 2, 1), Action::make(K::RecvB, 2, 1),
@@ -68,12 +68,18 @@ Schedule rich_schedule() {
 TEST(ActionCell, ParsesEveryBuiltinKind) {
   const Schedule none;
   const std::pair<const char*, Action> cases[] = {
-      {"2F0", Action::make(K::F, 2, 0)},           {"12B34", Action::make(K::B, 12, 34)},
-      {"1I3", Action::make(K::I, 1, 3)},           {"1W3", Action::make(K::W, 1, 3)},
-      {"0R5", Action::make(K::R, 0, 5)},           {"3SEND_F1", Action::make(K::SendF, 3, 1)},
-      {"4RECV_F1", Action::make(K::RecvF, 4, 1)},  {"3SEND_B1", Action::make(K::SendB, 3, 1)},
-      {"2RECV_B1", Action::make(K::RecvB, 2, 1)},  {"1OFFLOAD2", Action::make(K::Offload, 1, 2)},
-      {"1RELOAD2", Action::make(K::Reload, 1, 2)}, {"0OPT", Action::make(K::Opt, 0)},
+      {"2F0", Action::make(K::F, 2, 0)},
+      {"12B34", Action::make(K::B, 12, 34)},
+      {"1I3", Action::make(K::I, 1, 3)},
+      {"1W3", Action::make(K::W, 1, 3)},
+      {"0R5", Action::make(K::R, 0, 5)},
+      {"3SEND_F1", Action::make(K::SendF, 3, 1)},
+      {"4RECV_F1", Action::make(K::RecvF, 4, 1)},
+      {"3SEND_B1", Action::make(K::SendB, 3, 1)},
+      {"2RECV_B1", Action::make(K::RecvB, 2, 1)},
+      {"1OFFLOAD2", Action::make(K::Offload, 1, 2)},
+      {"1RELOAD2", Action::make(K::Reload, 1, 2)},
+      {"0OPT", Action::make(K::Opt, 0)},
       {"(0F7;7B3)OVERLAP_F_B", Action::overlap(0, 7, 7, 3, K::B)},
       {"(4F4;3I0)OVERLAP_F_B", Action::overlap(4, 4, 3, 0, K::I)},
   };
@@ -222,8 +228,9 @@ TEST(ScheduleJsonErrors, SyntaxErrorsNameLineAndColumn) {
             "'\"flexpipe-schedule\",<U+000A>  o'; expected string literal");
   EXPECT_EQ(error_of("{\"a\": [1,\n 2"),
             "s.json:2:3: JSON syntax error: syntax error while parsing array - unexpected end of input; expected ']'");
-  EXPECT_EQ(error_of(""), "s.json:1:1: JSON syntax error: syntax error while parsing value - unexpected end of input; "
-                          "expected '[', '{', or a literal");
+  EXPECT_EQ(error_of(""),
+            "s.json:1:1: JSON syntax error: syntax error while parsing value - unexpected end of input; "
+            "expected '[', '{', or a literal");
 }
 
 TEST(ScheduleJsonErrors, DocumentShape) {
@@ -244,9 +251,13 @@ TEST(ScheduleJsonErrors, DocumentShape) {
 TEST(ScheduleJsonErrors, PlacementAndPipelines) {
   EXPECT_EQ(error_with([](json& d) { d["placement"] = {0}; }),
             "s.json: placement: has 1 entries, expected 2 (stages_per_pipeline 2 x pipelines 1)");
-  EXPECT_EQ(error_with([](json& d) { d["placement"] = {0, 2}; }),
+  EXPECT_EQ(error_with([](json& d) {
+              d["placement"] = {0, 2};
+            }),
             "s.json: placement[1]: device 2 does not exist (2 devices)");
-  EXPECT_EQ(error_with([](json& d) { d["microbatch_pipeline"] = {0, 0}; }),
+  EXPECT_EQ(error_with([](json& d) {
+              d["microbatch_pipeline"] = {0, 0};
+            }),
             "s.json: microbatch_pipeline: has 2 entries, expected one per micro-batch (1)");
   EXPECT_EQ(error_with([](json& d) { d["microbatch_pipeline"] = {1}; }),
             "s.json: microbatch_pipeline[0]: pipeline 1 does not exist (1 pipelines)");
@@ -272,7 +283,8 @@ TEST(ScheduleJsonErrors, CustomKinds) {
             "s.json: custom_ops[0].before[0].stage_offset: expected an integer, got \"1\"");
   EXPECT_EQ(with_op(R"({"name": "X", "before": [{"kind": "F", "all": true}]})"),
             "s.json: custom_ops[0].before[0]: unknown field 'all'");
-  EXPECT_EQ(with_op(R"({"name": "X", "duration": "1"})"), "s.json: custom_ops[0].duration: expected a number, got string");
+  EXPECT_EQ(with_op(R"({"name": "X", "duration": "1"})"),
+            "s.json: custom_ops[0].duration: expected a number, got string");
   EXPECT_EQ(with_op(R"({"name": "X", "communicates": 1})"),
             "s.json: custom_ops[0].communicates: expected true or false, got 1");
   EXPECT_EQ(error_with([](json& d) { d["custom_ops"] = json::parse(R"([{"name": "X"}, {"name": "X"}])"); }),

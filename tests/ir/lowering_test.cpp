@@ -57,8 +57,8 @@ TEST(Lowering, OverlapGetsReceivesOfBothHalvesBeforeAndSendsAfter) {
   Action pair = Action::overlap(1, 1, 1, 0);
   s.device_actions[1] = {pair};
   Schedule lowered = lower(s);
-  EXPECT_EQ(cells(lowered, 1), (std::vector<std::string>{"1RECV_F1", "1RECV_B0", "(1F1;1B0)OVERLAP_F_B", "1SEND_F1",
-                                                         "1SEND_B0"}));
+  EXPECT_EQ(cells(lowered, 1),
+            (std::vector<std::string>{"1RECV_F1", "1RECV_B0", "(1F1;1B0)OVERLAP_F_B", "1SEND_F1", "1SEND_B0"}));
 }
 
 TEST(Lowering, IsIdempotentAndStripRestoresComputeOnlyForm) {

@@ -8,11 +8,11 @@
 
 #include <gtest/gtest.h>
 
-#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/costs/cost_table.h"
-#include "flexpipe/support/error.h"
 #include "flexpipe/ir/lowering.h"
+#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/validate/validator.h"
 #include "schedule_test_helpers.h"
 
@@ -90,7 +90,8 @@ void expect_positions(const Schedule& result, const std::vector<char>& recompute
           --expected;
         int next = i + 1;
         while (list[next].kind == ActionKind::Reload) ++next;  // RELOADs for other micro-batches
-        EXPECT_EQ(next, expected) << where << ": RELOAD one compute action ahead of " << result.action_name(list[anchor]);
+        EXPECT_EQ(next, expected) << where << ": RELOAD one compute action ahead of "
+                                  << result.action_name(list[anchor]);
         EXPECT_GT(i, off) << where;
       }
     }
@@ -187,16 +188,18 @@ TEST(MemoryActions, OneFOneBByHand) {
 
   // Checkpoint offload reloads right before each R: only the micro-batch being rebuilt is back.
   const Schedule late = add_memory_actions(plain, {1, 0}, {1, 0}, {1, 0});
-  EXPECT_EQ(row(late, 0),
-            "0F0 0OFFLOAD0 0F1 0OFFLOAD1 0RELOAD0 0R0 0B0 0F2 0OFFLOAD2 0RELOAD1 0R1 0B1 0F3 0OFFLOAD3 0RELOAD2 0R2 0B2 "
-            "0RELOAD3 0R3 0B3");
+  EXPECT_EQ(
+      row(late, 0),
+      "0F0 0OFFLOAD0 0F1 0OFFLOAD1 0RELOAD0 0R0 0B0 0F2 0OFFLOAD2 0RELOAD1 0R1 0B1 0F3 0OFFLOAD3 0RELOAD2 0R2 0B2 "
+      "0RELOAD3 0R3 0B3");
   EXPECT_TRUE(validate(late).empty());
 
   // The last stage runs B(m) right after F(m): no compute action between the OFFLOAD and the
   // backward, so the RELOAD goes right before the backward.
   const Schedule last = add_memory_actions(plain, {0, 0}, {0, 1});
-  EXPECT_EQ(row(last, 1),
-            "1F0 1OFFLOAD0 1RELOAD0 1B0 1F1 1OFFLOAD1 1RELOAD1 1B1 1F2 1OFFLOAD2 1RELOAD2 1B2 1F3 1OFFLOAD3 1RELOAD3 1B3");
+  EXPECT_EQ(
+      row(last, 1),
+      "1F0 1OFFLOAD0 1RELOAD0 1B0 1F1 1OFFLOAD1 1RELOAD1 1B1 1F2 1OFFLOAD2 1RELOAD2 1B2 1F3 1OFFLOAD3 1RELOAD3 1B3");
 
   // Lowered: R between RECV_B and B, OFFLOAD between F and SEND_F.
   const Schedule lowered = add_memory_actions(lower(plain), {1, 0}, {1, 0});
@@ -238,8 +241,9 @@ TEST(MemoryActions, ExistingActionsAreKept) {
   // 1F1B with R on micro-batch 1 and OFFLOAD/RELOAD on micro-batch 0 already: neither gets another.
   Schedule plain = make_builtin("1f1b", {2, 2, 0});
   auto& list = plain.device_actions[0];  // 0F0 0F1 0B0 0B1
-  list = {Action::make(ActionKind::F, 0, 0), Action::make(ActionKind::Offload, 0, 0), Action::make(ActionKind::F, 0, 1),
-          Action::make(ActionKind::Reload, 0, 0), Action::make(ActionKind::B, 0, 0), Action::make(ActionKind::R, 0, 1),
+  list = {Action::make(ActionKind::F, 0, 0), Action::make(ActionKind::Offload, 0, 0),
+          Action::make(ActionKind::F, 0, 1), Action::make(ActionKind::Reload, 0, 0),
+          Action::make(ActionKind::B, 0, 0), Action::make(ActionKind::R, 0, 1),
           Action::make(ActionKind::B, 0, 1)};
   ASSERT_TRUE(validate(plain).empty());
   const Schedule result = add_memory_actions(plain, {1, 0}, {1, 0});
@@ -253,20 +257,23 @@ TEST(MemoryActions, ErrorsNameTheProblem) {
     add_memory_actions(plain, {1}, {0, 0});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "add_memory_actions: 1 recompute flags for the 2 stages of schedule 1f1b (one per global stage)");
+    EXPECT_STREQ(e.what(),
+                 "add_memory_actions: 1 recompute flags for the 2 stages of schedule 1f1b (one per global stage)");
   }
   try {
     add_memory_actions(plain, {0, 0}, {0, 0, 0});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "add_memory_actions: 3 offload flags for the 2 stages of schedule 1f1b (one per global stage)");
+    EXPECT_STREQ(e.what(),
+                 "add_memory_actions: 3 offload flags for the 2 stages of schedule 1f1b (one per global stage)");
   }
   try {
     add_memory_actions(plain, {0, 0}, {0, 0}, {1});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "add_memory_actions: 1 reload-before-recompute flags for the 2 stages of schedule 1f1b (one per global stage)");
+    EXPECT_STREQ(
+        e.what(),
+        "add_memory_actions: 1 reload-before-recompute flags for the 2 stages of schedule 1f1b (one per global stage)");
   }
   Schedule broken = plain;
   broken.device_actions[1].pop_back();  // 1B3

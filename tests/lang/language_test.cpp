@@ -3,10 +3,10 @@
 // operation kinds, overlapped actions, the greedy policy, source maps and traces.
 #include <gtest/gtest.h>
 
+#include "flexpipe/lang/program.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/validate/validator.h"
-#include "flexpipe/lang/program.h"
 
 namespace flexpipe {
 namespace {
@@ -22,16 +22,17 @@ std::vector<std::string> cells(const Schedule& s, int device) {
 using Cells = std::vector<std::string>;
 
 TEST(Language, ExpressionsFloorDivisionAndShortCircuit) {
-  const CompiledProgram p = compile_program(kHeader +
-                                                "F(0, 7 / 2)\n"             // 3
-                                                "F(0, (0 - 7) % 3)\n"       // floor remainder: 2
-                                                "F(0, -(0 - 7) / 7)\n"      // 1
-                                                "F(0, 0 - 7 / -2 - 4)\n"    // -7/-2 = 3 -> 0 - (-4) - 4 = 0
-                                                "if 0 and 1 / 0 { F(1, 0) }\n"
-                                                "if 1 or 1 / 0 { F(1, max(0, 1, 3) - min(3, 2)) }\n"
-                                                "F(1, abs(0 - 2) == 2 ? 3 : 0)\n"
-                                                "F(1, (not 0) + (2 >= 2) + (1 != 1) + (not 5 - 5 - 1))\n",  // not binds looser than -
-                                            "x.fps");
+  const CompiledProgram p =
+      compile_program(kHeader +
+                          "F(0, 7 / 2)\n"           // 3
+                          "F(0, (0 - 7) % 3)\n"     // floor remainder: 2
+                          "F(0, -(0 - 7) / 7)\n"    // 1
+                          "F(0, 0 - 7 / -2 - 4)\n"  // -7/-2 = 3 -> 0 - (-4) - 4 = 0
+                          "if 0 and 1 / 0 { F(1, 0) }\n"
+                          "if 1 or 1 / 0 { F(1, max(0, 1, 3) - min(3, 2)) }\n"
+                          "F(1, abs(0 - 2) == 2 ? 3 : 0)\n"
+                          "F(1, (not 0) + (2 >= 2) + (1 != 1) + (not 5 - 5 - 1))\n",  // not binds looser than -
+                      "x.fps");
   EXPECT_EQ(cells(p.schedule, 0), (Cells{"0F3", "0F2", "0F1", "0F0"}));
   EXPECT_EQ(cells(p.schedule, 1), (Cells{"1F1", "1F3", "1F2"}));
 }
@@ -50,14 +51,15 @@ TEST(Language, NextFormsCountAndSharedBackwardCounter) {
 }
 
 TEST(Language, LoopsRepeatWhileAndReversed) {
-  const CompiledProgram p = compile_program(kHeader +
-                                                "for i in 1..3 reversed { F(0, i) }\n"  // 2, 1
-                                                "repeat 0 - 1 { F(0, 0) }\n"             // none
-                                                "let k = 0\n"
-                                                "while k < 4 { if k % 2 == 0 { F(1, k) } else if k == 1 { B(1, 0) } else { k += 0 }\n"
-                                                "  k += 1 }\n"
-                                                "for i in 3..3 { F(0, 3) }\n",
-                                            "x.fps");
+  const CompiledProgram p =
+      compile_program(kHeader +
+                          "for i in 1..3 reversed { F(0, i) }\n"  // 2, 1
+                          "repeat 0 - 1 { F(0, 0) }\n"            // none
+                          "let k = 0\n"
+                          "while k < 4 { if k % 2 == 0 { F(1, k) } else if k == 1 { B(1, 0) } else { k += 0 }\n"
+                          "  k += 1 }\n"
+                          "for i in 3..3 { F(0, 3) }\n",
+                      "x.fps");
   EXPECT_EQ(cells(p.schedule, 0), (Cells{"0F2", "0F1"}));
   EXPECT_EQ(cells(p.schedule, 1), (Cells{"1F0", "1B0", "1F2"}));
 }
@@ -80,9 +82,10 @@ TEST(Language, PlacementsPipelinesAndName) {
   p = compile_program("name \"odd\"\ndevices 3\nmicrobatches 2\nstages 4 placed (s * 2) % 3\n", "x.fps");
   EXPECT_EQ(p.schedule.stage_device, (std::vector<int32_t>{0, 2, 1, 0}));
   EXPECT_EQ(p.schedule.name, "odd");
-  p = compile_program("devices 2\nmicrobatches 4\nstages 4 placed [0, 1, 1, 0]\npipelines 2 route mb % 2\n"
-                      "F(2)\nF(2)\n",
-                      "x.fps");
+  p = compile_program(
+      "devices 2\nmicrobatches 4\nstages 4 placed [0, 1, 1, 0]\npipelines 2 route mb % 2\n"
+      "F(2)\nF(2)\n",
+      "x.fps");
   EXPECT_EQ(p.schedule.num_pipelines, 2);
   EXPECT_EQ(p.schedule.stages_per_pipeline, 2);
   EXPECT_EQ(p.schedule.microbatch_pipeline, (std::vector<int32_t>{0, 1, 0, 1}));
@@ -91,7 +94,8 @@ TEST(Language, PlacementsPipelinesAndName) {
 
 TEST(Language, PaddingDropsMicrobatchesPastM) {
   const CompiledProgram p =
-      compile_program("devices 1\nmicrobatches 2 padded to 4\nstages 1\nrepeat 4 { F(0) }\nrepeat 4 { B(0) }\n", "x.fps");
+      compile_program("devices 1\nmicrobatches 2 padded to 4\nstages 1\nrepeat 4 { F(0) }\nrepeat 4 { B(0) }\n",
+                      "x.fps");
   EXPECT_EQ(p.schedule.num_microbatches, 2);
   EXPECT_EQ(cells(p.schedule, 0), (Cells{"0F0", "0F1", "0B0", "0B1"}));
   EXPECT_TRUE(validate(p.schedule).empty());
@@ -121,9 +125,10 @@ TEST(Language, OperationKindsBecomeCustomOps) {
 }
 
 TEST(Language, OverlapAndOldestPendingWeight) {
-  const CompiledProgram p = compile_program("devices 1\nmicrobatches 2\nstages 2\n"
-                                            "F(0)  F(1)  I(1)  F(0) & I(0)  on 0 { W()  F(1) & B(1)  W() }  B(0)\n",
-                                            "x.fps");
+  const CompiledProgram p = compile_program(
+      "devices 1\nmicrobatches 2\nstages 2\n"
+      "F(0)  F(1)  I(1)  F(0) & I(0)  on 0 { W()  F(1) & B(1)  W() }  B(0)\n",
+      "x.fps");
   EXPECT_EQ(cells(p.schedule, 0),
             (Cells{"0F0", "1F0", "1I0", "(0F1;0I0)OVERLAP_F_B", "1W0", "(1F1;1B1)OVERLAP_F_B", "0W0", "0B1"}));
 }
@@ -178,9 +183,10 @@ TEST(Language, GreedyOneFOneBEqualsGenerator) {
 // and p=2, m=2 the lists are worked out by hand: device 1 runs F0 I0 F1 I1 and its W's fill the
 // wait for device 0's input gradients.
 TEST(Language, GreedyFillBubblesWithW) {
-  const CompiledProgram p = compile_program("devices 2\nmicrobatches 2\nstages 2\n"
-                                            "greedy {\n  prefer I, F, W\n  inflight 2\n}\n",
-                                            "g.fps");
+  const CompiledProgram p = compile_program(
+      "devices 2\nmicrobatches 2\nstages 2\n"
+      "greedy {\n  prefer I, F, W\n  inflight 2\n}\n",
+      "g.fps");
   // t0 0F0 | t1 0F1, 1F0 | t2 1I0 (0 idle: I0 needs 1I0) | t3 0I0, 1F1 | t4 0W0, 1I1 | t5 0I1, 1W0 | t6 0W1, 1W1
   EXPECT_EQ(cells(p.schedule, 0), (Cells{"0F0", "0F1", "0I0", "0W0", "0I1", "0W1"}));
   EXPECT_EQ(cells(p.schedule, 1), (Cells{"1F0", "1I0", "1F1", "1I1", "1W0", "1W1"}));
@@ -194,11 +200,12 @@ TEST(Language, GreedyFillBubblesWithW) {
 // gradient while the forwards written after them run. Unit times, worked out by hand:
 // t0 0F0 | t1 0F1, 1F0 | t2 1I0 | t3 0I0, 1F1 | t4 0W0, 1I1 | t5 0I1, 1W0 | t6 0W1, 1W1
 TEST(Language, GreedyWrittenRunsTheWrittenOrderWhenReady) {
-  const CompiledProgram p = compile_program("devices 2\nmicrobatches 2\nstages 2\ngreedy { prefer written }\n"
-                                            "on 0 { I(0, 0)  W(0, 0) }\n"
-                                            "on 0 { F(0, 0)  F(0, 1)  I(0, 1)  W(0, 1) }\n"
-                                            "on 1 { F(1, 0)  I(1, 0)  F(1, 1)  I(1, 1)  W() W() }\n",
-                                            "g.fps");
+  const CompiledProgram p = compile_program(
+      "devices 2\nmicrobatches 2\nstages 2\ngreedy { prefer written }\n"
+      "on 0 { I(0, 0)  W(0, 0) }\n"
+      "on 0 { F(0, 0)  F(0, 1)  I(0, 1)  W(0, 1) }\n"
+      "on 1 { F(1, 0)  I(1, 0)  F(1, 1)  I(1, 1)  W() W() }\n",
+      "g.fps");
   EXPECT_EQ(cells(p.schedule, 0), (Cells{"0F0", "0F1", "0I0", "0W0", "0I1", "0W1"}));
   EXPECT_EQ(cells(p.schedule, 1), (Cells{"1F0", "1I0", "1F1", "1I1", "1W0", "1W1"}));
   EXPECT_TRUE(validate(p.schedule).empty());
@@ -239,10 +246,12 @@ TEST(Language, GreedyCooldownPutsInputGradientsFirst) {
   const CompiledProgram without = compile_program(header + "greedy { prefer written }\n" + lists, "g.fps");
   const CompiledProgram with = compile_program(header + "greedy { prefer written\n cooldown I, W }\n" + lists, "g.fps");
   for (int d = 0; d < 2; ++d) {
-    EXPECT_EQ(cells(without.schedule, d), (Cells{std::to_string(d) + "F0", std::to_string(d) + "F1", std::to_string(d) + "I0",
-                                                 std::to_string(d) + "W0", std::to_string(d) + "I1", std::to_string(d) + "W1"}));
-    EXPECT_EQ(cells(with.schedule, d), (Cells{std::to_string(d) + "F0", std::to_string(d) + "F1", std::to_string(d) + "I0",
-                                              std::to_string(d) + "I1", std::to_string(d) + "W0", std::to_string(d) + "W1"}));
+    EXPECT_EQ(cells(without.schedule, d),
+              (Cells{std::to_string(d) + "F0", std::to_string(d) + "F1", std::to_string(d) + "I0",
+                     std::to_string(d) + "W0", std::to_string(d) + "I1", std::to_string(d) + "W1"}));
+    EXPECT_EQ(cells(with.schedule, d),
+              (Cells{std::to_string(d) + "F0", std::to_string(d) + "F1", std::to_string(d) + "I0",
+                     std::to_string(d) + "I1", std::to_string(d) + "W0", std::to_string(d) + "W1"}));
   }
 }
 
@@ -250,9 +259,10 @@ TEST(Language, GreedyCooldownPutsInputGradientsFirst) {
 // GreedyFillBubblesWithW), `cooldown W, I` lets device 1, whose last F starts at t3, run its W0
 // before I1. t0 0F0 | t1 0F1, 1F0 | t2 1I0 | t3 0I0, 1F1 | t4 0W0, 1W0 | t5 1I1 | t6 0I1, 1W1 | t7 0W1
 TEST(Language, GreedyCooldownWithKindPreference) {
-  const CompiledProgram p = compile_program("devices 2\nmicrobatches 2\nstages 2\n"
-                                            "greedy {\n  prefer I, F, W\n  inflight 2\n  cooldown W, I\n}\n",
-                                            "g.fps");
+  const CompiledProgram p = compile_program(
+      "devices 2\nmicrobatches 2\nstages 2\n"
+      "greedy {\n  prefer I, F, W\n  inflight 2\n  cooldown W, I\n}\n",
+      "g.fps");
   EXPECT_EQ(cells(p.schedule, 0), (Cells{"0F0", "0F1", "0I0", "0W0", "0I1", "0W1"}));
   EXPECT_EQ(cells(p.schedule, 1), (Cells{"1F0", "1I0", "1F1", "1W0", "1I1", "1W1"}));
   EXPECT_TRUE(validate(p.schedule).empty());

@@ -6,10 +6,10 @@
 
 #include <fmt/format.h>
 
+#include "flexpipe/lang/program.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/validate/validator.h"
-#include "flexpipe/lang/program.h"
 
 namespace flexpipe {
 namespace {
@@ -25,7 +25,8 @@ TEST_P(LibraryTest, MatchesGeneratorOverSweep) {
   int compared = 0, refused = 0;
   for (int p : {2, 3, 4, 8}) {
     for (int m = p; m <= 4 * p; ++m) {
-      std::vector<int> chunks = builtin->chunks_adjustable ? std::vector<int>{1, 2, 3} : std::vector<int>{builtin->default_chunks};
+      std::vector<int> chunks =
+          builtin->chunks_adjustable ? std::vector<int>{1, 2, 3} : std::vector<int>{builtin->default_chunks};
       for (int v : chunks) {
         std::map<std::string, int64_t> defines = {{"p", p}, {"m", m}};
         if (builtin->chunks_adjustable) defines["v"] = v;

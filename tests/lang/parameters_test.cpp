@@ -2,8 +2,8 @@
 // themselves, as the automated scheduler needs them to sweep a program.
 #include <gtest/gtest.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/lang/parameters.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {

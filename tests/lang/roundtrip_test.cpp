@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "flexpipe/schedules/builtin.h"
-#include "flexpipe/support/error.h"
-#include "flexpipe/ir/lowering.h"
 #include "flexpipe/interop/pytorch_csv.h"
+#include "flexpipe/ir/lowering.h"
 #include "flexpipe/lang/program.h"
 #include "flexpipe/lang/writer.h"
+#include "flexpipe/schedules/builtin.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {
@@ -40,7 +40,8 @@ TEST(RoundTrip, EveryBuiltinComputeOnlyAndLowered) {
 // backward in turn, then the rest of the backwards; runs of equal actions become `repeat`.
 TEST(RoundTrip, CompactStyleWritesRunsAndNextMicrobatchForms) {
   const std::string text = write_program(make_builtin("1f1b", {4, 8, 0}));
-  EXPECT_NE(text.find("on 0 {\n  repeat 4 { F(0) }\n  repeat 4 { B(0)  F(0) }\n  repeat 4 { B(0) }\n}\n"), std::string::npos)
+  EXPECT_NE(text.find("on 0 {\n  repeat 4 { F(0) }\n  repeat 4 { B(0)  F(0) }\n  repeat 4 { B(0) }\n}\n"),
+            std::string::npos)
       << text;
   EXPECT_NE(text.find("on 2 {\n  F(2)\n  repeat 7 { F(2)  B(2) }\n  B(2)\n}\n"), std::string::npos) << text;
   EXPECT_NE(text.find("on 3 {\n  repeat 8 { F(3)  B(3) }\n}\n"), std::string::npos) << text;
@@ -58,7 +59,7 @@ TEST(RoundTrip, CompactStyleWritesRunsAndNextMicrobatchForms) {
 // interpreter's does.
 TEST(RoundTrip, CompactStyleNamesOutOfOrderMicrobatches) {
   Schedule s = make_schedule("swapped", 1, 4, {0});
-  s.device_actions[0] = {Action::make(ActionKind::F, 0, 1), Action::make(ActionKind::F, 0, 0),
+  s.device_actions[0] = {Action::make(ActionKind::F, 0, 1),     Action::make(ActionKind::F, 0, 0),
                          Action::make(ActionKind::F, 0, 1 + 1), Action::make(ActionKind::F, 0, 3),
                          Action::make(ActionKind::B, 0, 0),     Action::make(ActionKind::B, 0, 1),
                          Action::make(ActionKind::B, 0, 3),     Action::make(ActionKind::B, 0, 2)};

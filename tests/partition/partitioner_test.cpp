@@ -5,11 +5,11 @@
 #include <random>
 #include <vector>
 
-#include "flexpipe/schedules/builtin.h"
-#include "flexpipe/support/error.h"
 #include "flexpipe/costs/hardware.h"
 #include "flexpipe/costs/model_zoo.h"
 #include "flexpipe/partition/partitioner.h"
+#include "flexpipe/schedules/builtin.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {
@@ -256,7 +256,8 @@ TEST(Partitioner, VPipeRecomputesWholeLayersWherePipeDreamDoesNotFit) {
   const PartitionResult vpipe = partition_model(problem, PartitionMethod::VPipe);
   ASSERT_TRUE(vpipe.fits);
   // Layer 0 recomputed: nothing kept, 20 rebuilt once; adds its forward (6) to stage 0.
-  EXPECT_EQ(vpipe.stages[0].memory.decisions, (std::vector<MemoryDecision>{MemoryDecision::Recompute, MemoryDecision::Recompute}));
+  EXPECT_EQ(vpipe.stages[0].memory.decisions,
+            (std::vector<MemoryDecision>{MemoryDecision::Recompute, MemoryDecision::Recompute}));
   EXPECT_DOUBLE_EQ(vpipe.stages[0].time, 24);
   // Dawn chooses per operator and moves the cut: never slower than vPipe.
   const PartitionResult dawn = partition_model(problem, PartitionMethod::Dawn);
@@ -308,10 +309,10 @@ TEST(Partitioner, ZooProblemsCutWhereLittleCrosses) {
       make_partition_problem(graph, {1, graph.reference.seq_len}, make_builtin("1f1b", {4, 8, 0}), 80e9, 0);
   ASSERT_EQ(problem.cut_allowed.size(), graph.nodes.size() + 1);
   auto allowed = [&](const std::string& before) { return problem.cut_allowed[find_node(graph, before) + 1] != 0; };
-  EXPECT_TRUE(allowed("layer.3.residual2"));   // between layers: the residual stream only
-  EXPECT_TRUE(allowed("layer.3.residual1"));   // mid-block, the residual stream only
-  EXPECT_FALSE(allowed("layer.3.softmax"));    // an attention map would cross
-  EXPECT_FALSE(allowed("layer.3.fc1"));        // a 4h-wide activation would cross
+  EXPECT_TRUE(allowed("layer.3.residual2"));  // between layers: the residual stream only
+  EXPECT_TRUE(allowed("layer.3.residual1"));  // mid-block, the residual stream only
+  EXPECT_FALSE(allowed("layer.3.softmax"));   // an attention map would cross
+  EXPECT_FALSE(allowed("layer.3.fc1"));       // a 4h-wide activation would cross
 }
 
 TEST(Partitioner, RejectsImpossibleProblems) {

@@ -6,9 +6,9 @@
 #include <random>
 #include <vector>
 
+#include "flexpipe/partition/stage_memory.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/support/error.h"
-#include "flexpipe/partition/stage_memory.h"
 
 namespace flexpipe {
 namespace {
@@ -103,7 +103,8 @@ TEST(StageMemory, TensorsTwoOperatorsSaveCountOnceWhereBothHoldThemAlike) {
   // c's 30 saved bytes include 25 that b saves too (softmax and P V both save the probabilities).
   OperatorTable ops = chain();
   ops.shared = {0, 0, 25, 0};
-  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, context(3), {K, K, K, K}).activation_memory, 3 * (10 + 40 + 5 + 20));
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, context(3), {K, K, K, K}).activation_memory,
+                   3 * (10 + 40 + 5 + 20));
   // b and c rebuilt in one segment: 45 bytes rebuilt, a's output (8) kept for it.
   EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, context(3), {K, R, R, K}).activation_memory, 3 * (30 + 8) + 45);
   // Held two ways, they are two tensors: c rebuilds its 30 from b's output (6) while b keeps its 40,
@@ -284,7 +285,8 @@ std::optional<StageMemoryPlan> expect_solvers_agree(const OperatorTable& ops, in
   const StageMemoryPlan exact = optimize_stage_memory(ops, begin, n, c, MemorySolver::Exact);
   EXPECT_EQ(exact.fits, expected < kInfinity) << "trial " << trial;
   if (c.host_bandwidth == 0) {
-    EXPECT_NEAR(least_stage_memory(ops, begin, n, c).memory, least_memory_brute_force(ops, begin, n, c), 1e-9 * c.budget)
+    EXPECT_NEAR(least_stage_memory(ops, begin, n, c).memory, least_memory_brute_force(ops, begin, n, c),
+                1e-9 * c.budget)
         << "trial " << trial;
   }
   if (!exact.fits || expected == kInfinity) return std::nullopt;
@@ -308,7 +310,8 @@ TEST(StageMemory, ExactSolverEqualsBruteForce) {
     const int begin = trial % 2;
     StageContext c = context(1 + trial % 6, 0, trial % 3 == 0 ? 0 : 20, 1 + trial % 4);
     c.split_backward = trial % 4 == 1;
-    c.budget = evaluate_stage_memory(ops, begin, n, c, std::vector<D>(n - begin, K)).memory * (0.35 + 0.1 * (trial % 6));
+    c.budget =
+        evaluate_stage_memory(ops, begin, n, c, std::vector<D>(n - begin, K)).memory * (0.35 + 0.1 * (trial % 6));
     const std::optional<StageMemoryPlan> exact = expect_solvers_agree(ops, begin, n, c, trial);
     if (!exact) continue;
     ++feasible;
@@ -331,7 +334,8 @@ TEST(StageMemory, ExactSolverEqualsBruteForceWithSharedTensors) {
       for (int v = 0; v < n; ++v) ops.layer.push_back(v / (2 + trial % 3));
     ops.shared.assign(n, 0);
     for (int v = 1; v < n; ++v)
-      if (ops.same_layer(v - 1, v) && rng() % 2 == 0) ops.shared[v] = share(rng) * std::min(ops.saved[v - 1], ops.saved[v]);
+      if (ops.same_layer(v - 1, v) && rng() % 2 == 0)
+        ops.shared[v] = share(rng) * std::min(ops.saved[v - 1], ops.saved[v]);
     const int begin = trial % 2;
     StageContext c = context(1 + trial % 5, 0, trial % 3 == 1 ? 0 : 20, 1 + trial % 4);
     c.split_backward = trial % 4 == 3;

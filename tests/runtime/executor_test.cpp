@@ -8,12 +8,12 @@
 #include <ATen/ATen.h>
 
 #include "executor.h"
-#include "flexpipe/schedules/builtin.h"
-#include "flexpipe/support/error.h"
-#include "flexpipe/ir/memory_actions.h"
 #include "flexpipe/interop/schedule_io.h"
-#include "flexpipe/train/trainable_model.h"
+#include "flexpipe/ir/memory_actions.h"
+#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/schedules/library.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/train/trainable_model.h"
 #include "reference_model.h"
 
 namespace flexpipe::runtime {
@@ -25,9 +25,7 @@ ModelPlan plan_for(const Partition& partition, at::ScalarType dtype = at::kDoubl
   return make_model_plan(gpt_config(kSize), partition, 2, dtype, 5);
 }
 Partition balanced(int chunks) { return partition_balanced(trainable_graph(gpt_config(kSize), 2), chunks); }
-Partition sizes(std::vector<int> counts) {
-  return partition_from_sizes(trainable_graph(gpt_config(kSize), 2), counts);
-}
+Partition sizes(std::vector<int> counts) { return partition_from_sizes(trainable_graph(gpt_config(kSize), 2), counts); }
 
 struct RankResult {
   std::vector<StepReport> steps;
@@ -72,7 +70,8 @@ double difference(const std::vector<RankResult>& results, const ModelPlan& plan,
     for (int step = 0; step < static_cast<int>(r.steps.size()); ++step)
       worst = std::max(worst, std::abs(r.steps[step].loss - ref.losses[step]) / std::abs(ref.losses[step]));
     for (const auto& [node, tensors] : r.parameters)
-      for (size_t i = 0; i < tensors.size(); ++i) worst = std::max(worst, relative_difference(tensors[i], ref.parameters[node][i]));
+      for (size_t i = 0; i < tensors.size(); ++i)
+        worst = std::max(worst, relative_difference(tensors[i], ref.parameters[node][i]));
   }
   return worst;
 }
@@ -158,10 +157,10 @@ TEST(Executor, RecomputeLowersThePeakOfSavedActivations) {
 // reading kept, offloaded and recomputed producers and stage inputs; offloads and keeps in between.
 std::vector<MemoryDecision> mixed_decisions() {
   constexpr MemoryDecision K = MemoryDecision::Keep, R = MemoryDecision::Recompute, O = MemoryDecision::Offload;
-  return {K, K, R,                                // word, position, sum (reads two kept embeddings)
-          R, O, R, R, R, K, K, O, R, R, O, K,     // block 0
-          R, R, K, O, R, K, K, K, O, K, R, K,     // block 1: attention_v reads an offloaded softmax
-          R, R, R};                               // final norm, head and loss
+  return {K, K, R,                             // word, position, sum (reads two kept embeddings)
+          R, O, R, R, R, K, K, O, R, R, O, K,  // block 0
+          R, R, K, O, R, K, K, K, O, K, R, K,  // block 1: attention_v reads an offloaded softmax
+          R, R, R};                            // final norm, head and loss
 }
 
 constexpr int kNodes = 30;
@@ -347,8 +346,7 @@ TEST(Executor, MismatchesAreRejectedBeforeAnyCommunication) {
     EXPECT_STREQ(e.what(), "schedule interleaved-1f1b has 4 stages per pipeline but the model is cut into 2 chunks");
   }
   try {
-    Executor(example_schedule(), plan, *two[0],
-             none, {});
+    Executor(example_schedule(), plan, *two[0], none, {});
     FAIL();
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),

@@ -16,8 +16,7 @@ namespace {
 
 const std::string kBinary = FLEXPIPE_BINARY;
 const std::string kData = FLEXPIPE_TEST_DATA;
-const std::string kAllBuiltins =
-    "1f1b gpipe zb-h1 zb-h2 interleaved-1f1b looped-bfs zb-v v-half v-min dualpipev";
+const std::string kAllBuiltins = "1f1b gpipe zb-h1 zb-h2 interleaved-1f1b looped-bfs zb-v v-half v-min dualpipev";
 
 class MultiProcess : public CliHarness {
  protected:
@@ -76,8 +75,9 @@ TEST_F(MultiProcess, SchedulesFromFilesTrainToo) {
   // PyTorch CSV (1F1B, and zero-bubble on a looped placement), a FlexPipe JSON with OFFLOAD, RELOAD,
   // R, a custom operation and OPT, and a program with its own stage-wide operation.
   expect_exact(2,
-               kData + "/pytorch/handwritten_1f1b_2rank_4mb.csv " + kData + "/pytorch/loop_zb_2rank_4stage_compute.csv " +
-                   kData + "/../../examples/offload-1f1b-2dev.json " + kData + "/runtime/1f1b-sync.fps",
+               kData + "/pytorch/handwritten_1f1b_2rank_4mb.csv " + kData +
+                   "/pytorch/loop_zb_2rank_4stage_compute.csv " + kData + "/../../examples/offload-1f1b-2dev.json " +
+                   kData + "/runtime/1f1b-sync.fps",
                "--dtype float64 --hook GRAD_ALLREDUCE=noop --hook SYNC_GRADS=noop", 4);
   expect_exact(3, kData + "/pytorch/dualpipev_3rank_7mb.csv", "--dtype float64 --layers 3", 1);
 }
@@ -85,7 +85,8 @@ TEST_F(MultiProcess, SchedulesFromFilesTrainToo) {
 TEST_F(MultiProcess, CustomOperationsRunTheirHooks) {
   const Outcome run = launch(2, kData + "/runtime/1f1b-sync.fps --hook SYNC_GRADS=log --steps 2");
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  for (const char* line : {"rank 0: step 0 SYNC_GRADS stage 0 micro-batch -1", "rank 1: step 1 SYNC_GRADS stage 1 micro-batch -1"})
+  for (const char* line :
+       {"rank 0: step 0 SYNC_GRADS stage 0 micro-batch -1", "rank 1: step 1 SYNC_GRADS stage 1 micro-batch -1"})
     EXPECT_NE(run.err.find(line), std::string::npos) << run.err;
   const Outcome unmapped = launch(2, kData + "/runtime/1f1b-sync.fps");
   EXPECT_EQ(unmapped.exit_code, 2);
@@ -125,7 +126,7 @@ TEST_F(MultiProcess, ADeadRankMakesTheOthersFailNamingItAndTheAction) {
   const auto start = std::chrono::steady_clock::now();
   const Outcome run = launch(3, "1f1b --steps 3 --timeout 20 --fault 1:1:4", "--grace 10");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(25));  // no hang
-  EXPECT_EQ(run.exit_code, 128 + 9) << run.err;  // the first failure: rank 1, SIGKILL
+  EXPECT_EQ(run.exit_code, 128 + 9) << run.err;                                   // the first failure: rank 1, SIGKILL
   EXPECT_NE(run.err.find("flexpipe launch: rank 1"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("killed by signal 9"), std::string::npos) << run.err;
   // Its neighbours notice on their own, before the launcher's grace period ends.
@@ -160,9 +161,9 @@ TEST_F(MultiProcess, AnInvalidScheduleIsRejectedBeforeAnyRankConnects) {
                                   "/runtime/missing-backward.json --timeout 20 >" + out.string() + " 2>" + err.string())
                                      .c_str());
   EXPECT_EQ(WEXITSTATUS(status), 2);
-  EXPECT_EQ(slurp(err),
-            "error: " + kData + "/runtime/missing-backward.json: invalid schedule (1 error)\n"
-            "  device 0: missing 0B1 (or 0I1 and 0W1)\n");
+  EXPECT_EQ(slurp(err), "error: " + kData +
+                            "/runtime/missing-backward.json: invalid schedule (1 error)\n"
+                            "  device 0: missing 0B1 (or 0I1 and 0W1)\n");
 }
 
 TEST_F(MultiProcess, AJobOfTheWrongSizeIsRefused) {

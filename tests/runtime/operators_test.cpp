@@ -47,8 +47,10 @@ double manual_pass(const ModelPlan& plan, ChunkModule& module, const MicroBatchD
       at::Tensor& g = grads[plan.inputs[v][i]];
       g = g.defined() ? g + in[i] : in[i];
     }
-    if (split) deferred.push_back(v);
-    else module.op(v).backward_weight(grads[v], saved[v]);
+    if (split)
+      deferred.push_back(v);
+    else
+      module.op(v).backward_weight(grads[v], saved[v]);
   }
   for (int v : deferred) module.op(v).backward_weight(grads[v], saved[v]);
   return values[n - 1].item<double>();
@@ -101,9 +103,9 @@ TEST(Operators, LlamaGradientsEqualAutograd) {
   const ModelPlan plan = whole_llama(at::kDouble);
   std::vector<std::string> kinds;
   for (int v = 0; v < 16; ++v) kinds.push_back(plan.graph.nodes[v].kind);
-  EXPECT_EQ(kinds, (std::vector<std::string>{"embedding", "rmsnorm", "linear", "rope", "bmm", "softmax", "bmm",
-                                             "linear", "add", "rmsnorm", "linear", "swiglu", "linear", "add",
-                                             "rmsnorm", "linear"}));
+  EXPECT_EQ(kinds,
+            (std::vector<std::string>{"embedding", "rmsnorm", "linear", "rope", "bmm", "softmax", "bmm", "linear",
+                                      "add", "rmsnorm", "linear", "swiglu", "linear", "add", "rmsnorm", "linear"}));
   // Word embedding; per layer 2 norms, 4 linears; final norm, LM head.
   EXPECT_EQ(expect_gradients_equal_autograd(plan), 1 + 2 * (2 + 4) + 2);
 }
@@ -173,7 +175,7 @@ TEST(Operators, LinearByHand) {
   Saved saved;
   const at::Tensor y = proj.forward({x}, {}, saved);
   EXPECT_DOUBLE_EQ(y[0][0][0].item<double>(), 1 * 1 + 2 * -1 + 0.5);  // -0.5
-  EXPECT_DOUBLE_EQ(y[0][0][1].item<double>(), 3 * 1 + 4 * -1);       // -1
+  EXPECT_DOUBLE_EQ(y[0][0][1].item<double>(), 3 * 1 + 4 * -1);        // -1
   at::Tensor dy = at::zeros({1, 1, 16}, at::kDouble);
   dy[0][0][0] = 1;
   dy[0][0][1] = 2;

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <cmath>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -97,7 +97,8 @@ TEST_F(Train, ACrashDuringASaveLeavesThePreviousCheckpoint) {
   std::ofstream(dir / "latest") << "2\n";
   const Outcome resumed_text = flexpipe("train " + kSmall + " --steps 3 --checkpoint " + dir.string() + " --resume");
   ASSERT_EQ(resumed_text.exit_code, 0) << resumed_text.err;
-  EXPECT_TRUE(resumed_text.out.starts_with("resumed from " + (dir / "step-000002").string() + ": step 3 of 3 is next\n"))
+  EXPECT_TRUE(
+      resumed_text.out.starts_with("resumed from " + (dir / "step-000002").string() + ": step 3 of 3 is next\n"))
       << resumed_text.out;
   EXPECT_NE(resumed_text.out.find("checkpoint: step 3 saved in " + (dir / "step-000003").string() + "\n"),
             std::string::npos)
@@ -106,11 +107,12 @@ TEST_F(Train, ACrashDuringASaveLeavesThePreviousCheckpoint) {
 
 TEST_F(Train, ADivergedRunStopsAtTheFirstNonFiniteLossAndFails) {
   const std::filesystem::path dir = dir_ / "ckpt";
-  const Outcome run =
-      flexpipe("train " + kSmall + " --steps 20 --lr 1e30 --clip 0 --warmup 0 --checkpoint " + dir.string() + " --save-every 1");
+  const Outcome run = flexpipe("train " + kSmall + " --steps 20 --lr 1e30 --clip 0 --warmup 0 --checkpoint " +
+                               dir.string() + " --save-every 1");
   EXPECT_EQ(run.exit_code, 1) << run.err;
-  const size_t at = run.err.find(": training diverged and stops here, without saving this step (lower --lr, or clip "
-                                 "gradients with --clip)\n");
+  const size_t at = run.err.find(
+      ": training diverged and stops here, without saving this step (lower --lr, or clip "
+      "gradients with --clip)\n");
   ASSERT_NE(at, std::string::npos) << run.err;
   // The step it names is the last one run, and the last checkpoint is the step before it.
   const size_t step_at = run.err.rfind("error: step ", at);
@@ -122,7 +124,8 @@ TEST_F(Train, ADivergedRunStopsAtTheFirstNonFiniteLossAndFails) {
 }
 
 TEST_F(Train, DataParallelTimesPipelineEqualsOneProcessWithTheGlobalBatch) {
-  const nlohmann::json run = train_json(kSmall + " --dp 2 --steps 3 --verify --dtype float64 --schedule interleaved-1f1b");
+  const nlohmann::json run =
+      train_json(kSmall + " --dp 2 --steps 3 --verify --dtype float64 --schedule interleaved-1f1b");
   ASSERT_FALSE(run.is_null());
   EXPECT_EQ(run["ranks"].get<int>(), 4);
   EXPECT_EQ(run["data_parallel"].get<int>(), 2);
@@ -144,7 +147,8 @@ TEST_F(Train, LlamaFamilyTrainsExactlyOnRealProcesses) {
   EXPECT_EQ(bad.err, "error: Llama size: 3 key/value heads do not divide 4 heads\n");
   // profile measures the same layout, operator for operator.
   const std::filesystem::path graph = dir_ / "llama.json";
-  const Outcome profile = flexpipe("profile " + kSmall + " --family llama --kv-heads 2 --repeats 2 -o " + graph.string());
+  const Outcome profile =
+      flexpipe("profile " + kSmall + " --family llama --kv-heads 2 --repeats 2 -o " + graph.string());
   ASSERT_EQ(profile.exit_code, 0) << profile.err;
   const nlohmann::json g = nlohmann::json::parse(slurp(graph));
   ASSERT_EQ(g["nodes"].size(), 1u + 2 * 13 + 3);  // word embedding; 13 per block; norm, head, loss
@@ -165,8 +169,7 @@ TEST_F(Train, TextFilesTrainAsBytes) {
 
 TEST_F(Train, ProfileWritesACostGraphTheSimulatorReads) {
   const std::filesystem::path graph = dir_ / "measured.json";
-  const Outcome profile =
-      flexpipe("profile " + kSmall + " --repeats 3 -o " + graph.string());
+  const Outcome profile = flexpipe("profile " + kSmall + " --repeats 3 -o " + graph.string());
   ASSERT_EQ(profile.exit_code, 0) << profile.err;
   EXPECT_NE(profile.out.find("head.loss"), std::string::npos) << profile.out;
   const nlohmann::json g = nlohmann::json::parse(slurp(graph));
@@ -289,16 +292,16 @@ TEST_F(Train, PartitionPlansTrainExactlyWithTheirRecomputeAndOffloadDecisions) {
     EXPECT_TRUE(again["verify"]["passed"].get<bool>());
   }
   // A plan for another model is refused before any rank starts.
-  const Outcome other = flexpipe("train --layers 3 --hidden 32 --heads 4 --seq-len 16 --steps 1 --plan " + plan.string());
+  const Outcome other =
+      flexpipe("train --layers 3 --hidden 32 --heads 4 --seq-len 16 --steps 1 --plan " + plan.string());
   EXPECT_EQ(other.exit_code, 2);
   EXPECT_NE(other.err.find("the plan was made for"), std::string::npos) << other.err;
 }
 
 TEST_F(Train, AScheduleFileWithMoreStagesThanDevicesCutsTheModelToMatch) {
   // PyTorch's looped zero-bubble CSV: 4 stages on 2 ranks.
-  const nlohmann::json run =
-      train_json(kSmall + " --steps 2 --verify --dtype float64 --schedule " + std::string(FLEXPIPE_TEST_DATA) +
-                 "/pytorch/loop_zb_2rank_4stage_compute.csv");
+  const nlohmann::json run = train_json(kSmall + " --steps 2 --verify --dtype float64 --schedule " +
+                                        std::string(FLEXPIPE_TEST_DATA) + "/pytorch/loop_zb_2rank_4stage_compute.csv");
   ASSERT_FALSE(run.is_null());
   EXPECT_EQ(run["stages"].get<int>(), 4);
   EXPECT_EQ(run["ranks"].get<int>(), 2);
@@ -309,11 +312,11 @@ TEST_F(Train, BadFlagsAreOneClearError) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--data /nonexistent.txt", "error: --data /nonexistent.txt: no such file\n"},
       {"--resume", "error: --resume needs --checkpoint DIR\n"},
-      {"--resume --checkpoint " + (dir_ / "empty").string(),
-       "holds no complete checkpoint"},
+      {"--resume --checkpoint " + (dir_ / "empty").string(), "holds no complete checkpoint"},
       {"--schedule nope", "error: unknown schedule 'nope'"},
       {"--dp 0", "--dp: must be a whole number of at least 1, got 0"},
-      {"--schedule auto --partition ops:40,41", "error: --schedule auto chooses the partition itself: drop --partition / --plan\n"},
+      {"--schedule auto --partition ops:40,41",
+       "error: --schedule auto chooses the partition itself: drop --partition / --plan\n"},
       {"--profile " + (dir_ / "x.json").string(), ""},  // harmless without auto: trains
   };
   for (const auto& [args, message] : cases) {

@@ -252,8 +252,9 @@ TEST(LocalTransport, ReportsMismatchedTensorsOnBothSides) {
   auto send = transports[0]->post_send(at::ones({4}, at::kFloat), 1, 2);
   at::Tensor target = at::zeros({4}, at::kDouble);
   auto recv = transports[1]->post_recv(target, 0, 2);
-  const std::string expected = "mismatched transfer of tag 2 from rank 0 to rank 1: sent Float[4] but the receive was "
-                               "posted for Double[4]";
+  const std::string expected =
+      "mismatched transfer of tag 2 from rank 0 to rank 1: sent Float[4] but the receive was "
+      "posted for Double[4]";
   EXPECT_EQ(error_of([&] { send->wait(kPatient); }), expected);
   EXPECT_EQ(error_of([&] { recv->wait(kPatient); }), expected);
 }
@@ -296,7 +297,9 @@ TEST(LocalTransport, RejectsBadPosts) {
             "cannot receive tag 1 to/from rank 2: peers are the other ranks of 0..1");
   EXPECT_EQ(error_of([&] { transport.post_send(at::ones({2}), 1, 0x80000000u); }),
             "tag 2147483648 is too large (Gloo tags are at most 2^31-1)");
-  EXPECT_EQ(error_of([&] { transport.post_send(at::ones({4, 4}).t(), 1, 1); }),
+  EXPECT_EQ(error_of([&] {
+              transport.post_send(at::ones({4, 4}).t(), 1, 1);
+            }),
             "cannot send tag 1: the tensor must be defined and contiguous");
 }
 
@@ -553,7 +556,9 @@ TEST(GlooTransport, RejectsBadPostsAndStaysUsable) {
                   ": peers are the other ranks of 0..1");
     EXPECT_EQ(error_of([&] { transport.post_send(at::ones({2}), peer, 0x80000000u); }),
               "tag 2147483648 is too large (Gloo tags are at most 2^31-1)");
-    EXPECT_EQ(error_of([&] { transport.post_recv(at::ones({4, 4}).t(), peer, 1); }),
+    EXPECT_EQ(error_of([&] {
+                transport.post_recv(at::ones({4, 4}).t(), peer, 1);
+              }),
               "cannot receive tag 1: the tensor must be defined, contiguous and on the CPU");
     transport.barrier(kPatient);
   });
@@ -567,11 +572,12 @@ TEST(GlooTransport, RendezvousTimesOutWhenARankNeverShowsUp) {
   // A world of 3 where rank 2 never starts.
   on_threads(2, [&](int rank) { errors[rank] = error_of([&] { connect_loopback(rank, 3, port, 1s); }); });
   EXPECT_LT(Clock::now() - start, 10s);
-  EXPECT_EQ(errors[0], "rendezvous at " + address + " timed out after 1000 ms: rank 2 of 3 never joined (seen from rank 0)");
+  EXPECT_EQ(errors[0],
+            "rendezvous at " + address + " timed out after 1000 ms: rank 2 of 3 never joined (seen from rank 0)");
   // Rank 1 started later, so rank 0's deadline usually comes first and its store goes with it.
   const bool saw_timeout = errors[1].find("rank 2 of 3 never joined (seen from rank 1)") != std::string::npos;
-  const bool lost_store = errors[1].find("rank 1 lost the store (has rank 0, its host, given up or exited?)") !=
-                          std::string::npos;
+  const bool lost_store =
+      errors[1].find("rank 1 lost the store (has rank 0, its host, given up or exited?)") != std::string::npos;
   EXPECT_TRUE(errors[1].starts_with("rendezvous at " + address) && (saw_timeout || lost_store)) << errors[1];
 }
 

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/costs/cost_table.h"
-#include "flexpipe/support/error.h"
 #include "flexpipe/ir/lowering.h"
+#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/validate/validator.h"
 #include "schedule_test_helpers.h"
 
@@ -55,9 +55,9 @@ TEST(OneFOneBFamily, RegistersEveryScheduleWithItsChunkPolicy) {
     int default_chunks;
     bool adjustable;
   };
-  for (const Expected& e : {Expected{"gpipe", 1, false}, Expected{"1f1b", 1, false},
-                            Expected{"interleaved-1f1b", 2, true}, Expected{"looped-bfs", 2, true},
-                            Expected{"zb-h1", 1, false}, Expected{"zb-h2", 1, false}}) {
+  for (const Expected& e :
+       {Expected{"gpipe", 1, false}, Expected{"1f1b", 1, false}, Expected{"interleaved-1f1b", 2, true},
+        Expected{"looped-bfs", 2, true}, Expected{"zb-h1", 1, false}, Expected{"zb-h2", 1, false}}) {
     const BuiltinSchedule* builtin = find_builtin(e.name);
     ASSERT_NE(builtin, nullptr) << e.name;
     EXPECT_EQ(builtin->name, e.name);
@@ -217,8 +217,8 @@ TEST(OneFOneBFamily, GPipeAndOneFOneBIdlePMinusOneTimesFPlusBOnEveryDevice) {
   for (const char* name : {"gpipe", "1f1b"})
     for (Costs c : {Costs{1, 1, 1}, Costs{2, 1, 1}})
       for (const Case& k : sweep(name)) {
-        SCOPED_TRACE(testing::Message() << name << " p=" << k.p << " m=" << k.m << " F,I,W=" << c.f << ","
-                                        << c.i << "," << c.w);
+        SCOPED_TRACE(testing::Message() << name << " p=" << k.p << " m=" << k.m << " F,I,W=" << c.f << "," << c.i << ","
+                                        << c.w);
         SimResult r = run(build(name, k.p, k.m), c);
         const double backward = c.i + c.w;
         EXPECT_NEAR(r.makespan, (k.m + k.p - 1) * (c.f + backward), kTolerance);
@@ -248,8 +248,7 @@ TEST(OneFOneBFamily, InterleavedAndLoopedBfsIdlePMinusOneTimesFPlusBOverV) {
 TEST(OneFOneBFamily, ZbH1IdlesPMinusOneTimesMaxOfFPlusIMinusWAndFAndI) {
   for (Costs c : {Costs{1, 1, 1}, Costs{2, 1, 1}, Costs{1, 2, 1}, Costs{1, 1, 2}, Costs{3, 1, 2}})
     for (const Case& k : sweep("zb-h1")) {
-      SCOPED_TRACE(testing::Message() << "p=" << k.p << " m=" << k.m << " F,I,W=" << c.f << "," << c.i << ","
-                                      << c.w);
+      SCOPED_TRACE(testing::Message() << "p=" << k.p << " m=" << k.m << " F,I,W=" << c.f << "," << c.i << "," << c.w);
       SimResult r = run(build("zb-h1", k.p, k.m), c);
       const double idle = (k.p - 1) * std::max({c.f + c.i - c.w, c.f, c.i});
       EXPECT_NEAR(r.makespan, k.m * (c.f + c.i + c.w) + idle, kTolerance);
@@ -331,8 +330,8 @@ TEST(OneFOneBFamily, PeakInFlightOfZeroBubbleSchedules) {
           for (StageCosts& stage : costs.stages) stage.freed_by_input = stage.activation_bytes;
         SimResult r = run(build(name, k.p, k.m), costs);
         for (int d = 0; d < k.p; ++d) {
-          const int expected = name == "zb-h1" ? (freed_by_input ? k.p - d : k.p)
-                                               : (freed_by_input ? 2 * (k.p - d) - 1 : 2 * k.p - 1);
+          const int expected =
+              name == "zb-h1" ? (freed_by_input ? k.p - d : k.p) : (freed_by_input ? 2 * (k.p - d) - 1 : 2 * k.p - 1);
           EXPECT_EQ(peak(r, d), expected) << "device " << d;
         }
       }

@@ -3,8 +3,8 @@
 
 #include <gtest/gtest.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {

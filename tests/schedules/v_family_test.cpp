@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/costs/cost_table.h"
-#include "flexpipe/support/error.h"
-#include "flexpipe/ir/lowering.h"
 #include "flexpipe/interop/pytorch_csv.h"
+#include "flexpipe/ir/lowering.h"
+#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/validate/validator.h"
 #include "schedule_test_helpers.h"
 
@@ -76,9 +76,9 @@ TEST(VFamily, EveryGeneratedScheduleIsValidComputeOnlyAndDeterministic) {
         }
         for (const auto& actions : s.device_actions)
           for (const Action& a : actions) {
-            const bool allowed = a.kind == ActionKind::F || a.kind == ActionKind::I || a.kind == ActionKind::W ||
-                                 (dual && (a.kind == ActionKind::B ||
-                                           (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::B)));
+            const bool allowed =
+                a.kind == ActionKind::F || a.kind == ActionKind::I || a.kind == ActionKind::W ||
+                (dual && (a.kind == ActionKind::B || (a.kind == ActionKind::Overlap && a.sub_kind == ActionKind::B)));
             EXPECT_TRUE(allowed) << s.action_name(a);
           }
         std::vector<Diagnostic> diagnostics = validate(s);
@@ -340,8 +340,8 @@ TEST(VFamily, DualPipeBubbleFormulaHoldsExactlyOnTheIdlestDevice) {
       for (double ratio : {1.0, 0.8, 0.7})
         for (int p : {2, 4, 8})
           for (int m : {2 * p, 3 * p, 4 * p}) {
-            SCOPED_TRACE(testing::Message() << name << " p=" << p << " m=" << m << " F,I,W=" << c.f << "," << c.i
-                                            << "," << c.w << " overlap_ratio=" << ratio);
+            SCOPED_TRACE(testing::Message() << name << " p=" << p << " m=" << m << " F,I,W=" << c.f << "," << c.i << ","
+                                            << c.w << " overlap_ratio=" << ratio);
             const bool bidirectional = std::string(name) == "dualpipe";
             Schedule s = build(name, p, m);
             SimResult r = run(s, costs_for(s, c.f, c.i, c.w, ratio));
@@ -371,7 +371,6 @@ TEST(VFamily, DualPipePeakActivationIsStagesPlusOne) {
           EXPECT_EQ(r.devices[d].peak_memory, stages + 1) << name << " p=" << p << " m=" << m << " device " << d;
       }
 }
-
 
 // Which stages split their backward: an I alone marks its stage, an overlap's I half marks the
 // backward's stage (not the forward's), and a B marks nothing.

@@ -6,11 +6,11 @@
 
 #include <random>
 
-#include "flexpipe/schedules/builtin.h"
-#include "flexpipe/support/error.h"
-#include "flexpipe/search/exact_schedule.h"
 #include "flexpipe/ir/lowering.h"
+#include "flexpipe/schedules/builtin.h"
+#include "flexpipe/search/exact_schedule.h"
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {
@@ -52,8 +52,7 @@ TEST(ScheduleBound, NeverExceedsTheExactOptimum) {
       c.backward_weight = time(rng);
       c.backward = c.backward_input + c.backward_weight;
     }
-    const Schedule skeleton =
-        make_schedule("x", p, m, v_shape ? v_placement(p, stages) : loop_placement(p, stages));
+    const Schedule skeleton = make_schedule("x", p, m, v_shape ? v_placement(p, stages) : loop_placement(p, stages));
     for (bool split : {false, true}) {
       const ExactResult exact = exact_schedule(skeleton, costs, split);
       ASSERT_TRUE(exact.proven_optimal) << trial;

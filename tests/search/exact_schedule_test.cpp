@@ -8,10 +8,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "flexpipe/schedules/builtin.h"
-#include "flexpipe/support/error.h"
 #include "flexpipe/ir/lowering.h"
+#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/validate/validator.h"
 
 namespace flexpipe {
@@ -34,8 +34,8 @@ struct BruteForce {
 
 // Each device's candidate orders. Dependencies between actions of one device are kept here (an
 // order that breaks one would only deadlock); the ones across devices are left to the simulator.
-void device_orders(const Schedule& shape, int device, bool split, std::vector<int>& count,
-                   std::vector<Action>& order, std::vector<std::vector<Action>>& out) {
+void device_orders(const Schedule& shape, int device, bool split, std::vector<int>& count, std::vector<Action>& order,
+                   std::vector<std::vector<Action>>& out) {
   const int m = shape.num_microbatches;
   const int kinds = split ? 3 : 2;
   const std::vector<int> stages = stages_on_device(shape, device);

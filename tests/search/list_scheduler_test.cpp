@@ -2,8 +2,8 @@
 // memory accounting against the simulator's, and the policies that must stall.
 #include <gtest/gtest.h>
 
-#include "flexpipe/search/list_scheduler.h"
 #include "flexpipe/ir/memory_actions.h"
+#include "flexpipe/search/list_scheduler.h"
 #include "flexpipe/validate/validator.h"
 #include "schedule_test_helpers.h"
 

@@ -4,17 +4,17 @@
 
 #include <algorithm>
 
-#include "flexpipe/schedules/builtin.h"
-#include "flexpipe/support/error.h"
-#include "flexpipe/search/exact_schedule.h"
 #include "flexpipe/costs/hardware.h"
-#include "flexpipe/ir/lowering.h"
 #include "flexpipe/costs/model_zoo.h"
-#include "flexpipe/partition/partitioner.h"
-#include "flexpipe/search/search.h"
-#include "flexpipe/validate/validator.h"
+#include "flexpipe/ir/lowering.h"
 #include "flexpipe/lang/program.h"
 #include "flexpipe/lang/writer.h"
+#include "flexpipe/partition/partitioner.h"
+#include "flexpipe/schedules/builtin.h"
+#include "flexpipe/search/exact_schedule.h"
+#include "flexpipe/search/search.h"
+#include "flexpipe/support/error.h"
+#include "flexpipe/validate/validator.h"
 
 namespace flexpipe {
 namespace {
@@ -100,7 +100,7 @@ TEST(ScheduleSearch, TightMemoryStaysWithinTheLimit) {
 TEST(ScheduleSearch, MemoryDecisionsMakeATooSmallLimitFit) {
   const SearchProblem p = problem("llama2-7b", 8, 16, 30e9);
   SearchOptions options = quick(2);
-  options.partitioner = false;  // the search's own memory choices suffice here (and DawnPiper's runs are slow)
+  options.partitioner = false;   // the search's own memory choices suffice here (and DawnPiper's runs are slow)
   options.local_search = false;  // fitting is the point here, not the last percent
   const SearchResult result = search_schedules(p, options);
   expect_sound(result, 30e9);
@@ -143,8 +143,9 @@ TEST(ScheduleSearch, OffloadsWhenTheHostLinkHidesIt) {
 TEST(ScheduleSearch, SearchesWithAGivenPlan) {
   SearchProblem p = problem("llama2-7b", 8, 16, 30e9);
   p.memory_choices = false;
-  PartitionProblem pp = make_partition_problem(p.graph, {1, p.graph.reference.seq_len}, make_builtin("1f1b", {8, 16, 0}),
-                                               30e9, p.aggregation.host_link.bandwidth);
+  PartitionProblem pp =
+      make_partition_problem(p.graph, {1, p.graph.reference.seq_len}, make_builtin("1f1b", {8, 16, 0}), 30e9,
+                             p.aggregation.host_link.bandwidth);
   const PartitionResult planned = partition_model(pp, PartitionMethod::Dawn);
   ASSERT_TRUE(planned.fits);
   GivenPartition given;
@@ -166,7 +167,8 @@ TEST(ScheduleSearch, SearchesWithAGivenPlan) {
   int late = 0;
   for (const std::vector<Action>& list : result.best.schedule.device_actions)
     for (size_t i = 0; i + 1 < list.size(); ++i)
-      if (list[i].kind == ActionKind::Reload && given.offload_checkpoints[result.best.schedule.chunk_of_stage(list[i].stage)]) {
+      if (list[i].kind == ActionKind::Reload &&
+          given.offload_checkpoints[result.best.schedule.chunk_of_stage(list[i].stage)]) {
         EXPECT_EQ(list[i + 1], Action::make(ActionKind::R, list[i].stage, list[i].microbatch));
         ++late;
       }
@@ -198,7 +200,9 @@ TEST(ScheduleSearch, SmallInstancesAreProvedOptimal) {
   EXPECT_TRUE(result.proven_optimal);
   double optimum = kInfinity;
   for (bool split : {false, true})
-    optimum = std::min(optimum, exact_schedule(make_schedule("x", 3, 4, loop_placement(3, 3)), result.best.costs, split).makespan);
+    optimum =
+        std::min(optimum,
+                 exact_schedule(make_schedule("x", 3, 4, loop_placement(3, 3)), result.best.costs, split).makespan);
   EXPECT_NEAR(result.best.makespan, optimum, 1e-9 * optimum);
 }
 

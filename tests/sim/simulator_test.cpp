@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/ir/lowering.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {
@@ -211,10 +211,9 @@ TEST(Simulator, OffloadMovesOnlyItsBytesCappedByWhatIsHeld) {
   costs.stages[1].activation_bytes = 4;
   costs.stages[1].offload_bytes = 3;
   costs.host_link = Link{0.5, 2};
-  const Schedule schedule =
-      build(2, {0, 1},
-            {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B1 0B1 0RECV_B0 0B0",
-             "1RECV_F0 1F0 1OFFLOAD0 1RECV_F1 1F1 1B1 1SEND_B1 1RELOAD0 1B0 1SEND_B0"});
+  const Schedule schedule = build(2, {0, 1},
+                                  {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B1 0B1 0RECV_B0 0B0",
+                                   "1RECV_F0 1F0 1OFFLOAD0 1RECV_F1 1F1 1B1 1SEND_B1 1RELOAD0 1B0 1SEND_B0"});
   auto host_moves = [](const SimResult& result) {
     std::vector<Transfer> moves;
     for (const Transfer& t : result.transfers)

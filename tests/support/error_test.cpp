@@ -23,10 +23,11 @@ TEST(Printable, KeepsTextAndTabsAndEscapesEveryOtherByte) {
 }
 
 TEST(Printable, KeepsWellFormedUtf8AndEscapesTheRest) {
-  EXPECT_EQ(printable("r\xC3\xA9sum\xC3\xA9 \xE2\x86\x92 \xF0\x9F\x98\x80"), "r\xC3\xA9sum\xC3\xA9 \xE2\x86\x92 \xF0\x9F\x98\x80");
-  EXPECT_EQ(printable("\xC3"), "\\xC3");                  // truncated sequence
-  EXPECT_EQ(printable("\xC0\xAF"), "\\xC0\\xAF");         // overlong '/'
-  EXPECT_EQ(printable("\xED\xA0\x80"), "\\xED\\xA0\\x80");  // a surrogate
+  EXPECT_EQ(printable("r\xC3\xA9sum\xC3\xA9 \xE2\x86\x92 \xF0\x9F\x98\x80"),
+            "r\xC3\xA9sum\xC3\xA9 \xE2\x86\x92 \xF0\x9F\x98\x80");
+  EXPECT_EQ(printable("\xC3"), "\\xC3");                             // truncated sequence
+  EXPECT_EQ(printable("\xC0\xAF"), "\\xC0\\xAF");                    // overlong '/'
+  EXPECT_EQ(printable("\xED\xA0\x80"), "\\xED\\xA0\\x80");           // a surrogate
   EXPECT_EQ(printable("\xF4\x90\x80\x80"), "\\xF4\\x90\\x80\\x80");  // above U+10FFFF
   EXPECT_EQ(printable("\xEF\xBB\xBF"), "\xEF\xBB\xBF");
 }

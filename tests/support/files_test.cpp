@@ -33,9 +33,9 @@ namespace flexpipe {
 namespace {
 
 std::filesystem::path fresh_directory() {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("flexpipe_files_test_" + std::to_string(::getpid()) + "_" +
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("flexpipe_files_test_" + std::to_string(::getpid()) + "_" +
+                                                ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return std::filesystem::canonical(dir);

@@ -16,9 +16,9 @@ TEST(LrSchedule, WarmupIsLinearAndEndsAtThePeak) {
 
 TEST(LrSchedule, CosineDecaysToTheFloorAndStays) {
   const LrSchedule s{1.0, 4, 10, 0.1};
-  EXPECT_DOUBLE_EQ(learning_rate(s, 4), 1.0);            // progress 0
+  EXPECT_DOUBLE_EQ(learning_rate(s, 4), 1.0);                // progress 0
   EXPECT_NEAR(learning_rate(s, 9), 0.1 + 0.9 * 0.5, 1e-15);  // halfway: cos(pi/2) = 0
-  EXPECT_DOUBLE_EQ(learning_rate(s, 14), 0.1);           // progress 1
+  EXPECT_DOUBLE_EQ(learning_rate(s, 14), 0.1);               // progress 1
   EXPECT_DOUBLE_EQ(learning_rate(s, 100), 0.1);
 }
 

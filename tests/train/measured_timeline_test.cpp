@@ -2,9 +2,9 @@
 // predict from; both checked on hand-made timings.
 #include <gtest/gtest.h>
 
+#include "flexpipe/ir/lowering.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/support/error.h"
-#include "flexpipe/ir/lowering.h"
 #include "flexpipe/train/measured_timeline.h"
 
 namespace flexpipe {

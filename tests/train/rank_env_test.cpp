@@ -15,8 +15,8 @@ namespace {
 
 class RankEnvironment : public ::testing::Test {
  protected:
-  static constexpr const char* kNames[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                                           "MASTER_PORT"};
+  static constexpr const char* kNames[] = {"RANK",        "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR", "MASTER_PORT"};
   void SetUp() override {
     for (const char* name : kNames) {
       if (const char* value = std::getenv(name)) saved_.emplace_back(name, value);

@@ -23,11 +23,11 @@ std::vector<std::string> names(const CostGraph& g) {
 
 TEST(TrainableModel, GptIsTheOperatorChainTheIssueNames) {
   const CostGraph g = one_layer();
-  EXPECT_EQ(names(g), (std::vector<std::string>{
-                          "embedding.word", "embedding.position", "embedding.sum", "layer.0.ln1", "layer.0.qkv",
-                          "layer.0.scores", "layer.0.softmax", "layer.0.attention_v", "layer.0.out_proj",
-                          "layer.0.residual1", "layer.0.ln2", "layer.0.fc1", "layer.0.act", "layer.0.fc2",
-                          "layer.0.residual2", "head.final_norm", "head.lm_head", "head.loss"}));
+  EXPECT_EQ(names(g), (std::vector<std::string>{"embedding.word", "embedding.position", "embedding.sum", "layer.0.ln1",
+                                                "layer.0.qkv", "layer.0.scores", "layer.0.softmax",
+                                                "layer.0.attention_v", "layer.0.out_proj", "layer.0.residual1",
+                                                "layer.0.ln2", "layer.0.fc1", "layer.0.act", "layer.0.fc2",
+                                                "layer.0.residual2", "head.final_norm", "head.lm_head", "head.loss"}));
   // hidden 8: qkv 8x24 + 24, fc1 8x32 + 32; the head is not tied to the embedding.
   EXPECT_EQ(g.nodes[4].parameters, 8 * 24 + 24);
   EXPECT_EQ(g.nodes[11].parameters, 8 * 32 + 32);
@@ -102,7 +102,7 @@ TEST(TrainableModel, ImpossibleRequestsAreRefused) {
   const CostGraph g = one_layer();
   EXPECT_THROW(partition_balanced(g, 19), Error);
   EXPECT_THROW(partition_balanced(g, 0), Error);
-  EXPECT_THROW(gpt_config({1, 10, 4, 16, 4}), Error);  // 10 is not a multiple of 4 heads
+  EXPECT_THROW(gpt_config({1, 10, 4, 16, 4}), Error);               // 10 is not a multiple of 4 heads
   EXPECT_THROW(require_trainable(find_model("gpt3-1.3b")), Error);  // dropout, tied head
   EXPECT_NO_THROW(require_trainable(find_model("llama2-7b")));
   EXPECT_NO_THROW(require_trainable(find_model("llama3-8b")));  // 32 query heads on 8 key/value heads
@@ -127,9 +127,13 @@ TEST(TrainableModel, ImpossibleRequestsAreRefused) {
     }
     return std::string("accepted");
   };
-  EXPECT_EQ(message([] { llama_config({1, 16, 4, 16, 4, ModelFamily::Llama, 3}); }),
+  EXPECT_EQ(message([] {
+              llama_config({1, 16, 4, 16, 4, ModelFamily::Llama, 3});
+            }),
             "Llama size: 3 key/value heads do not divide 4 heads");
-  EXPECT_EQ(message([] { llama_config({1, 12, 4, 16, 4, ModelFamily::Llama, 0}); }),
+  EXPECT_EQ(message([] {
+              llama_config({1, 12, 4, 16, 4, ModelFamily::Llama, 0});
+            }),
             "Llama size: rotary positions turn pairs, so the head size (hidden 12 / heads 4) must be even");
   EXPECT_EQ(message([] { model_family("mamba"); }), "unknown model family 'mamba' (known: gpt, llama)");
 }
@@ -139,11 +143,11 @@ TEST(TrainableModel, LlamaIsTheOperatorChainOfItsLayout) {
   EXPECT_EQ(config.kv_heads, 2);
   EXPECT_EQ(config.ffn_hidden, 48);  // 8/3 x 16 = 42.7, up to a multiple of 8
   const CostGraph g = trainable_graph(config, 2);
-  EXPECT_EQ(names(g), (std::vector<std::string>{
-                          "embedding.word", "layer.0.ln1", "layer.0.qkv", "layer.0.rope", "layer.0.scores",
-                          "layer.0.softmax", "layer.0.attention_v", "layer.0.out_proj", "layer.0.residual1",
-                          "layer.0.ln2", "layer.0.fc1", "layer.0.act", "layer.0.fc2", "layer.0.residual2",
-                          "head.final_norm", "head.lm_head", "head.loss"}));
+  EXPECT_EQ(names(g),
+            (std::vector<std::string>{"embedding.word", "layer.0.ln1", "layer.0.qkv", "layer.0.rope", "layer.0.scores",
+                                      "layer.0.softmax", "layer.0.attention_v", "layer.0.out_proj", "layer.0.residual1",
+                                      "layer.0.ln2", "layer.0.fc1", "layer.0.act", "layer.0.fc2", "layer.0.residual2",
+                                      "head.final_norm", "head.lm_head", "head.loss"}));
   // No biases: qkv makes 4 query and 2 x 2 key/value heads of 4; fc1 the gate and the value.
   EXPECT_EQ(g.nodes[2].parameters, 16 * (4 + 2 * 2) * 4);
   EXPECT_EQ(g.nodes[10].parameters, 16 * 2 * 48);

@@ -6,8 +6,8 @@
 #include <cctype>
 #include <sstream>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/ir/lowering.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {
@@ -51,7 +51,8 @@ void set_rows(Schedule& s, const std::vector<std::string>& rows) {
   for (size_t d = 0; d < rows.size(); ++d) s.device_actions[d] = parse_row(s, rows[d]);
 }
 
-Schedule hand_made(int devices, int microbatches, std::vector<int32_t> placement, const std::vector<std::string>& rows) {
+Schedule hand_made(int devices, int microbatches, std::vector<int32_t> placement,
+                   const std::vector<std::string>& rows) {
   Schedule s = make_schedule("hand", devices, microbatches, std::move(placement));
   set_rows(s, rows);
   return s;
@@ -129,7 +130,8 @@ void move_after(Schedule& s, int device, const std::string& cell, const std::str
 // ---- the message format --------------------------------------------------------------------------
 
 TEST(Diagnostic, ToStringHasOneFormPerKindOfLocation) {
-  EXPECT_EQ((Diagnostic{1, 5, "1F3", "must run after 0F3 (#7)"}.to_string()), "device 1 #5 1F3: must run after 0F3 (#7)");
+  EXPECT_EQ((Diagnostic{1, 5, "1F3", "must run after 0F3 (#7)"}.to_string()),
+            "device 1 #5 1F3: must run after 0F3 (#7)");
   EXPECT_EQ((Diagnostic{2, -1, "2F3", "missing 2F3"}.to_string()), "device 2: missing 2F3");
   EXPECT_EQ((Diagnostic{-1, -1, "", "deadlock: x"}.to_string()), "deadlock: x");
 }
@@ -157,8 +159,8 @@ TEST(Validator, RecomputeOffloadAndCustomActionsInTheirPlaceAreValid) {
 
 TEST(Validator, VPlacementWithLocalTurnIsValid) {
   // Device 0 holds stages 0 and 3, device 1 holds 1 and 2.
-  Schedule s = hand_made(2, 2, v_placement(2, 4),
-                         {"0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1", "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1"});
+  Schedule s =
+      hand_made(2, 2, v_placement(2, 4), {"0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1", "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1"});
   EXPECT_EQ(lines(s), Lines{});
 }
 
@@ -304,12 +306,11 @@ TEST(Validator, OffloadNeedsOneReloadBetweenItAndTheBackward) {
   Schedule s = hand_made(2, 4, loop_placement(2, 2),
                          {"0OFFLOAD0 0F0 0OFFLOAD1 0F1 0RELOAD2 0F2 0F3 0OFFLOAD3 0R3 0RELOAD3 0B0 0B1 0B2 0B3",
                           "1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3"});
-  EXPECT_EQ(lines(s), (Lines{"device 0: missing 0RELOAD0 for 0OFFLOAD0 (#0)",
-                             "device 0: missing 0RELOAD1 for 0OFFLOAD1 (#2)",
-                             "device 0 #0 0OFFLOAD0: must run after 0F0 (#1)",
-                             "device 0 #2 0OFFLOAD1: must run after 0F1 (#3)",
-                             "device 0 #4 0RELOAD2: reloads nothing: no 0OFFLOAD2",
-                             "device 0 #9 0RELOAD3: must run before 0R3 (#8)"}));
+  EXPECT_EQ(lines(s),
+            (Lines{"device 0: missing 0RELOAD0 for 0OFFLOAD0 (#0)", "device 0: missing 0RELOAD1 for 0OFFLOAD1 (#2)",
+                   "device 0 #0 0OFFLOAD0: must run after 0F0 (#1)", "device 0 #2 0OFFLOAD1: must run after 0F1 (#3)",
+                   "device 0 #4 0RELOAD2: reloads nothing: no 0OFFLOAD2",
+                   "device 0 #9 0RELOAD3: must run before 0R3 (#8)"}));
 
   Schedule late = hand_made(2, 1, loop_placement(2, 2), {"0F0 0OFFLOAD0 0B0 0RELOAD0", "1F0 1B0"});
   EXPECT_EQ(lines(late), Lines{"device 0 #3 0RELOAD0: must run before 0B0 (#2)"});
@@ -323,7 +324,8 @@ TEST(Validator, OptimizerOncePerStageAfterEveryBackward) {
   s.device_actions[1].insert(s.device_actions[1].begin() + 8, Action::make(K::Opt, 1));
   s.device_actions[0].push_back(Action::make(K::Opt, 0));
   s.device_actions[0].push_back(Action::make(K::Opt, 0));
-  EXPECT_EQ(lines(s), (Lines{"device 0 #10 0OPT: duplicate: 0OPT already at #9", "device 1 #8 1OPT: must run after 1W2 (#9)"}));
+  EXPECT_EQ(lines(s),
+            (Lines{"device 0 #10 0OPT: duplicate: 0OPT already at #9", "device 1 #8 1OPT: must run after 1W2 (#9)"}));
 }
 
 // ---- custom kinds --------------------------------------------------------------------------------
@@ -336,12 +338,11 @@ TEST(Validator, CustomDependenciesOnTheSameDeviceAreOrderChecks) {
                           .per_microbatch = false});
   s.custom_ops.push_back({.name = "QUANT", .after = {{.kind = K::F}}, .before = {{.kind = K::B}}});
   set_rows(s, {"0F0 0F1 0B0 0OPT 0ALLREDUCE 0B1 0QUANT1", "1QUANT0 1F0 1B0 1F1 1QUANT1 1QUANT1 1B1"});
-  EXPECT_EQ(lines(s), (Lines{"device 0 #3 0OPT: must run after 0B1 (#5)",
-                             "device 0 #4 0ALLREDUCE: must run after 0B1 (#5)",
-                             "device 0 #4 0ALLREDUCE: must run before 0OPT (#3)",
-                             "device 0 #6 0QUANT1: must run before 0B1 (#5)",
-                             "device 1 #0 1QUANT0: must run after 1F0 (#1)",
-                             "device 1 #5 1QUANT1: duplicate: 1QUANT1 already at #4"}));
+  EXPECT_EQ(lines(s),
+            (Lines{"device 0 #3 0OPT: must run after 0B1 (#5)", "device 0 #4 0ALLREDUCE: must run after 0B1 (#5)",
+                   "device 0 #4 0ALLREDUCE: must run before 0OPT (#3)", "device 0 #6 0QUANT1: must run before 0B1 (#5)",
+                   "device 1 #0 1QUANT0: must run after 1F0 (#1)",
+                   "device 1 #5 1QUANT1: duplicate: 1QUANT1 already at #4"}));
 }
 
 TEST(Validator, CustomDependencyMustNameAnAddressableKind) {
@@ -364,7 +365,8 @@ TEST(Validator, CustomDependencyAcrossDevicesTakesPartInTheDeadlockCheck) {
 
   // A stage-wide kind waiting for every backward of the next stage.
   Schedule all = make_schedule("custom", 2, 2, loop_placement(2, 2));
-  all.custom_ops.push_back({.name = "GATHER", .after = {{.kind = K::B, .stage_offset = 1, .all_microbatches = true}},
+  all.custom_ops.push_back({.name = "GATHER",
+                            .after = {{.kind = K::B, .stage_offset = 1, .all_microbatches = true}},
                             .before = {},
                             .per_microbatch = false});
   set_rows(all, {"0F0 0GATHER 0F1 0B0 0B1", "1F0 1B0 1F1 1B1"});
@@ -376,7 +378,9 @@ TEST(Validator, CustomDependencyAcrossDevicesTakesPartInTheDeadlockCheck) {
 
 const Lines kLoweredChain = {"0F0 0SEND_F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0"};
 
-TEST(Validator, HandLoweredChainIsValid) { EXPECT_EQ(lines(hand_made(2, 1, loop_placement(2, 2), kLoweredChain)), Lines{}); }
+TEST(Validator, HandLoweredChainIsValid) {
+  EXPECT_EQ(lines(hand_made(2, 1, loop_placement(2, 2), kLoweredChain)), Lines{});
+}
 
 TEST(Validator, SendAndReceiveMustBeMatched) {
   Schedule s = hand_made(2, 1, loop_placement(2, 2), {"0F0 0RECV_B0 0B0", "1F0 1B0 1SEND_B0"});
@@ -388,15 +392,15 @@ TEST(Validator, SendAndReceiveMustBeMatched) {
 
 TEST(Validator, SendAfterItsProducerAndReceiveBeforeItsConsumer) {
   Schedule s = hand_made(2, 1, loop_placement(2, 2), {"0SEND_F0 0F0 0B0 0RECV_B0", "1F0 1RECV_F0 1SEND_B0 1B0"});
-  EXPECT_EQ(lines(s), (Lines{"device 0 #0 0SEND_F0: must run after 0F0 (#1)",
-                             "device 0 #3 0RECV_B0: must run before 0B0 (#2)",
-                             "device 1 #1 1RECV_F0: must run before 1F0 (#0)",
-                             "device 1 #2 1SEND_B0: must run after 1B0 (#3)"}));
+  EXPECT_EQ(lines(s),
+            (Lines{"device 0 #0 0SEND_F0: must run after 0F0 (#1)", "device 0 #3 0RECV_B0: must run before 0B0 (#2)",
+                   "device 1 #1 1RECV_F0: must run before 1F0 (#0)", "device 1 #2 1SEND_B0: must run after 1B0 (#3)"}));
 }
 
 TEST(Validator, CommunicationOnlyWhereAStageBoundaryCrossesDevices) {
   Schedule s = hand_made(2, 1, loop_placement(2, 2),
-                         {"0RECV_F0 0F0 0SEND_F0 0RECV_B0 0B0 0SEND_B0", "1RECV_F0 1F0 1SEND_F0 1RECV_B0 1B0 1SEND_B0 1SEND_B0"});
+                         {"0RECV_F0 0F0 0SEND_F0 0RECV_B0 0B0 0SEND_B0",
+                          "1RECV_F0 1F0 1SEND_F0 1RECV_B0 1B0 1SEND_B0 1SEND_B0"});
   EXPECT_EQ(lines(s), (Lines{"device 0 #0 0RECV_F0: misplaced: stage 0 has no previous stage",
                              "device 0 #5 0SEND_B0: misplaced: stage 0 has no previous stage",
                              "device 1 #2 1SEND_F0: misplaced: stage 1 has no next stage",
@@ -447,10 +451,10 @@ TEST(Validator, LoweringKeepsAValidScheduleValid) {
   for (int p = 2; p <= 4; ++p) {
     EXPECT_EQ(lines(lower(one_f_one_b(p, 2 * p, {.split_backward = true, .optimizer = true}))), Lines{}) << p;
   }
-  Schedule v = hand_made(2, 2, v_placement(2, 4), {"0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1", "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1"});
+  Schedule v =
+      hand_made(2, 2, v_placement(2, 4), {"0F0 0F1 3F0 3B0 3F1 3B1 0B0 0B1", "1F0 2F0 1F1 2F1 2B0 1B0 2B1 1B1"});
   EXPECT_EQ(lines(lower(v)), Lines{});
-  Schedule overlap =
-      hand_made(2, 2, loop_placement(2, 2), {"0F0 0F1 0B0 0B1", "1F0 (1F1;1B0)OVERLAP_F_B 1B1"});
+  Schedule overlap = hand_made(2, 2, loop_placement(2, 2), {"0F0 0F1 0B0 0B1", "1F0 (1F1;1B0)OVERLAP_F_B 1B1"});
   EXPECT_EQ(lines(lower(overlap)), Lines{});
 }
 
@@ -459,10 +463,10 @@ TEST(Validator, SendMovedBehindABlockingActionDeadlocks) {
   Schedule s = lower(hand_made(2, 2, loop_placement(2, 2), {"0F0 0F1 0B0 0B1", "1F0 1F1 1B0 1B1"}));
   ASSERT_EQ(lines(s), Lines{});
   move_after(s, 0, "0SEND_F1", "0B0");
-  std::string expected =
-      "deadlock: device 0 #" + std::to_string(find_position(s, 0, "0B0")) + " 0B0 waits for 1SEND_B0 (device 1 #" +
-      std::to_string(find_position(s, 1, "1SEND_B0")) + "); device 1 #" + std::to_string(find_position(s, 1, "1F1")) +
-      " 1F1 waits for 0SEND_F1 (device 0 #" + std::to_string(find_position(s, 0, "0SEND_F1")) + ")";
+  std::string expected = "deadlock: device 0 #" + std::to_string(find_position(s, 0, "0B0")) +
+                         " 0B0 waits for 1SEND_B0 (device 1 #" + std::to_string(find_position(s, 1, "1SEND_B0")) +
+                         "); device 1 #" + std::to_string(find_position(s, 1, "1F1")) +
+                         " 1F1 waits for 0SEND_F1 (device 0 #" + std::to_string(find_position(s, 0, "0SEND_F1")) + ")";
   EXPECT_EQ(lines(s), Lines{expected});
 }
 

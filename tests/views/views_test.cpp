@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flexpipe/support/error.h"
 #include "flexpipe/ir/lowering.h"
+#include "flexpipe/support/error.h"
 
 namespace flexpipe {
 namespace {
@@ -36,9 +36,8 @@ Case one_f_one_b() {
   d0 = {Action::make(K::F, 0, 0),     Action::make(K::SendF, 0, 0), Action::make(K::F, 0, 1),
         Action::make(K::SendF, 0, 1), Action::make(K::RecvB, 0, 0), Action::make(K::B, 0, 0),
         Action::make(K::RecvB, 0, 1), Action::make(K::B, 0, 1)};
-  d1 = {Action::make(K::RecvF, 1, 0), Action::make(K::F, 1, 0),     Action::make(K::B, 1, 0),
-        Action::make(K::SendB, 1, 0), Action::make(K::RecvF, 1, 1), Action::make(K::F, 1, 1),
-        Action::make(K::B, 1, 1),     Action::make(K::SendB, 1, 1)};
+  d1 = {Action::make(K::RecvF, 1, 0), Action::make(K::F, 1, 0), Action::make(K::B, 1, 0), Action::make(K::SendB, 1, 0),
+        Action::make(K::RecvF, 1, 1), Action::make(K::F, 1, 1), Action::make(K::B, 1, 1), Action::make(K::SendB, 1, 1)};
   SimResult& r = c.result;
   r.timeline = {{{0, 1}, {1, 1}, {1, 2}, {2, 2}, {1, 1}, {4, 6}, {2, 2}, {7, 9}},
                 {{0, 0}, {1, 2}, {2, 4}, {4, 4}, {2, 2}, {4, 5}, {5, 7}, {7, 7}}};
@@ -160,9 +159,10 @@ TEST(Grid, RulerMarksEveryTenthColumnAndCellsWidenForLongLabels) {
   Case c = single_device(1, actions, durations);
   c.schedule.num_microbatches = 12;
   EXPECT_EQ(render_grid(c.schedule, c.result),
-            "t  |0" + std::string(39, ' ') + "5\n"
-            "d0 |F0  F1  F2  F3  F4  F5  F6  F7  F8  F9  F10 F11\n"
-            "legend: F forward; -- continues, . idle; 1 column = 0.5 time units\n");
+            "t  |0" + std::string(39, ' ') +
+                "5\n"
+                "d0 |F0  F1  F2  F3  F4  F5  F6  F7  F8  F9  F10 F11\n"
+                "legend: F forward; -- continues, . idle; 1 column = 0.5 time units\n");
 }
 
 TEST(Grid, LowerCaseMarksTheSecondChunkOfADevice) {
@@ -178,8 +178,8 @@ TEST(Grid, LowerCaseMarksTheSecondChunkOfADevice) {
 }
 
 TEST(Grid, MoreThanTwoChunksArePrefixedWithTheirNumber) {
-  const Case c = single_device(3, {Action::make(K::F, 0, 0), Action::make(K::F, 1, 0), Action::make(K::F, 2, 0)},
-                               {1, 1, 1});
+  const Case c =
+      single_device(3, {Action::make(K::F, 0, 0), Action::make(K::F, 1, 0), Action::make(K::F, 2, 0)}, {1, 1, 1});
   EXPECT_EQ(render_grid(c.schedule, c.result),
             "t  |0\n"
             "d0 |0F0 1F0 2F0\n"
@@ -295,8 +295,8 @@ TEST(Svg, DrawsABoxPerComputeActionAndAMemoryCurvePerDevice) {
   EXPECT_NE(svg.find(">a&lt;b&amp;&quot;c&quot;: makespan 9, bubble 33.3%, efficiency 66.7%</text>"),
             std::string::npos);
   EXPECT_NE(svg.find("<title>1B0 [2, 4)</title>"), std::string::npos);
-  for (const char* legend : {">F forward</text>", ">B backward</text>", ">transfer</text>", ">memory</text>",
-                             ">capacity</text>"})
+  for (const char* legend :
+       {">F forward</text>", ">B backward</text>", ">transfer</text>", ">memory</text>", ">capacity</text>"})
     EXPECT_NE(svg.find(legend), std::string::npos) << legend;
   EXPECT_EQ(svg.find(">I input grad</text>"), std::string::npos);  // only kinds that occur
 }
@@ -388,11 +388,15 @@ TEST(Trace, HasAProcessPerDeviceComputeAndCommunicationSlicesAndMemoryCounters) 
 
 TEST(Trace, TimeUnitsConvertToMicroseconds) {
   const Case c = one_f_one_b();
-  for (auto [unit, scale] : std::vector<std::pair<std::string, double>>{
-           {"s", 1e6}, {"ms", 1e3}, {"us", 1}, {"ns", 1e-3}, {"unit", 1e3}, {"cycles", 1e3}}) {
+  for (auto [unit, scale] : std::vector<std::pair<std::string, double>>{{"s", 1e6},
+                                                                        {"ms", 1e3},
+                                                                        {"us", 1},
+                                                                        {"ns", 1e-3},
+                                                                        {"unit", 1e3},
+                                                                        {"cycles", 1e3}}) {
     const json trace = json::parse(render_trace(c.schedule, c.result, unit));
     const auto compute = events_where(trace, "cat", "computation");
-    EXPECT_DOUBLE_EQ(compute[7]["ts"].get<double>(), 5 * scale) << unit;   // device 1's B1
+    EXPECT_DOUBLE_EQ(compute[7]["ts"].get<double>(), 5 * scale) << unit;  // device 1's B1
     EXPECT_DOUBLE_EQ(compute[7]["dur"].get<double>(), 2 * scale) << unit;
   }
 }
@@ -457,25 +461,36 @@ CostTable units(const char* time, const char* memory) {
 TEST(Report, JsonCarriesEveryFieldWithUnlimitedCapacityAsNull) {
   const Case c = one_f_one_b();
   const json report = report_json(c.schedule, units("ms", "GB"), c.result);
-  const json expected = {
-      {"schedule", "demo"},
-      {"devices_count", 2},
-      {"microbatches", 2},
-      {"stages", 2},
-      {"makespan", 9.0},
-      {"bubble_ratio", 6.0 / 18},
-      {"lower_bound", 6.0},
-      {"efficiency", 6.0 / 9},
-      {"comm_bytes", 4.0},
-      {"comm_transfers", 4},
-      {"fits", true},
-      {"time_unit", "ms"},
-      {"memory_unit", "GB"},
-      {"devices",
-       {{{"device", 0}, {"busy", 6.0}, {"idle", 3.0}, {"peak_memory", 2.0}, {"peak_time", 1.0},
-         {"static_memory", 0.0}, {"capacity", 2.0}, {"fits", true}},
-        {{"device", 1}, {"busy", 6.0}, {"idle", 3.0}, {"peak_memory", 1.0}, {"peak_time", 1.0},
-         {"static_memory", 0.0}, {"capacity", nullptr}, {"fits", true}}}}};
+  const json expected = {{"schedule", "demo"},
+                         {"devices_count", 2},
+                         {"microbatches", 2},
+                         {"stages", 2},
+                         {"makespan", 9.0},
+                         {"bubble_ratio", 6.0 / 18},
+                         {"lower_bound", 6.0},
+                         {"efficiency", 6.0 / 9},
+                         {"comm_bytes", 4.0},
+                         {"comm_transfers", 4},
+                         {"fits", true},
+                         {"time_unit", "ms"},
+                         {"memory_unit", "GB"},
+                         {"devices",
+                          {{{"device", 0},
+                            {"busy", 6.0},
+                            {"idle", 3.0},
+                            {"peak_memory", 2.0},
+                            {"peak_time", 1.0},
+                            {"static_memory", 0.0},
+                            {"capacity", 2.0},
+                            {"fits", true}},
+                           {{"device", 1},
+                            {"busy", 6.0},
+                            {"idle", 3.0},
+                            {"peak_memory", 1.0},
+                            {"peak_time", 1.0},
+                            {"static_memory", 0.0},
+                            {"capacity", nullptr},
+                            {"fits", true}}}}};
   EXPECT_EQ(report, expected) << report.dump(2);
 }
 

@@ -75,17 +75,17 @@ inline constexpr int kNotTied = -1;
 
 struct OperatorNode {
   std::string name;
-  std::string kind;            // "linear", "layernorm", "softmax", ...: free text for reports
-  int layer = kNoLayer;        // index into CostGraph::layers
-  double parameters = 0;       // count; bytes come from the data type chosen at aggregation
+  std::string kind;              // "linear", "layernorm", "softmax", ...: free text for reports
+  int layer = kNoLayer;          // index into CostGraph::layers
+  double parameters = 0;         // count; bytes come from the data type chosen at aggregation
   double active_parameters = 0;  // used per token (MoE experts: top-k of them); equals parameters otherwise
-  int tied_to = kNotTied;      // shares its parameters with that earlier node (tied embeddings)
+  int tied_to = kNotTied;        // shares its parameters with that earlier node (tied embeddings)
   Scaling scaling;
   PassCost forward;
-  PassCost backward_input;   // gradient with respect to the inputs (I)
-  PassCost backward_weight;  // gradient with respect to the parameters (W)
-  ShapePolynomial saved_bytes;      // kept by the forward for the backward
-  ShapePolynomial freed_by_input;   // part of saved_bytes released when I ends; the rest when W ends
+  PassCost backward_input;         // gradient with respect to the inputs (I)
+  PassCost backward_weight;        // gradient with respect to the parameters (W)
+  ShapePolynomial saved_bytes;     // kept by the forward for the backward
+  ShapePolynomial freed_by_input;  // part of saved_bytes released when I ends; the rest when W ends
   // Part of saved_bytes that is the very tensors the previous node saves too (softmax and the P V
   // product both save the probabilities). The previous node must feed this one, in the same layer
   // (so the partitioner's layers choose independently). Held once while
@@ -125,7 +125,7 @@ struct Shape {
 struct CostGraph {
   std::string name;
   std::string time_unit = "ms";
-  Shape reference;                       // the shape the stored times are for
+  Shape reference;                        // the shape the stored times are for
   std::optional<RooflineRates> hardware;  // needed by Roofline nodes
   std::vector<LayerInfo> layers;
   std::vector<OperatorNode> nodes;

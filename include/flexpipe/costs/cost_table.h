@@ -13,19 +13,19 @@ inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // Costs of one model chunk (stage within a pipeline), per micro-batch.
 struct StageCosts {
-  double forward = 1;          // F
-  double backward_input = 1;   // I
-  double backward_weight = 1;  // W
-  double backward = 2;         // B (full backward); usually I + W
-  double recompute = 1;        // R; usually F
-  double optimizer = 0;        // OPT, once per step
+  double forward = 1;           // F
+  double backward_input = 1;    // I
+  double backward_weight = 1;   // W
+  double backward = 2;          // B (full backward); usually I + W
+  double recompute = 1;         // R; usually F
+  double optimizer = 0;         // OPT, once per step
   double activation_bytes = 1;  // saved by F for the backward, held until the backward ends
   double freed_by_input = 0;    // part of activation_bytes released when I ends; the rest when W ends
   double checkpoint_bytes = 0;  // kept from F to R when the stage recomputes (its input)
   double parameter_bytes = 0;
   double gradient_bytes = 0;
   double optimizer_bytes = 0;
-  double output_bytes = 0;      // forward output sent to the next stage (and its gradient sent back)
+  double output_bytes = 0;  // forward output sent to the next stage (and its gradient sent back)
   // What OFFLOAD moves to the host per micro-batch, capped by what the (stage, micro-batch) holds when
   // it is posted; infinity: everything it holds.
   double offload_bytes = kInfinity;
@@ -57,12 +57,12 @@ struct LinkOverride {
 };
 
 struct CostTable {
-  std::vector<StageCosts> stages;     // one per model chunk
-  Link link;                          // between any two devices unless overridden
-  std::vector<LinkOverride> pairs;    // per directed device pair
-  Link host_link;                     // device <-> host, for OFFLOAD / RELOAD
+  std::vector<StageCosts> stages;       // one per model chunk
+  Link link;                            // between any two devices unless overridden
+  std::vector<LinkOverride> pairs;      // per directed device pair
+  Link host_link;                       // device <-> host, for OFFLOAD / RELOAD
   std::vector<double> memory_capacity;  // per device; empty: unlimited; one value: every device
-  double overlap_ratio = 1.0;  // an Overlap F&B unit takes overlap_ratio * (F + B)
+  double overlap_ratio = 1.0;           // an Overlap F&B unit takes overlap_ratio * (F + B)
   std::string time_unit = "unit";
   std::string memory_unit = "unit";
 
@@ -74,8 +74,8 @@ struct CostTable {
 // The `--uniform-costs F,I,W[,COMM]` shorthand: every stage takes F, I, W (B = I + W, R = F), holds
 // 1 unit of activation memory from F until its backward ends, parameters count 0, and every
 // transfer takes COMM.
-CostTable uniform_costs(int stages_per_pipeline, double forward, double backward_input,
-                        double backward_weight, double comm = 0);
+CostTable uniform_costs(int stages_per_pipeline, double forward, double backward_input, double backward_weight,
+                        double comm = 0);
 // Parses "F,I,W[,COMM]"; throws Error naming the bad field.
 CostTable parse_uniform_costs(const std::string& text, int stages_per_pipeline);
 

@@ -11,14 +11,14 @@ namespace flexpipe {
 
 struct HardwareProfile {
   std::string name;
-  double peak_flops = 0;         // dense bf16 tensor-core FLOP/s (no sparsity)
-  double hbm_bandwidth = 0;      // bytes/s
-  double memory_bytes = 0;       // HBM capacity
-  double efficiency = 0;         // achievable fraction of peak FLOP/s and of HBM bandwidth
-  double nvlink_bandwidth = 0;   // bytes/s per direction, one GPU to the NVLink fabric
+  double peak_flops = 0;            // dense bf16 tensor-core FLOP/s (no sparsity)
+  double hbm_bandwidth = 0;         // bytes/s
+  double memory_bytes = 0;          // HBM capacity
+  double efficiency = 0;            // achievable fraction of peak FLOP/s and of HBM bandwidth
+  double nvlink_bandwidth = 0;      // bytes/s per direction, one GPU to the NVLink fabric
   double infiniband_bandwidth = 0;  // bytes/s per direction, one NIC per GPU
-  double pcie_bandwidth = 0;     // bytes/s per direction, GPU to host (x16)
-  std::string source;            // where the figures come from
+  double pcie_bandwidth = 0;        // bytes/s per direction, GPU to host (x16)
+  std::string source;               // where the figures come from
 };
 
 std::span<const HardwareProfile> hardware_profiles();

@@ -34,8 +34,8 @@ struct ModelConfig {
   int kv_heads = 0;  // grouped-query attention when below heads
   int head_dim = 0;
   int ffn_hidden = 0;
-  int vocab = 0;    // Vision: number of classes
-  int seq_len = 0;  // reference sequence length (Vision: patches + class token)
+  int vocab = 0;          // Vision: number of classes
+  int seq_len = 0;        // reference sequence length (Vision: patches + class token)
   int max_positions = 0;  // learned position table size
   int token_types = 0;    // BERT segment embeddings
   NormKind norm = NormKind::LayerNorm;
@@ -64,6 +64,7 @@ std::span<const ModelConfig> model_zoo();
 // By name, case-insensitively; throws Error listing the known names.
 const ModelConfig& find_model(const std::string& name);
 
-CostGraph build_model_graph(const ModelConfig& config, const HardwareProfile& hardware, const ModelOptions& options = {});
+CostGraph build_model_graph(const ModelConfig& config, const HardwareProfile& hardware,
+                            const ModelOptions& options = {});
 
 }  // namespace flexpipe

@@ -49,24 +49,24 @@ struct AggregationOptions {
   // Per stage: OFFLOAD moves the recompute checkpoints too (with what the operators offload), and
   // RELOAD brings them back right before R (add_memory_actions' reload_before_recompute). Empty: none.
   std::vector<char> offload_checkpoints;
-  double parameter_bytes = 2;             // per parameter: bf16 weights
-  double gradient_bytes = 2;              // per parameter: bf16 gradients
-  double optimizer_bytes = 12;            // per parameter: Adam's fp32 master copy, m and v
-  Link device_link;                       // between devices (bytes per time unit)
-  Link host_link;                         // device <-> host, for offloading
-  std::vector<double> memory_capacity;    // copied into the table
+  double parameter_bytes = 2;           // per parameter: bf16 weights
+  double gradient_bytes = 2;            // per parameter: bf16 gradients
+  double optimizer_bytes = 12;          // per parameter: Adam's fp32 master copy, m and v
+  Link device_link;                     // between devices (bytes per time unit)
+  Link host_link;                       // device <-> host, for offloading
+  std::vector<double> memory_capacity;  // copied into the table
 };
 
 // What the table has no field for.
 struct StageDetails {
   int operators = 0;
-  double parameters = 0;      // held by the stage (a tied copy counts where it is used)
+  double parameters = 0;  // held by the stage (a tied copy counts where it is used)
   double forward_flops = 0;
-  double input_bytes = 0;     // what the previous stage sends (its output_bytes)
+  double input_bytes = 0;      // what the previous stage sends (its output_bytes)
   double workspace_bytes = 0;  // largest transient buffer of one operator
-  double offload_bytes = 0;   // saved bytes of operators decided Offload, per micro-batch, and the
-                              // checkpoints where the stage offloads them
-  double offload_time = 0;    // one direction over the host link
+  double offload_bytes = 0;    // saved bytes of operators decided Offload, per micro-batch, and the
+                               // checkpoints where the stage offloads them
+  double offload_time = 0;     // one direction over the host link
 };
 
 struct StageAggregate {

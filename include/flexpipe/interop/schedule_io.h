@@ -3,9 +3,9 @@
 // (.csv: PyTorch's CSV, .json: FlexPipe schedule JSON).
 #include <string>
 
-#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/interop/pytorch_csv.h"
 #include "flexpipe/ir/schedule.h"
+#include "flexpipe/schedules/builtin.h"
 
 namespace flexpipe {
 

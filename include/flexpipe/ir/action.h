@@ -25,9 +25,9 @@ enum class ActionKind : uint8_t {
 };
 inline constexpr int kNumActionKinds = 14;
 
-bool is_compute(ActionKind kind);        // F B I W R Opt Overlap (Custom is decided by its declaration)
-bool is_communication(ActionKind kind);  // SendF RecvF SendB RecvB
-bool is_backward(ActionKind kind);       // B I
+bool is_compute(ActionKind kind);             // F B I W R Opt Overlap (Custom is decided by its declaration)
+bool is_communication(ActionKind kind);       // SendF RecvF SendB RecvB
+bool is_backward(ActionKind kind);            // B I
 std::string_view kind_name(ActionKind kind);  // "F", "SEND_F", "OFFLOAD", "OVERLAP_F_B", ...
 
 struct Action {

@@ -45,8 +45,8 @@ struct Schedule {
   int num_microbatches = 0;
   int stages_per_pipeline = 0;
   int num_pipelines = 1;
-  std::vector<int32_t> stage_device;         // global stage -> device
-  std::vector<int32_t> microbatch_pipeline;  // micro-batch -> pipeline; empty: all in pipeline 0
+  std::vector<int32_t> stage_device;                // global stage -> device
+  std::vector<int32_t> microbatch_pipeline;         // micro-batch -> pipeline; empty: all in pipeline 0
   std::vector<std::vector<Action>> device_actions;  // per device, in execution order
   std::vector<CustomOpKind> custom_ops;
 
@@ -57,13 +57,11 @@ struct Schedule {
   bool is_last_stage(int stage) const { return chunk_of_stage(stage) == stages_per_pipeline - 1; }
   int next_stage(int stage) const { return is_last_stage(stage) ? -1 : stage + 1; }
   int prev_stage(int stage) const { return is_first_stage(stage) ? -1 : stage - 1; }
-  int pipeline_of_microbatch(int mb) const {
-    return microbatch_pipeline.empty() ? 0 : microbatch_pipeline[mb];
-  }
+  int pipeline_of_microbatch(int mb) const { return microbatch_pipeline.empty() ? 0 : microbatch_pipeline[mb]; }
   // Global stage that runs model chunk `chunk` in micro-batch `mb`'s pipeline.
   int stage_for(int chunk, int mb) const { return pipeline_of_microbatch(mb) * stages_per_pipeline + chunk; }
   int64_t num_actions() const;
-  bool has_communication() const;  // true once lowered (or loaded in compute+comms form)
+  bool has_communication() const;                       // true once lowered (or loaded in compute+comms form)
   std::string action_name(const Action& action) const;  // to_string, with custom kinds' names
 
   friend bool operator==(const Schedule&, const Schedule&) = default;

@@ -13,11 +13,11 @@ namespace flexpipe {
 
 struct ProgramParameter {
   std::string name;
-  int64_t value = 0;           // the define when given, else the default (given the earlier parameters)
-  std::optional<int64_t> min;  // the tightest bounds the conditions state, the other side evaluated with
-  std::optional<int64_t> max;  //   the earlier parameters' values ("where m >= p" with p = 4: min 4)
+  int64_t value = 0;                    // the define when given, else the default (given the earlier parameters)
+  std::optional<int64_t> min;           // the tightest bounds the conditions state, the other side evaluated with
+  std::optional<int64_t> max;           //   the earlier parameters' values ("where m >= p" with p = 4: min 4)
   std::vector<std::string> conditions;  // each `where`: "m % p == 0: needs m to be a multiple of p"
-  bool satisfied = true;       // every condition holds at `value`
+  bool satisfied = true;                // every condition holds at `value`
   SourceLocation location;
 };
 

@@ -20,10 +20,10 @@ struct SourceLocation {
 
 // (device, position) -> the program line that emitted the action.
 struct SourceMap {
-  std::string origin;                                        // file name, or what the caller named the text
-  std::vector<std::string> lines;                            // the program text, for carets
+  std::string origin;                                         // file name, or what the caller named the text
+  std::vector<std::string> lines;                             // the program text, for carets
   std::vector<std::vector<SourceLocation>> device_positions;  // parallel to Schedule::device_actions
-  SourceLocation at(int device, int position) const;         // {0, 0} when unknown
+  SourceLocation at(int device, int position) const;          // {0, 0} when unknown
 };
 
 struct CompileOptions {
@@ -40,8 +40,7 @@ struct CompiledProgram {
 // Throws Error whose message holds every diagnostic (file:line:col, source line, caret, hint).
 // `defines` sets parameters by name, replacing their defaults; an undeclared name is an error.
 CompiledProgram compile_program(const std::string& text, const std::string& origin,
-                                const std::map<std::string, int64_t>& defines = {},
-                                const CompileOptions& options = {});
+                                const std::map<std::string, int64_t>& defines = {}, const CompileOptions& options = {});
 CompiledProgram load_program(const std::string& path, const std::map<std::string, int64_t>& defines = {},
                              const CompileOptions& options = {});
 

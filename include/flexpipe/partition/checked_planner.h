@@ -38,7 +38,7 @@ struct CheckedPlan {
   PartitionPlan plan;
   SimResult simulated;
   bool simulated_ok = false;
-  int rounds = 0;  // plans made until the simulation agreed
+  int rounds = 0;      // plans made until the simulation agreed
   double seconds = 0;  // the partitioner's own time, simulations included
   // The model found a plan and its simulation fits the limit.
   bool passes() const { return result.fits && simulated_ok && simulated.fits; }

@@ -34,10 +34,10 @@ struct PartitionProblem {
   // stream and one hidden-sized tensor cross), not those that would send attention maps or 4h-wide
   // activations; every cut when that leaves too few.
   std::vector<char> cut_allowed;
-  std::vector<double> budget;     // per stage: the device's memory over the chunks it holds
-  double host_bandwidth = 0;      // bytes per time unit; 0: no offloading
+  std::vector<double> budget;  // per stage: the device's memory over the chunks it holds
+  double host_bandwidth = 0;   // bytes per time unit; 0: no offloading
   double bytes_per_parameter = 16;
-  bool split_backward = false;    // the schedule splits backwards into I and W (StageContext)
+  bool split_backward = false;  // the schedule splits backwards into I and W (StageContext)
   MemorySolver solver = MemorySolver::Auto;
   // Checked between the bisection's steps (Dawn): when it returns true, the search stops and answers
   // with the best partition found so far (the first feasible one at least). Empty: never.
@@ -66,14 +66,15 @@ struct PartitionResult {
   std::vector<StageResult> stages;
   double bottleneck = kInfinity;  // the largest stage time (the steady-state period)
   bool fits = false;
-  double shortfall = 0;  // when it does not fit: the most bytes a stage lacks even with every decision
-  int64_t evaluations = 0;  // stage-cost evaluations the search made
+  double shortfall = 0;             // when it does not fit: the most bytes a stage lacks even with every decision
+  int64_t evaluations = 0;          // stage-cost evaluations the search made
   std::vector<int> starts() const;  // first operator of each stage, then the operator count
 };
 
 // Costs a given partition (stage starts, then the operator count): with memory optimization (each
 // stage's decisions chosen for the partition's own period) or keeping everything.
-PartitionResult evaluate_partition(const PartitionProblem& problem, const std::vector<int>& starts, bool optimize_memory);
+PartitionResult evaluate_partition(const PartitionProblem& problem, const std::vector<int>& starts,
+                                   bool optimize_memory);
 
 PartitionResult partition_model(const PartitionProblem& problem, PartitionMethod method);
 

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "flexpipe/costs/cost_graph.h"
-#include "flexpipe/ir/schedule.h"
 #include "flexpipe/costs/stage_aggregation.h"
+#include "flexpipe/ir/schedule.h"
 
 namespace flexpipe {
 
@@ -19,18 +19,18 @@ struct PlannedStage {
   std::vector<std::string> offload;
   // The recompute checkpoints go to the host with the offloaded tensors and come back right before R.
   bool offload_checkpoints = false;
-  nlohmann::json report;               // predictions, for people (the other fields are what tools read)
+  nlohmann::json report;  // predictions, for people (the other fields are what tools read)
 };
 
 struct PartitionPlan {
-  std::string model;     // zoo name or cost-graph file, as given to `partition`
-  std::string graph;     // the graph's own name
+  std::string model;  // zoo name or cost-graph file, as given to `partition`
+  std::string graph;  // the graph's own name
   int graph_operators = 0;
   std::string hardware;
   std::string schedule;  // built-in name or file
   int devices = 0;
   int microbatches = 0;
-  int chunks = 0;        // the schedule's -v (stages per device per pipeline); 0: its default
+  int chunks = 0;  // the schedule's -v (stages per device per pipeline); 0: its default
   Shape shape;
   double memory_limit = 0;    // bytes per device
   double host_bandwidth = 0;  // bytes per second
@@ -42,7 +42,8 @@ struct PartitionPlan {
 // The plan applied to `graph`: throws Error (naming `origin`) when the graph is not the one the plan
 // was made for (operator count, unknown operator names) or a name is in no stage's range.
 Partition plan_partition(const PartitionPlan& plan, const CostGraph& graph, const std::string& origin);
-std::vector<MemoryDecision> plan_decisions(const PartitionPlan& plan, const CostGraph& graph, const std::string& origin);
+std::vector<MemoryDecision> plan_decisions(const PartitionPlan& plan, const CostGraph& graph,
+                                           const std::string& origin);
 // Per global stage of a schedule with `num_pipelines` pipelines: whether the plan recomputes or
 // offloads anything in that stage's chunk (the flags add_memory_actions takes).
 std::vector<char> stages_that_recompute(const PartitionPlan& plan, int num_pipelines);

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "flexpipe/costs/cost_graph.h"
-#include "flexpipe/ir/schedule.h"
 #include "flexpipe/costs/stage_aggregation.h"
+#include "flexpipe/ir/schedule.h"
 
 namespace flexpipe {
 
@@ -42,10 +42,10 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape);
 
 // What a stage's memory and time depend on besides its operators.
 struct StageContext {
-  int in_flight = 1;              // k: micro-batches held at once (in_flight_per_chunk)
-  double budget = kInfinity;      // bytes this stage may use
-  double host_bandwidth = 0;      // bytes per time unit; 0: no offloading
-  double period = 0;              // the pipeline's steady-state period (the target bottleneck time)
+  int in_flight = 1;          // k: micro-batches held at once (in_flight_per_chunk)
+  double budget = kInfinity;  // bytes this stage may use
+  double host_bandwidth = 0;  // bytes per time unit; 0: no offloading
+  double period = 0;          // the pipeline's steady-state period (the target bottleneck time)
   // The stage's forward per micro-batch, the fastest pace of the warm-up's forwards; negative: the
   // sum of the range's forward times (what the model's entry points fill in).
   double forward_time = -1;
@@ -77,16 +77,16 @@ const char* memory_solver_name(MemorySolver solver);
 // One stage's decisions and what they cost.
 struct StageMemoryPlan {
   std::vector<MemoryDecision> decisions;  // per operator of the range
-  double memory = 0;          // static + workspace + activations, by the model
-  double static_memory = 0;   // parameters x bytes per parameter
+  double memory = 0;                      // static + workspace + activations, by the model
+  double static_memory = 0;               // parameters x bytes per parameter
   double activation_memory = 0;
-  double recompute_time = 0;  // per micro-batch
-  double offload_bytes = 0;   // per micro-batch, checkpoints included when they are offloaded
-  double checkpoint_bytes = 0;  // per micro-batch: what the recompute segments read from before them
+  double recompute_time = 0;         // per micro-batch
+  double offload_bytes = 0;          // per micro-batch, checkpoints included when they are offloaded
+  double checkpoint_bytes = 0;       // per micro-batch: what the recompute segments read from before them
   bool offload_checkpoints = false;  // the context this plan was made for
-  double offload_time = 0;    // per micro-batch, beyond what the compute hides
-  bool fits = false;          // memory <= budget
-  bool exact = true;          // the solver proved optimality (the exact solver within its limits)
+  double offload_time = 0;           // per micro-batch, beyond what the compute hides
+  bool fits = false;                 // memory <= budget
+  bool exact = true;                 // the solver proved optimality (the exact solver within its limits)
   double added_time() const { return recompute_time + offload_time; }
 };
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "flexpipe/costs/model_zoo.h"
-#include "flexpipe/ir/schedule.h"
 #include "flexpipe/costs/stage_aggregation.h"
+#include "flexpipe/ir/schedule.h"
 #include "flexpipe/train/rank_env.h"
 
 namespace flexpipe::runtime {
@@ -25,9 +25,9 @@ struct TrainingOptions {
   std::string data;               // a text file (byte-level tokens, vocabulary 256); "": synthetic data
   bool lr_schedule = false;       // warm-up + cosine decay (below) instead of a constant rate
   int warmup_steps = 0;
-  int decay_steps = 0;            // 0 with lr_schedule: decay over the steps after warm-up
+  int decay_steps = 0;  // 0 with lr_schedule: decay over the steps after warm-up
   double min_lr_ratio = 0.1;
-  double max_grad_norm = 0;       // clip by the global norm; 0: never
+  double max_grad_norm = 0;  // clip by the global norm; 0: never
 };
 
 // One schedule to train, with the operator ranges of its model chunks.
@@ -40,8 +40,8 @@ struct ScheduledRun {
 struct FaultInjection {
   int rank = -1;  // -1: none
   int step = 0;
-  int action = 0;            // index in the rank's lowered action list
-  bool hang = false;         // false: the process dies (SIGKILL); true: it stops answering
+  int action = 0;     // index in the rank's lowered action list
+  bool hang = false;  // false: the process dies (SIGKILL); true: it stops answering
 };
 
 struct RunRequest {
@@ -57,10 +57,10 @@ struct RunRequest {
   std::string svg_path;         // measured SVG timeline; "" none
   std::string curve_path;       // the loss curve as SVG (rank 0); "" none
   bool json = false;
-  bool progress = false;        // a line per step: loss, tokens/s, step time, measured bubble (rank 0)
-  std::string checkpoint_dir;   // "" none
-  int save_every = 0;           // steps between checkpoints (0: only at the end)
-  bool resume = false;          // continue from the latest checkpoint in checkpoint_dir
+  bool progress = false;                     // a line per step: loss, tokens/s, step time, measured bubble (rank 0)
+  std::string checkpoint_dir;                // "" none
+  int save_every = 0;                        // steps between checkpoints (0: only at the end)
+  bool resume = false;                       // continue from the latest checkpoint in checkpoint_dir
   std::map<std::string, std::string> hooks;  // custom operation name -> built-in hook spec (hooks.h)
   // Per cost-graph node (docs/runtime.md): what R recomputes and what OFFLOAD moves of a (stage,
   // micro-batch) the schedule recomputes or offloads. Empty: R recomputes and OFFLOAD moves everything.

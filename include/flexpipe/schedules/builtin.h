@@ -18,10 +18,10 @@ struct ScheduleParams {
 };
 
 struct BuiltinSchedule {
-  std::string name;         // canonical, e.g. "1f1b", "interleaved-1f1b", "zb-h1"
-  std::string description;  // one line
-  int default_chunks;       // v used when ScheduleParams::chunks is 0
-  bool chunks_adjustable;   // whether v may be chosen
+  std::string name;                                 // canonical, e.g. "1f1b", "interleaved-1f1b", "zb-h1"
+  std::string description;                          // one line
+  int default_chunks;                               // v used when ScheduleParams::chunks is 0
+  bool chunks_adjustable;                           // whether v may be chosen
   Schedule (*build)(const ScheduleParams& params);  // params already resolved and checked
   // Returns an empty string when (p, m, v) is acceptable, else the reason ("needs m >= p").
   std::string (*check)(const ScheduleParams& params);

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "flexpipe/schedules/builtin.h"
 #include "flexpipe/lang/program.h"
+#include "flexpipe/schedules/builtin.h"
 
 namespace flexpipe {
 

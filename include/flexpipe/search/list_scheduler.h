@@ -26,8 +26,8 @@ enum class ForwardOrder : uint8_t {
 };
 
 struct ListPolicy {
-  bool split_backward = false;   // I and W instead of B
-  bool backward_first = true;    // a ready backward beats a ready forward (1F1B); false: forwards first
+  bool split_backward = false;  // I and W instead of B
+  bool backward_first = true;   // a ready backward beats a ready forward (1F1B); false: forwards first
   WeightTiming weight = WeightTiming::FillIdle;
   ForwardOrder forward = ForwardOrder::Oldest;
   // Per device: the most forwards whose backward (B, or I and W) has not ended, i.e. the micro-batches
@@ -45,9 +45,9 @@ std::string describe(const ListPolicy& policy);
 // pipeline's micro-batches in increasing order within each kind. `recompute_stage` /
 // `offload_stage` (per stage, or empty) say which stages recompute or offload: their memory follows
 // the simulator's rules once add_memory_actions has placed R / OFFLOAD / RELOAD, and a recomputing
-// stage's backward takes R longer. Transfers take their link's time without contention. Returns false, leaving the lists partial, when the policy
-// stalls: no device can start anything while actions remain (an in-flight limit or a memory
-// capacity too small for the placement).
+// stage's backward takes R longer. Transfers take their link's time without contention. Returns false, leaving the
+// lists partial, when the policy stalls: no device can start anything while actions remain (an in-flight limit or a
+// memory capacity too small for the placement).
 bool list_schedule(Schedule& schedule, const CostTable& costs, const ListPolicy& policy,
                    const std::vector<char>& recompute_stage = {}, const std::vector<char>& offload_stage = {});
 

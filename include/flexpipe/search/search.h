@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "flexpipe/costs/cost_graph.h"
-#include "flexpipe/search/list_scheduler.h"
-#include "flexpipe/search/bound.h"
-#include "flexpipe/sim/simulator.h"
 #include "flexpipe/costs/stage_aggregation.h"
+#include "flexpipe/search/bound.h"
+#include "flexpipe/search/list_scheduler.h"
+#include "flexpipe/sim/simulator.h"
 
 namespace flexpipe {
 
@@ -45,10 +45,10 @@ struct SearchProblem {
   double memory_limit = kInfinity;  // bytes per device
   // Byte sizes and links; its shape, decisions and capacity are set per candidate.
   AggregationOptions aggregation;
-  int max_chunks = 4;               // loop placements with 1..max_chunks stages per device
-  bool v_shape = true;              // also the V-shaped placement (2 stages per device)
-  bool bidirectional = true;        // also DualPipe's pair of pipelines in opposite directions
-  bool memory_choices = true;       // also per-stage recompute / offload (else everything is kept)
+  int max_chunks = 4;          // loop placements with 1..max_chunks stages per device
+  bool v_shape = true;         // also the V-shaped placement (2 stages per device)
+  bool bidirectional = true;   // also DualPipe's pair of pipelines in opposite directions
+  bool memory_choices = true;  // also per-stage recompute / offload (else everything is kept)
   std::vector<GivenPartition> partitions;
 };
 
@@ -66,8 +66,8 @@ struct SearchOptions {
   int threads = 1;
   // Called (serialized) on every improvement and about every 0.5 s.
   std::function<void(const SearchProgress&)> progress;
-  bool local_search = true;  // phase 2: hill climbing from the best candidates of phase 1
-  bool partitioner = true;   // DawnPiper's plans as partitions (needs the memory limit to matter)
+  bool local_search = true;        // phase 2: hill climbing from the best candidates of phase 1
+  bool partitioner = true;         // DawnPiper's plans as partitions (needs the memory limit to matter)
   bool builtin_candidates = true;  // a built-in may be the answer (else they are only reported)
   // Small instances (p <= 4, m <= 8, at most 8 stages, 16 when m <= p): branch and bound
   // (exact_schedule.h) over every per-device order of each placement with everything kept, from the
@@ -82,35 +82,35 @@ struct SearchOptions {
 
 // A simulated candidate: a built-in or one the search generated.
 struct ScheduleCandidateReport {
-  std::string name;      // built-in name, or "search"
-  std::string family;    // how it was made: placement, partition, memory decisions, policy
-  std::string skipped;   // a built-in that does not run at these parameters: why; "" otherwise
-  Schedule schedule;     // compute-only, with R / OFFLOAD / RELOAD where the stages recompute or offload
+  std::string name;     // built-in name, or "search"
+  std::string family;   // how it was made: placement, partition, memory decisions, policy
+  std::string skipped;  // a built-in that does not run at these parameters: why; "" otherwise
+  Schedule schedule;    // compute-only, with R / OFFLOAD / RELOAD where the stages recompute or offload
   CostTable costs;
   Partition partition;
   std::vector<MemoryDecision> decisions;  // per graph node
   BatchSplit batch;
   double makespan = kInfinity;
   double bubble_ratio = 0;
-  double lower_bound = 0;  // the simulator's, for this schedule and costs
+  double lower_bound = 0;           // the simulator's, for this schedule and costs
   std::vector<double> peak_memory;  // per device
   bool fits = false;
 };
 
 struct SearchResult {
-  bool found = false;                      // some candidate fits the memory limit
-  ScheduleCandidateReport best;            // the fastest that fits (else the smallest footprint)
+  bool found = false;                             // some candidate fits the memory limit
+  ScheduleCandidateReport best;                   // the fastest that fits (else the smallest footprint)
   std::vector<ScheduleCandidateReport> builtins;  // one per built-in, at the first batch split
-  std::string infeasible;                  // when nothing fits: what would be needed
+  std::string infeasible;                         // when nothing fits: what would be needed
   // No schedule in the space is faster: the least, over the placements and partitions searched (and
   // the built-ins'), of the largest of each device's work plus the time its first input needs to
   // arrive, and one micro-batch's path, with everything kept.
   double lower_bound = 0;
-  int64_t evaluated = 0;                   // candidates simulated
-  int64_t pruned = 0;                      // skipped by the lower bound
-  int64_t stalled = 0;                     // policies that could not place every action
+  int64_t evaluated = 0;  // candidates simulated
+  int64_t pruned = 0;     // skipped by the lower bound
+  int64_t stalled = 0;    // policies that could not place every action
   double seconds = 0;
-  bool exhausted = false;                  // the search ended before its budget
+  bool exhausted = false;  // the search ended before its budget
   // The exact phase proved that no per-device order (micro-batches in order within a stage) of any
   // placement and partition searched, with everything kept, beats the answer: branch and bound on
   // the small ones, the lower bound on the others.

@@ -17,10 +17,10 @@ struct Interval {
 };
 
 struct Transfer {
-  int src = 0;            // device (-1: host)
-  int dst = 0;            // device (-1: host)
-  int device = 0;         // device whose list holds the posting action
-  int position = 0;       // that action's index in the list
+  int src = 0;       // device (-1: host)
+  int dst = 0;       // device (-1: host)
+  int device = 0;    // device whose list holds the posting action
+  int position = 0;  // that action's index in the list
   double bytes = 0;
   Interval time;
 };
@@ -43,12 +43,12 @@ struct DeviceReport {
 
 struct SimResult {
   double makespan = 0;
-  double bubble_ratio = 0;   // sum of idle / (devices * makespan)
-  double lower_bound = 0;    // max(busiest device's work, one micro-batch's critical path)
-  double efficiency = 0;     // lower_bound / makespan
+  double bubble_ratio = 0;  // sum of idle / (devices * makespan)
+  double lower_bound = 0;   // max(busiest device's work, one micro-batch's critical path)
+  double efficiency = 0;    // lower_bound / makespan
   double comm_bytes = 0;
   int64_t comm_transfers = 0;
-  bool fits = true;          // every device within its memory capacity
+  bool fits = true;  // every device within its memory capacity
   std::vector<DeviceReport> devices;
   std::vector<std::vector<Interval>> timeline;  // per device, per action (same indices as the schedule)
   std::vector<Transfer> transfers;

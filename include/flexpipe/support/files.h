@@ -4,7 +4,7 @@
 
 namespace flexpipe {
 
-std::string read_text_file(const std::string& path);  // throws Error "PATH: cannot read: REASON"
+std::string read_text_file(const std::string& path);                     // throws Error "PATH: cannot read: REASON"
 void write_text_file(const std::string& path, const std::string& text);  // atomic: temp file, rename
 
 }  // namespace flexpipe

@@ -8,8 +8,8 @@ namespace flexpipe {
 
 struct LrSchedule {
   double peak = 3e-3;
-  int warmup_steps = 0;  // steps 0 .. warmup-1 ramp linearly up to the peak
-  int decay_steps = 0;   // cosine decay over the steps after warm-up; 0: constant after warm-up
+  int warmup_steps = 0;    // steps 0 .. warmup-1 ramp linearly up to the peak
+  int decay_steps = 0;     // cosine decay over the steps after warm-up; 0: constant after warm-up
   double min_ratio = 0.1;  // the floor, as a fraction of the peak
 };
 

@@ -11,9 +11,9 @@
 namespace flexpipe {
 
 struct Diagnostic {
-  int device = -1;    // -1 when the error is not tied to one device
-  int position = -1;  // index in the device's action list; -1 when the action is missing
-  std::string action; // the action's cell form, e.g. "1F3"; empty when none
+  int device = -1;     // -1 when the error is not tied to one device
+  int position = -1;   // index in the device's action list; -1 when the action is missing
+  std::string action;  // the action's cell form, e.g. "1F3"; empty when none
   std::string message;
   // "device 1 #5 1F3: F(1,3) runs before F(0,3)" / "stage 2 micro-batch 3: missing F"
   std::string to_string() const;

@@ -27,15 +27,14 @@ Schedule build(const ScheduleParams& params) {
 }
 
 // PyTorch's Schedule1F1B refuses fewer micro-batches than stages: the warm-up would not fill the pipe.
-std::string check(const ScheduleParams& params) {
-  return params.microbatches < params.devices ? "needs m >= p" : "";
-}
+std::string check(const ScheduleParams& params) { return params.microbatches < params.devices ? "needs m >= p" : ""; }
 
 }  // namespace
 
 BuiltinSchedule one_f_one_b_schedule() {
-  return {"1f1b", "1F1B / PipeDream-Flush: warm-up forwards, then one forward and one backward in turn", 1, false,
-          build, check};
+  return {"1f1b", "1F1B / PipeDream-Flush: warm-up forwards, then one forward and one backward in turn",
+          1,      false,
+          build,  check};
 }
 
 }  // namespace flexpipe::detail

@@ -149,13 +149,18 @@ std::string check_bidirectional(const ScheduleParams& params) {
 }  // namespace
 
 BuiltinSchedule dualpipev_schedule() {
-  return {"dualpipev", "DualPipeV: DualPipe cut in half onto a V of 2p stages, F&B overlapped, split backward", 2,
-          false, build_v, check_v};
+  return {"dualpipev", "DualPipeV: DualPipe cut in half onto a V of 2p stages, F&B overlapped, split backward",
+          2,           false,
+          build_v,     check_v};
 }
 
 BuiltinSchedule dualpipe_schedule() {
-  return {"dualpipe", "DualPipe: two pipelines in opposite directions, F&B overlapped, split backward", 1, false,
-          build_bidirectional, check_bidirectional};
+  return {"dualpipe",
+          "DualPipe: two pipelines in opposite directions, F&B overlapped, split backward",
+          1,
+          false,
+          build_bidirectional,
+          check_bidirectional};
 }
 
 }  // namespace flexpipe::detail

@@ -61,7 +61,10 @@ BuiltinSchedule interleaved_1f1b_schedule() {
   return {"interleaved-1f1b",
           "Interleaved 1F1B (Megatron virtual pipeline): v chunks per device, depth-first in groups of p "
           "micro-batches",
-          2, true, build, check};
+          2,
+          true,
+          build,
+          check};
 }
 
 }  // namespace flexpipe::detail

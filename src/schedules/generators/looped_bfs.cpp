@@ -29,8 +29,11 @@ std::string check(const ScheduleParams&) { return {}; }
 
 BuiltinSchedule looped_bfs_schedule() {
   return {"looped-bfs",
-          "Looped BFS: v chunks per device, each chunk's forwards in one sweep (PyTorch ScheduleLoopedBFS)", 2, true,
-          build, check};
+          "Looped BFS: v chunks per device, each chunk's forwards in one sweep (PyTorch ScheduleLoopedBFS)",
+          2,
+          true,
+          build,
+          check};
 }
 
 }  // namespace flexpipe::detail

@@ -50,9 +50,9 @@ std::array<int, 4> block_slots(VMemory memory, int p, int d) {
 std::vector<Action> grid_order(VMemory memory, int p, int m, int d) {
   const std::array<int, 4> slots = block_slots(memory, p, d);
   const int first_leg = d, second_leg = 2 * p - 1 - d;
-  const std::array<Action, 4> passes = {
-      Action::make(ActionKind::F, first_leg), Action::make(ActionKind::F, second_leg),
-      Action::make(ActionKind::I, second_leg), Action::make(ActionKind::I, first_leg)};
+  const std::array<Action, 4> passes = {Action::make(ActionKind::F, first_leg), Action::make(ActionKind::F, second_leg),
+                                        Action::make(ActionKind::I, second_leg),
+                                        Action::make(ActionKind::I, first_leg)};
   std::vector<Action> order;
   order.reserve(6 * m);
   std::deque<Action> weights;
@@ -196,13 +196,15 @@ std::string check(const ScheduleParams&) { return {}; }
 }  // namespace
 
 BuiltinSchedule v_half_schedule() {
-  return {"v-half", "V-Half: V placement, split backward, half of 1F1B's activation memory and about half its bubble",
-          2, false, build_half, check};
+  return {"v-half",   "V-Half: V placement, split backward, half of 1F1B's activation memory and about half its bubble",
+          2,          false,
+          build_half, check};
 }
 
 BuiltinSchedule v_min_schedule() {
-  return {"v-min", "V-Min: V placement, split backward, a third of 1F1B's activation memory, about 2/3 of its bubble",
-          2, false, build_min, check};
+  return {"v-min",   "V-Min: V placement, split backward, a third of 1F1B's activation memory, about 2/3 of its bubble",
+          2,         false,
+          build_min, check};
 }
 
 }  // namespace flexpipe::detail

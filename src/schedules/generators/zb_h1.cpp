@@ -38,8 +38,8 @@ std::string check(const ScheduleParams&) { return {}; }
 }  // namespace
 
 BuiltinSchedule zb_h1_schedule() {
-  return {"zb-h1", "ZB-H1 (ZB1P): 1F1B with split backward, weight gradients delayed to fill the tail", 1, false,
-          build, check};
+  return {"zb-h1", "ZB-H1 (ZB1P): 1F1B with split backward, weight gradients delayed to fill the tail", 1, false, build,
+          check};
 }
 
 }  // namespace flexpipe::detail

@@ -53,7 +53,10 @@ std::string check(const ScheduleParams&) { return {}; }
 BuiltinSchedule zb_h2_schedule() {
   return {"zb-h2",
           "ZB-H2 (ZB2P): 2(p-r)-1 warm-up forwards and tail-reordered weight gradients; no bubble if F=I=W, m>=2p-1",
-          1, false, build, check};
+          1,
+          false,
+          build,
+          check};
 }
 
 }  // namespace flexpipe::detail

@@ -84,7 +84,8 @@ std::string check(const ScheduleParams&) { return {}; }
 
 BuiltinSchedule zb_v_schedule() {
   return {"zb-v", "ZB-V: V placement with split backward, zero bubble when F = I = W, 1F1B's activation memory",
-          2, false, build, check};
+          2,      false,
+          build,  check};
 }
 
 }  // namespace flexpipe::detail
