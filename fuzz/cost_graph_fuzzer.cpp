@@ -3,10 +3,6 @@
 #include "fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace flexpipe;
-  CostGraph graph;
-  if (!fuzz::reads([&] { graph = parse_cost_graph(fuzz::input_text(data, size), "fuzz.json"); })) return 0;
-  const std::string written = cost_graph_to_json(graph);
-  if (parse_cost_graph(written, "written.json") != graph) fuzz::round_trip_failed("cost graph", written);
+  flexpipe::fuzz::check_round_trip("cost graph", data, size, flexpipe::parse_cost_graph, flexpipe::cost_graph_to_json);
   return 0;
 }

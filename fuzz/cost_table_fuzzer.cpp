@@ -3,10 +3,9 @@
 #include "fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace flexpipe;
-  CostTable table;
-  if (!fuzz::reads([&] { table = parse_cost_table(fuzz::input_text(data, size), "fuzz.json"); })) return 0;
-  const std::string written = cost_table_to_json(table);
-  if (parse_cost_table(written, "written.json") != table) fuzz::round_trip_failed("cost table", written);
+  flexpipe::fuzz::check_round_trip(
+      "cost table", data, size,
+      [](const std::string& text, const std::string& origin) { return flexpipe::parse_cost_table(text, origin); },
+      flexpipe::cost_table_to_json);
   return 0;
 }

@@ -24,7 +24,13 @@ bool reads(Read&& read) {
   }
 }
 
-[[noreturn]] inline void round_trip_failed(const char* reader, const std::string& written) {
+// Reads the input with `parse`; what it reads must read back equal from `write`'s text.
+template <typename Parse, typename Write>
+void check_round_trip(const char* reader, const uint8_t* data, size_t size, Parse&& parse, Write&& write) {
+  decltype(parse(std::string(), std::string())) value;
+  if (!reads([&] { value = parse(input_text(data, size), "fuzz"); })) return;
+  const std::string written = write(value);
+  if (parse(written, "written") == value) return;
   std::fprintf(stderr, "%s: what was read does not read back the same from its writer's text:\n%s\n", reader,
                written.c_str());
   std::abort();

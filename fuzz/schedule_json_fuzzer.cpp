@@ -3,10 +3,7 @@
 #include "fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace flexpipe;
-  Schedule schedule;
-  if (!fuzz::reads([&] { schedule = parse_schedule_json(fuzz::input_text(data, size), "fuzz.json"); })) return 0;
-  const std::string written = write_schedule_json(schedule);
-  if (parse_schedule_json(written, "written.json") != schedule) fuzz::round_trip_failed("schedule JSON", written);
+  flexpipe::fuzz::check_round_trip("schedule JSON", data, size, flexpipe::parse_schedule_json,
+                                   flexpipe::write_schedule_json);
   return 0;
 }

@@ -50,10 +50,6 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->required();
   add_training_options(command, o->command);
   command->add_option("--steps", o->command.request.training.steps, "Training steps [2]");
-  command
-      ->add_option("--dp", o->command.request.data_parallel,
-                   "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
-      ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
                       "A text file to train on (byte-level tokens: use --vocab 256) [synthetic sequences]");
   command

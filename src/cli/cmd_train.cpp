@@ -218,10 +218,6 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   add_training_options(command, o->command);
   command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")
       ->check(whole_number_at_least(1));
-  command
-      ->add_option("--dp", o->command.request.data_parallel,
-                   "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
-      ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
                       "A text file to train on, as byte-level tokens (vocabulary 256) [synthetic sequences]");
   command->add_option("--warmup", o->command.request.training.warmup_steps, "Warm-up steps [10]")

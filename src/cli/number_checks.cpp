@@ -19,6 +19,17 @@ bool read_option_number(const std::string& text, double& value) {
   return end == text.c_str() + text.size();
 }
 
+// A check of a real number: `accepts` judges the parsed value; `what` is the message's "must be ...".
+CLI::Validator number_check(bool (*accepts)(double), const char* what, const char* description) {
+  return CLI::Validator(
+      [accepts, what](std::string& text) -> std::string {
+        double value = 0;
+        if (read_option_number(text, value) && accepts(value)) return "";
+        return fmt::format("must be {}, got '{}'", what, text);
+      },
+      description);
+}
+
 }  // namespace
 
 CLI::Validator whole_number_at_least(long long minimum) {
@@ -37,47 +48,21 @@ CLI::Validator whole_number_at_least(long long minimum) {
 }
 
 CLI::Validator positive_number() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        double value = 0;
-        if (!read_option_number(text, value) || !std::isfinite(value) || value <= 0)
-          return fmt::format("must be a positive number, got '{}'", text);
-        return "";
-      },
-      "NUMBER>0");
+  return number_check([](double x) { return std::isfinite(x) && x > 0; }, "a positive number", "NUMBER>0");
 }
 
 CLI::Validator non_negative_number() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        double value = 0;
-        if (!read_option_number(text, value) || !std::isfinite(value) || value < 0)
-          return fmt::format("must be a number of at least 0, got '{}'", text);
-        return "";
-      },
-      "NUMBER>=0");
+  return number_check([](double x) { return std::isfinite(x) && x >= 0; }, "a number of at least 0", "NUMBER>=0");
 }
 
 CLI::Validator positive_rate() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        double value = 0;
-        if (!read_option_number(text, value) || std::isnan(value) || value <= 0)
-          return fmt::format("must be a positive number, or inf for no limit, got '{}'", text);
-        return "";
-      },
-      "NUMBER>0|inf");
+  return number_check([](double x) { return !std::isnan(x) && x > 0; }, "a positive number, or inf for no limit",
+                      "NUMBER>0|inf");
 }
 
 CLI::Validator non_negative_rate() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        double value = 0;
-        if (!read_option_number(text, value) || std::isnan(value) || value < 0)
-          return fmt::format("must be a number of at least 0, or inf for no limit, got '{}'", text);
-        return "";
-      },
-      "NUMBER>=0|inf");
+  return number_check([](double x) { return !std::isnan(x) && x >= 0; }, "a number of at least 0, or inf for no limit",
+                      "NUMBER>=0|inf");
 }
 
 }  // namespace flexpipe::cli

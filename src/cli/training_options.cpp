@@ -23,6 +23,10 @@ void add_model_family_options(CLI::App* command, ModelSize& model) {
 
 void add_training_options(CLI::App* command, TrainingCommand& o) {
   command
+      ->add_option("--dp", o.request.data_parallel,
+                   "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
+      ->check(whole_number_at_least(1));
+  command
       ->add_option("-p,--devices", o.schedule.devices,
                    "Pipeline devices of a built-in schedule [run: WORLD_SIZE / --dp; train: 2]")
       ->check(whole_number_at_least(1));

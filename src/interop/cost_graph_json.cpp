@@ -337,9 +337,7 @@ CostGraph parse_cost_graph(const std::string& text, const std::string& origin) {
 CostGraph load_cost_graph(const std::string& path) { return parse_cost_graph(read_text_file(path), path); }
 
 std::string cost_graph_to_json(const CostGraph& graph) {
-  ordered out;
-  out["format"] = kFormat;
-  out["version"] = kVersion;
+  ordered out = detail::format_header<ordered>(kFormat, kVersion);
   out["name"] = graph.name;
   out["time_unit"] = graph.time_unit;
   out["reference"] = {{"microbatch_size", number_json(graph.reference.microbatch_size)},

@@ -247,9 +247,7 @@ CostTable load_cost_table(const std::string& path, int expected_stages) {
 }
 
 std::string cost_table_to_json(const CostTable& costs) {
-  nlohmann::ordered_json out;
-  out["format"] = kFormat;
-  out["version"] = kVersion;
+  nlohmann::ordered_json out = detail::format_header<nlohmann::ordered_json>(kFormat, kVersion);
   out["time_unit"] = costs.time_unit;
   out["memory_unit"] = costs.memory_unit;
   const bool all_equal =

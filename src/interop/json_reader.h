@@ -27,6 +27,16 @@ std::string json_element(const std::string& path, size_t index);
 // The largest number a file may hold (number() refuses more): far beyond any real time, size or rate.
 inline constexpr double kLargestNumber = 1e30;
 
+// A new document that starts as every file format does, with its "format" and "version": the
+// writers' side of JsonPathReader::check_format_header.
+template <typename Json>
+Json format_header(std::string_view format, int version) {
+  Json out;
+  out["format"] = format;
+  out["version"] = version;
+  return out;
+}
+
 // Typed field reads for one document; every failure names the origin and the JSON path.
 class JsonPathReader {
  public:

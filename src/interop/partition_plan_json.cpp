@@ -19,9 +19,7 @@ constexpr int kVersion = 1;
 }  // namespace
 
 std::string partition_plan_to_json(const PartitionPlan& plan) {
-  nlohmann::ordered_json j;
-  j["format"] = kFormat;
-  j["version"] = kVersion;
+  nlohmann::ordered_json j = detail::format_header<nlohmann::ordered_json>(kFormat, kVersion);
   j["model"] = plan.model;
   j["graph"] = plan.graph;
   j["graph_operators"] = plan.graph_operators;

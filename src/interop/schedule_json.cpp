@@ -396,9 +396,7 @@ bool parse_action_cell(const std::string& cell, const Schedule& schedule, Action
 }
 
 json schedule_to_json(const Schedule& schedule) {
-  json out;
-  out["format"] = kFormat;
-  out["version"] = kVersion;
+  json out = detail::format_header<json>(kFormat, kVersion);
   out["name"] = schedule.name;
   out["devices"] = schedule.num_devices;
   out["microbatches"] = schedule.num_microbatches;

@@ -15,9 +15,6 @@ using flexpipe::test::Outcome;
 class BadInput : public flexpipe::test::CliHarness {
  protected:
   BadInput() : CliHarness("flexpipe_bad_input_") {}
-
-  // The first line of stderr, for commands whose CLI parser adds a hint after it.
-  static std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 };
 
 TEST_F(BadInput, ZeroOrNegativeCountsAreRefusedNotReplacedByDefaults) {
@@ -33,12 +30,7 @@ TEST_F(BadInput, ZeroOrNegativeCountsAreRefusedNotReplacedByDefaults) {
       {"train -m 0", "--microbatches: must be a whole number of at least 1, got 0"},
       {"search --model gpt3-1.3b -p 0 -m 8", "--devices: must be a whole number of at least 1, got 0"},
   };
-  for (const auto& [args, message] : cases) {
-    const Outcome run = flexpipe(args);
-    EXPECT_EQ(run.exit_code, 2) << args;
-    EXPECT_EQ(first_line(run.err), message) << args;
-    EXPECT_EQ(run.out, "") << args;
-  }
+  expect_refused(cases, 2, true);
 }
 
 TEST_F(BadInput, LimitsAndRatesMustBeNumbersInTheirRange) {
@@ -58,11 +50,7 @@ TEST_F(BadInput, LimitsAndRatesMustBeNumbersInTheirRange) {
        "--host-bandwidth: must be a number of at least 0, or inf for no limit, got '-1'"},
       {"train --lr nan", "--lr: must be a number of at least 0, got 'nan'"},
   };
-  for (const auto& [args, message] : cases) {
-    const Outcome run = flexpipe(args);
-    EXPECT_EQ(run.exit_code, 2) << args;
-    EXPECT_EQ(first_line(run.err), message) << args;
-  }
+  expect_refused(cases, 2, true);
 }
 
 TEST_F(BadInput, TrainChecksTheJobOnceBeforeStartingAnyRank) {

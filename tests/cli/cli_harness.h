@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -51,6 +52,17 @@ class CliHarness : public ::testing::Test {
     run.out = slurp(out);
     run.err = slurp(err);
     return run;
+  }
+
+  // Each command exits with `exit_code` and prints exactly its message on stderr (or, with
+  // `first_line_only`, as the first line: CLI11 adds a hint after its own).
+  void expect_refused(const std::vector<std::pair<std::string, std::string>>& cases, int exit_code = 2,
+                      bool first_line_only = false) {
+    for (const auto& [args, message] : cases) {
+      const Outcome run = flexpipe(args);
+      EXPECT_EQ(run.exit_code, exit_code) << args;
+      EXPECT_EQ(first_line_only ? run.err.substr(0, run.err.find('\n')) : run.err, message) << args;
+    }
   }
 
   std::filesystem::path write(const std::string& name, const std::string& text) {

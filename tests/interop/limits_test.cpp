@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "error_text.h"
 #include "flexpipe/interop/cost_graph_json.h"
 #include "flexpipe/interop/cost_table_json.h"
 #include "flexpipe/interop/partition_plan_json.h"
@@ -12,15 +13,6 @@
 
 namespace flexpipe {
 namespace {
-
-std::string error_of(auto&& read) {
-  try {
-    read();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 
 const std::string kSharedTable = R"({"format": "flexpipe-costs", "version": 1, "num_stages": 2,
   "all_stages": {"forward": 10, "backward_input": 10, "backward_weight": 10}})";
@@ -31,14 +23,14 @@ std::string replaced(std::string text, const std::string& from, const std::strin
 
 TEST(ReaderLimits, ANumberBeyondADoubleIsALocatedError) {
   const std::string table = replaced(kSharedTable, "\"forward\": 10", "\"forward\": 1e999");
-  EXPECT_EQ(error_of([&] { parse_cost_table(table, "costs.json"); }),
+  EXPECT_EQ(test::error_text([&] { parse_cost_table(table, "costs.json"); }),
             "costs.json:2:29: invalid JSON: number 1e999 is out of range (a double holds up to about 1.8e308)");
   // The same shape from every JSON reader, whatever it reads.
   const std::string text = "{\"format\": \"x\",\n  \"version\": -2e400}";
   for (auto read : {+[](const std::string& t) { parse_cost_graph(t, "f.json"); },
                     +[](const std::string& t) { parse_schedule_json(t, "f.json"); },
                     +[](const std::string& t) { parse_partition_plan(t, "f.json"); }}) {
-    const std::string error = error_of([&] { read(text); });
+    const std::string error = test::error_text([&] { read(text); });
     EXPECT_TRUE(error.starts_with("f.json:2:14: ")) << error;
     EXPECT_TRUE(error.ends_with("number -2e400 is out of range (a double holds up to about 1.8e308)")) << error;
   }
@@ -47,10 +39,10 @@ TEST(ReaderLimits, ANumberBeyondADoubleIsALocatedError) {
 TEST(ReaderLimits, ASharedStageCountIsCheckedBeforeTheTableIsExpanded) {
   // 50 million stages from a 100-byte file: refused, not allocated.
   const std::string huge = replaced(kSharedTable, "\"num_stages\": 2", "\"num_stages\": 50000000");
-  EXPECT_EQ(error_of([&] { parse_cost_table(huge, "costs.json"); }),
+  EXPECT_EQ(test::error_text([&] { parse_cost_table(huge, "costs.json"); }),
             "costs.json: num_stages: is too large, got 50000000 (a schedule has at most 1048576 stages)");
   // Against the schedule it is for, any mismatch is refused the same way.
-  EXPECT_EQ(error_of([&] { parse_cost_table(huge, "costs.json", 4); }),
+  EXPECT_EQ(test::error_text([&] { parse_cost_table(huge, "costs.json", 4); }),
             "costs.json: num_stages: 50000000 stages for a schedule with 4 stages per pipeline");
   EXPECT_EQ(parse_cost_table(kSharedTable, "costs.json", 2).stages.size(), 2u);
 }
