@@ -95,7 +95,7 @@ bool parse_simple_cell(std::string_view cell, const Schedule& schedule, Action& 
     size_t word_end = rest.size();
     while (word_end > 0 && is_digit(rest[word_end - 1])) --word_end;
     reason = word_end == 0 ? std::string("missing the action type after the stage")
-                           : fmt::format("unknown action type '{}'", rest.substr(0, word_end));
+                           : fmt::format("unknown action type '{}'", printable(rest.substr(0, word_end)));
     return false;
   }
 
@@ -391,7 +391,8 @@ bool parse_action_cell(const std::string& cell, const Schedule& schedule, Action
   std::string reason;
   const bool ok = !cell.empty() && cell.front() == '(' ? parse_overlap_cell(cell, schedule, action, reason)
                                                        : parse_simple_cell(cell, schedule, action, reason);
-  if (!ok) error = fmt::format("cannot parse action '{}': {}", cell, reason);
+  // A cell is the reader's input, quoted printably: CSV files arrive with stray binary too.
+  if (!ok) error = fmt::format("cannot parse action '{}': {}", printable(cell), reason);
   return ok;
 }
 

@@ -337,6 +337,10 @@ TEST(PytorchCsvErrors, BadCellNamesLineAndColumn) {
             "s.csv:1:1: cannot parse action '0F99999999999': micro-batch 99999999999 is too large");
   // PyTorch's prefix match would read "2F0x" as 2F0; we do not.
   EXPECT_EQ(error_of("2F0x\n"), "s.csv:1:1: cannot parse action '2F0x': unknown action type 'F0x'");
+  // Binary in a cell is quoted printably: a NUL no longer cuts the message, nor an escape code reach
+  // the terminal.
+  EXPECT_EQ(error_of(std::string("0F0,1\x1b\0Q\n", 9)),
+            "s.csv:1:5: cannot parse action '1\\x1B\\x00Q': unknown action type '\\x1B\\x00Q'");
 }
 
 TEST(PytorchCsvErrors, KindsPyTorchDoesNotHave) {

@@ -12,7 +12,7 @@ namespace flexpipe {
 enum ExitCode : int {
   kExitSuccess = 0,
   // The command ran and the answer is no: a check found errors, nothing fits the memory, the
-  // trained model differs from the single-process reference.
+  // trained model differs from the single-process reference, training diverged (a non-finite loss).
   kExitProblemsFound = 1,
   // An Error: unknown schedule, malformed file (with FILE:LINE:COL), impossible parameters, bad options.
   kExitBadInput = 2,
