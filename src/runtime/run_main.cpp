@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
+#include <string_view>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -147,10 +149,12 @@ class RankJob {
     for (int step = first_step; step < request_.training.steps; ++step) {
       const double rate = lr_ ? learning_rate(*lr_, step) : -1;
       last = executor.run_step(step, data_.batch(step, replica * m, m, plan.microbatch_size, plan.seq_len), rate);
-      const std::vector<double> seconds = gather(world_, last.seconds, timeout_);
-      const std::vector<double> peak = gather(world_, double(last.peak_saved_bytes), timeout_);
-      const std::vector<double> overhead =
-          gather(world_, last.overhead_ns / 1e3 / std::max<double>(1, double(last.actions)), timeout_);
+      std::vector<double> seconds, peak, overhead;
+      collective(step, "gathering every rank's time and memory of the step", [&] {
+        seconds = gather(world_, last.seconds, timeout_);
+        peak = gather(world_, double(last.peak_saved_bytes), timeout_);
+        overhead = gather(world_, last.overhead_ns / 1e3 / std::max<double>(1, double(last.actions)), timeout_);
+      });
       const double step_seconds = *std::max_element(seconds.begin(), seconds.end());
       nlohmann::json entry = {{"step", step},
                               {"loss", last.loss},
@@ -161,7 +165,8 @@ class RankJob {
       if (lr_) entry["learning_rate"] = rate;
       if (request_.training.max_grad_norm > 0) entry["grad_norm"] = last.grad_norm;
       if (request_.progress) {
-        devices_trace = gather_trace(*pipeline, world_, last.trace, timeout_);
+        collective(step, "gathering every rank's trace of the step",
+                   [&] { devices_trace = gather_trace(*pipeline, world_, last.trace, timeout_); });
         entry["bubble"] = measured_result(executor.lowered(), devices_trace).bubble_ratio;
         if (world_.rank() == 0) print_progress(entry, request_.training.steps);
       }
@@ -202,6 +207,16 @@ class RankJob {
   }
 
  private:
+  // Runs bookkeeping collectives; a peer that fails them is reported with the rank, the step and what
+  // was being gathered, as the executor reports its own.
+  void collective(int step, std::string_view what, const std::function<void()>& body) {
+    try {
+      body();
+    } catch (const TransportError& e) {
+      throw PeerFailure(fmt::format("rank {}: step {}: {}: {}", world_.rank(), step, what, e.what()));
+    }
+  }
+
   // Every rank's trace of the step, on every rank (padded to the longest list): this replica's only.
   std::vector<std::vector<MeasuredAction>> gather_trace(Transport& pipeline, Transport& world,
                                                         const std::vector<ActionRecord>& mine, Milliseconds timeout) {
@@ -214,7 +229,9 @@ class RankJob {
                           nlohmann::json& j) {
     const Schedule& lowered = executor.lowered();
     const int devices = lowered.num_devices;
-    std::vector<std::vector<MeasuredAction>> all = gather_all_traces(world_, last.trace, timeout_);
+    std::vector<std::vector<MeasuredAction>> all;
+    collective(j["steps"].back()["step"].get<int>(), "gathering every rank's trace of the last step",
+               [&] { all = gather_all_traces(world_, last.trace, timeout_); });
     all.resize(devices);  // the timeline of replica 0
     SimResult measured = measured_result(lowered, all);
     const Schedule timed = with_measured_custom_durations(lowered, all);
@@ -305,9 +322,10 @@ class RankJob {
     checkpoint.tensors = executor.state();
     write_rank_checkpoint(checkpoint_path(request_.checkpoint_dir, next_step, world_.rank()), checkpoint);
     // Only once every rank's file is in place does `latest` move.
-    world_.barrier(timeout_);
+    collective(next_step - 1, "waiting for every rank to write its checkpoint", [&] { world_.barrier(timeout_); });
     if (world_.rank() == 0) mark_latest_checkpoint(request_.checkpoint_dir, next_step);
-    world_.barrier(timeout_);
+    collective(next_step - 1, "waiting for rank 0 to mark the checkpoint the latest",
+               [&] { world_.barrier(timeout_); });
     if (world_.rank() == 0 && !request_.json)
       fmt::print("checkpoint: step {} saved in {}\n", next_step,
                  std::filesystem::path(checkpoint_path(request_.checkpoint_dir, next_step, 0)).parent_path().string());
@@ -368,7 +386,9 @@ class RankJob {
             worst_name = fmt::format("{}[{}] (stage {})", plan.graph.nodes[node].name, i, stage);
           }
         }
-    const std::vector<double> per_rank = gather(world_, worst, timeout_);
+    std::vector<double> per_rank;
+    collective(request_.training.steps - 1, "comparing the parameters with the single-process run",
+               [&] { per_rank = gather(world_, worst, timeout_); });
     const double parameter_difference = *std::max_element(per_rank.begin(), per_rank.end());
     const bool passed = loss_difference <= request_.tolerance && parameter_difference <= request_.tolerance;
     if (worst > request_.tolerance)

@@ -205,8 +205,25 @@ class GlooTransport final : public Transport {
     try {
       group_->allreduce(tensors)->wait(c10d_timeout(timeout));
     } catch (const std::exception& error) {
-      throw TransportError(fmt::format("{}: {}", what, backend_message(error)));
+      throw TransportError(fmt::format("{}: {}{}", what, backend_message(error), whether_rank_zero_is_gone()));
     }
+  }
+
+  // Gloo's collectives do not say which peer they waited for. One can be named without a cost on
+  // the way there: rank 0 serves the store in its own process, and its store answers as long as that
+  // process lives (the server is a thread of its own, so a rank 0 stuck in computation still answers).
+  // A process's sockets do not all close at the same instant, so the store is asked for a moment.
+  std::string whether_rank_zero_is_gone() const {
+    if (env_.rank == 0) return "";
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      try {
+        store_->check({"probe"});
+      } catch (const std::exception&) {
+        return "; rank 0, which hosts the rendezvous store, is gone";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return "";
   }
 
   RankEnv env_;

@@ -486,6 +486,46 @@ TEST(GlooTransport, PeerGoneFailsPendingReceiveAtOnce) {
   EXPECT_LT(waited, 5s);
 }
 
+// Gloo's collectives do not name the peer they waited for; when rank 0 is the one gone, the others
+// say so, because its store no longer answers. When another rank is gone, nobody blames rank 0.
+TEST(GlooTransport, ACollectiveNamesRankZeroWhenItIsGone) {
+  const int port = free_port();
+  std::latch connected(3);
+  std::vector<std::string> errors(3);
+  on_threads(3, [&](int rank) {
+    auto transport = connect_loopback(rank, 3, port, kPatient);
+    connected.arrive_and_wait();
+    if (rank == 0) {
+      transport.reset();  // as if the process exited: its sockets and its store close
+      return;
+    }
+    errors[rank] = error_of([&] { transport->barrier(kPatient); });
+  });
+  for (int rank : {1, 2}) {
+    EXPECT_TRUE(errors[rank].starts_with("barrier: ")) << errors[rank];
+    EXPECT_TRUE(errors[rank].ends_with("; rank 0, which hosts the rendezvous store, is gone")) << errors[rank];
+  }
+}
+
+TEST(GlooTransport, ACollectiveDoesNotBlameRankZeroForAnotherRank) {
+  const int port = free_port();
+  std::latch connected(3);
+  std::vector<std::string> errors(3);
+  on_threads(3, [&](int rank) {
+    auto transport = connect_loopback(rank, 3, port, kPatient);
+    connected.arrive_and_wait();
+    if (rank == 2) {
+      transport.reset();
+      return;
+    }
+    errors[rank] = error_of([&] { transport->barrier(5s); });
+  });
+  for (int rank : {0, 1}) {
+    EXPECT_TRUE(errors[rank].starts_with("barrier: ")) << errors[rank];
+    EXPECT_EQ(errors[rank].find("rank 0, which hosts"), std::string::npos) << errors[rank];
+  }
+}
+
 // The peer as a real process that dies by SIGKILL, as `FaultInjection` does it: the kernel closes its
 // sockets. The child is this test binary again, running only the disabled helper below.
 TEST(GlooTransport, KilledPeerProcessFailsPendingReceiveAtOnce) {
