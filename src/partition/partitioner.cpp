@@ -137,6 +137,7 @@ class StageCost {
     c.period = period;
     c.bytes_per_parameter = p_.bytes_per_parameter;
     c.split_backward = p_.split_backward;
+    c.should_stop = &p_.should_stop;
     return c;
   }
 

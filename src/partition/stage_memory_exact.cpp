@@ -142,6 +142,12 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
   arena.push_back({fixed.static_memory + fixed.workspace, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep});
   std::vector<int> sets[kSets] = {{0}, {}, {}};
   for (int v = begin; v < end; ++v) {
+    if (context.stopped()) {  // out of time: unfinished; the caller falls back to the least memory
+      StageMemoryPlan unfinished = greedy;
+      unfinished.fits = false;
+      unfinished.exact = false;
+      return unfinished;
+    }
     std::vector<int> next[kSets];
     const double rest = least_rest[v - begin + 1];
     for (int previous = 0; previous < kSets; ++previous)

@@ -223,6 +223,12 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
     const StageMemoryPlan now = s.evaluate();
     deficit = now.memory - context.budget;
     if (deficit <= 0) break;
+    if (context.stopped()) {  // out of time: unfinished; the caller falls back to the least memory
+      StageMemoryPlan unfinished = now;
+      unfinished.fits = false;
+      unfinished.exact = false;
+      return unfinished;
+    }
     s.offloaded = now.offload_bytes;  // offloaded checkpoints included
     const GreedyMove move = best_move(s, deficit);
     if (move.a < 0) break;

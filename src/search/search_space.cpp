@@ -151,8 +151,9 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
                                                     ? reference_or_none(placement, p, batch.microbatches, chunks)
                                                     : std::nullopt;
       if (reference) {
-        const PartitionProblem pp =
+        PartitionProblem pp =
             make_partition_problem(problem_.graph, shape, *reference, problem_.memory_limit, host_bandwidth);
+        pp.should_stop = [this] { return out_of_time(); };
         std::vector<int> starts(1, 0);
         for (int v = 1; v < static_cast<int>(s.partition.stage_of_node.size()); ++v)
           if (s.partition.stage_of_node[v] != s.partition.stage_of_node[v - 1]) starts.push_back(v);

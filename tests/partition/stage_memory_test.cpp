@@ -215,6 +215,27 @@ TEST(StageMemory, WhatCannotFitReturnsTheLeastMemory) {
   EXPECT_FALSE(greedy.fits);
 }
 
+TEST(StageMemory, AStoppedSolverFallsBackToTheLeastMemoryDecisions) {
+  // A caller out of time (the search, which spent minutes here on 200k operators) stops the solvers
+  // between their steps; the answer is then the least-memory decisions, found in one pass: it fits
+  // at 300 bytes, but recomputes more than the cheapest fit (b alone, 2 time units).
+  for (MemorySolver solver : {MemorySolver::Exact, MemorySolver::Greedy}) {
+    StageContext c = context(3, 300);
+    const StageMemoryPlan cheapest = optimize_stage_memory(chain(), 0, 4, c, solver);
+    ASSERT_TRUE(cheapest.fits);
+    EXPECT_EQ(cheapest.decisions, (std::vector<D>{K, R, K, K}));
+    int asked = 0;
+    const std::function<bool()> out_of_time = [&] { return ++asked > 0; };
+    c.should_stop = &out_of_time;
+    const StageMemoryPlan stopped = optimize_stage_memory(chain(), 0, 4, c, solver);
+    EXPECT_GT(asked, 0);
+    EXPECT_TRUE(stopped.fits);
+    EXPECT_FALSE(stopped.exact);
+    EXPECT_GT(stopped.added_time(), cheapest.added_time());
+    EXPECT_EQ(stopped.decisions, least_stage_memory(chain(), 0, 4, c).decisions);
+  }
+}
+
 TEST(StageMemory, RejectsMismatchedDecisions) {
   EXPECT_THROW(evaluate_stage_memory(chain(), 0, 4, context(1), {K, K}), Error);
   EXPECT_THROW(evaluate_stage_memory(chain(), 2, 5, context(1), {K, K, K}), Error);

@@ -39,8 +39,10 @@ struct PartitionProblem {
   double bytes_per_parameter = 16;
   bool split_backward = false;  // the schedule splits backwards into I and W (StageContext)
   MemorySolver solver = MemorySolver::Auto;
-  // Checked between the bisection's steps (Dawn): when it returns true, the search stops and answers
-  // with the best partition found so far (the first feasible one at least). Empty: never.
+  // Checked between the bisection's steps (Dawn), and by the stage memory solvers between theirs:
+  // when it returns true, the search stops and answers with the best partition found so far (the
+  // first feasible one at least), and a stage whose solver was stopped holds its least-memory
+  // decisions (StageContext::should_stop). Empty: never.
   std::function<bool()> should_stop;
   // When nothing fits, bisect on the extra bytes per device that would (PartitionResult::shortfall).
   // Callers that only need to know whether it fits (the search) skip that work.

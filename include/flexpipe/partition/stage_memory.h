@@ -3,6 +3,7 @@
 // between keeping, recomputing and offloading what it saves for the backward (DawnPiper's memory
 // optimization). Formulas and assumptions: docs/partitioner.md, "Stage memory model".
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "flexpipe/costs/cost_graph.h"
@@ -60,6 +61,11 @@ struct StageContext {
   // operators offload, right after F, and come back right before R. The reload is not hidden, so
   // only the micro-batch being rebuilt has its checkpoints back on the device.
   bool offload_checkpoints = false;
+  // Asked between the solvers' steps: when it returns true, the search for the cheapest decisions
+  // stops, and the answer is the least-memory decisions (found in one pass), which fit if anything
+  // does. For anytime callers out of time, such as the search. Null: never.
+  const std::function<bool()>* should_stop = nullptr;
+  bool stopped() const { return should_stop != nullptr && *should_stop && (*should_stop)(); }
 };
 // Whether offloading checkpoints can save anything: a host link, recompute allowed, and more than
 // one micro-batch in flight (the one being rebuilt has its checkpoints back).
