@@ -253,7 +253,7 @@ std::unique_ptr<Transport> connect_gloo(const RankEnv& env, std::chrono::millise
     return std::make_unique<GlooTransport>(env, store, std::move(group));
   } catch (const std::exception& error) {
     throw TransportError(
-        fmt::format("connecting the Gloo group of {} ranks through the TCPStore at {} failed: rank {} "
+        fmt::format("connecting the Gloo group of {} ranks through the store at {} failed: rank {} "
                     "waited up to {} ms for the others' addresses and connections: {}",
                     env.world_size, address, env.rank, timeout.count(), backend_message(error)));
   }
