@@ -486,21 +486,28 @@ TEST(GlooTransport, PeerGoneFailsPendingReceiveAtOnce) {
   EXPECT_LT(waited, 5s);
 }
 
-// Gloo's collectives do not name the peer they waited for; when rank 0 is the one gone, the others
-// say so, because its store no longer answers. When another rank is gone, nobody blames rank 0.
-TEST(GlooTransport, ACollectiveNamesRankZeroWhenItIsGone) {
+// A barrier of 3 ranks after `gone` has left (its transport destroyed, as when its process exits):
+// what each of the others' barrier says.
+std::vector<std::string> barrier_errors_after_leaving(int gone) {
   const int port = free_port();
   std::latch connected(3);
   std::vector<std::string> errors(3);
   on_threads(3, [&](int rank) {
     auto transport = connect_loopback(rank, 3, port, kPatient);
     connected.arrive_and_wait();
-    if (rank == 0) {
-      transport.reset();  // as if the process exited: its sockets and its store close
+    if (rank == gone) {
+      transport.reset();
       return;
     }
-    errors[rank] = error_of([&] { transport->barrier(kPatient); });
+    errors[rank] = error_of([&] { transport->barrier(5s); });
   });
+  return errors;
+}
+
+// Gloo's collectives do not name the peer they waited for; when rank 0 is the one gone, the others
+// say so, because its store no longer answers. When another rank is gone, nobody blames rank 0.
+TEST(GlooTransport, ACollectiveNamesRankZeroWhenItIsGone) {
+  const std::vector<std::string> errors = barrier_errors_after_leaving(0);
   for (int rank : {1, 2}) {
     EXPECT_TRUE(errors[rank].starts_with("barrier: ")) << errors[rank];
     EXPECT_TRUE(errors[rank].ends_with("; rank 0, which hosts the rendezvous store, is gone")) << errors[rank];
@@ -508,18 +515,7 @@ TEST(GlooTransport, ACollectiveNamesRankZeroWhenItIsGone) {
 }
 
 TEST(GlooTransport, ACollectiveDoesNotBlameRankZeroForAnotherRank) {
-  const int port = free_port();
-  std::latch connected(3);
-  std::vector<std::string> errors(3);
-  on_threads(3, [&](int rank) {
-    auto transport = connect_loopback(rank, 3, port, kPatient);
-    connected.arrive_and_wait();
-    if (rank == 2) {
-      transport.reset();
-      return;
-    }
-    errors[rank] = error_of([&] { transport->barrier(5s); });
-  });
+  const std::vector<std::string> errors = barrier_errors_after_leaving(2);
   for (int rank : {0, 1}) {
     EXPECT_TRUE(errors[rank].starts_with("barrier: ")) << errors[rank];
     EXPECT_EQ(errors[rank].find("rank 0, which hosts"), std::string::npos) << errors[rank];
