@@ -22,6 +22,7 @@ cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAG
   >/dev/null
 cmake --build "$out" --target $(printf '%s_fuzzer ' "${targets[@]}") >/dev/null
 
+shopt -s nullglob  # a seed folder without files of a kind adds none
 seeds() {  # the files each target starts from
   case $1 in
     lang) echo examples/schedules/*.fps tests/data/runtime/*.fps ;;
