@@ -32,7 +32,11 @@ constexpr std::string_view kFormat = "flexpipe-cost-graph";
 constexpr int kVersion = 1;
 
 constexpr std::string_view kTopLevelKeys[] = {"format",   "version", "name",  "time_unit", "reference",
-                                              "hardware", "layers",  "nodes", "edges"};
+                                              "hardware", "layers",  "nodes", "edges",     "capture"};
+constexpr std::string_view kCaptureKeys[] = {"file",   "factory", "inputs", "loss",      "threads",
+                                             "warmup", "repeats", "torch",  "kept_whole"};
+constexpr std::string_view kCapturedInputKeys[] = {"shape", "dtype"};
+constexpr std::string_view kKeptWholeKeys[] = {"module", "reason"};
 constexpr std::string_view kReferenceKeys[] = {"microbatch_size", "seq_len"};
 constexpr std::string_view kHardwareKeys[] = {"name", "flop_rate", "byte_rate"};
 constexpr std::string_view kLayerKeys[] = {"name", "role"};
@@ -50,7 +54,8 @@ constexpr std::string_view kNodeKeys[] = {"name",
                                           "freed_by_input",
                                           "shared_saved_bytes",
                                           "output_bytes",
-                                          "workspace_bytes"};
+                                          "workspace_bytes",
+                                          "note"};
 constexpr std::string_view kPassKeys[] = {"time", "flops", "bytes"};
 constexpr std::string_view kPolynomialKeys[] = {"fixed", "per_sample", "per_token", "per_token_seq"};
 constexpr std::string_view kScalingKeys[] = {"rule", "batch_exponent", "sequence_exponent"};
@@ -98,6 +103,7 @@ class Reader : public detail::JsonPathReader {
     if (!document.contains("nodes")) fail("nodes", "missing (a cost graph lists its operators)");
     read_nodes(document["nodes"], result);
     if (document.contains("edges")) read_edges(document["edges"], result);
+    if (document.contains("capture")) result.capture = capture(document["capture"]);
     return result;
   }
 
@@ -245,6 +251,61 @@ class Reader : public detail::JsonPathReader {
                   {"output_bytes", &result.output_bytes},
                   {"workspace_bytes", &result.workspace_bytes}},
                  &Reader::polynomial);
+    if (entry.contains("note")) result.note = text(entry["note"], json_child(path, "note"));
+    return result;
+  }
+
+  // A count that fits an int: threads and runs per measurement.
+  int small_count(const json& value, const std::string& path) const {
+    const double result = number(value, path);
+    if (result != std::floor(result) || result > 1e9)
+      fail(path, fmt::format("expected a whole number up to 10^9, got {}", describe_json(value)));
+    return static_cast<int>(result);
+  }
+
+  CaptureRecord capture(const json& value) const {
+    require_object(value, "capture");
+    only_known_keys(value, "capture", kCaptureKeys);
+    CaptureRecord result;
+    read_present(value, "capture",
+                 {{"file", &result.file},
+                  {"factory", &result.factory},
+                  {"loss", &result.loss},
+                  {"torch", &result.torch_version}},
+                 &Reader::text);
+    read_present(value, "capture",
+                 {{"threads", &result.threads}, {"warmup", &result.warmup}, {"repeats", &result.repeats}},
+                 &Reader::small_count);
+    if (value.contains("inputs")) {
+      const json& inputs = array(value["inputs"], "capture.inputs");
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const std::string path = json_element("capture.inputs", i);
+        require_object(inputs[i], path);
+        only_known_keys(inputs[i], path, kCapturedInputKeys);
+        CapturedInput input;
+        if (inputs[i].contains("dtype")) input.dtype = text(inputs[i]["dtype"], json_child(path, "dtype"));
+        if (!inputs[i].contains("shape")) fail(json_child(path, "shape"), "missing");
+        const json& shape = array(inputs[i]["shape"], json_child(path, "shape"));
+        for (size_t d = 0; d < shape.size(); ++d) {
+          const std::string dimension = json_element(json_child(path, "shape"), d);
+          const int extent = small_count(shape[d], dimension);
+          if (extent == 0) fail(dimension, "must be positive, got 0");
+          input.shape.push_back(extent);
+        }
+        result.inputs.push_back(std::move(input));
+      }
+    }
+    if (value.contains("kept_whole")) {
+      const json& kept = array(value["kept_whole"], "capture.kept_whole");
+      for (size_t i = 0; i < kept.size(); ++i) {
+        const std::string path = json_element("capture.kept_whole", i);
+        require_object(kept[i], path);
+        only_known_keys(kept[i], path, kKeptWholeKeys);
+        KeptWholeModule module;
+        read_present(kept[i], path, {{"module", &module.module}, {"reason", &module.reason}}, &Reader::text);
+        result.kept_whole.push_back(std::move(module));
+      }
+    }
     return result;
   }
 
@@ -322,6 +383,30 @@ ordered node_json(const CostGraph& graph, const OperatorNode& node) {
   if (!node.shared_saved_bytes.is_zero()) out["shared_saved_bytes"] = polynomial_json(node.shared_saved_bytes);
   out["output_bytes"] = polynomial_json(node.output_bytes);
   if (!node.workspace_bytes.is_zero()) out["workspace_bytes"] = polynomial_json(node.workspace_bytes);
+  if (!node.note.empty()) out["note"] = node.note;
+  return out;
+}
+
+ordered capture_json(const CaptureRecord& capture) {
+  ordered out = ordered::object();
+  if (!capture.file.empty()) out["file"] = capture.file;
+  if (!capture.factory.empty()) out["factory"] = capture.factory;
+  out["inputs"] = ordered::array();
+  for (const CapturedInput& input : capture.inputs) {
+    ordered entry = {{"shape", input.shape}};
+    if (!input.dtype.empty()) entry["dtype"] = input.dtype;
+    out["inputs"].push_back(entry);
+  }
+  if (!capture.loss.empty()) out["loss"] = capture.loss;
+  out["threads"] = capture.threads;
+  out["warmup"] = capture.warmup;
+  out["repeats"] = capture.repeats;
+  if (!capture.torch_version.empty()) out["torch"] = capture.torch_version;
+  if (!capture.kept_whole.empty()) {
+    out["kept_whole"] = ordered::array();
+    for (const KeptWholeModule& kept : capture.kept_whole)
+      out["kept_whole"].push_back({{"module", kept.module}, {"reason", kept.reason}});
+  }
   return out;
 }
 
@@ -356,6 +441,7 @@ std::string cost_graph_to_json(const CostGraph& graph) {
     out["edges"].push_back({{"from", graph.nodes[edge.from].name},
                             {"to", graph.nodes[edge.to].name},
                             {"bytes", polynomial_json(edge.bytes)}});
+  if (graph.capture) out["capture"] = capture_json(*graph.capture);
   return out.dump(1) + "\n";
 }
 

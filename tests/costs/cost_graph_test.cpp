@@ -221,5 +221,56 @@ TEST(CostGraphErrors, ZooGraphsAreValid) {
     EXPECT_NO_THROW(validate_cost_graph(build_model_graph(config, find_hardware("H200-141GB")), config.name));
 }
 
+// What `flexpipe capture` writes (python/tests/models.py's U-Net): the capture record and the notes
+// are read, and the file reads back equal after writing.
+TEST(CapturedGraphs, ReadTheCaptureRecordAndRoundTrip) {
+  const CostGraph graph = load_cost_graph(FLEXPIPE_TEST_DATA "/captured/tiny_unet.graph.json");
+  ASSERT_TRUE(graph.capture);
+  EXPECT_EQ(graph.capture->factory, "tiny_unet");
+  ASSERT_EQ(graph.capture->inputs.size(), 1u);
+  EXPECT_EQ(graph.capture->inputs[0], (CapturedInput{{2, 3, 8, 8}, "float32"}));
+  EXPECT_EQ(graph.capture->loss, "mse");
+  EXPECT_EQ(graph.capture->repeats, 3);
+  EXPECT_EQ(graph.reference, (Shape{2, 1}));
+  // The skip from the first level to the decoder's concatenation crosses the bottom of the U.
+  const int skip_from = find_node(graph, "relu");
+  const int cat = find_node(graph, "cat");
+  ASSERT_GE(skip_from, 0);
+  EXPECT_GE(cat - skip_from, 6);
+  EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), "again"), graph);
+}
+
+TEST(CapturedGraphs, NotesAndKeptModulesRoundTrip) {
+  CostGraph graph = parse_cost_graph(kSmallGraph, "g.json");
+  graph.nodes[1].note = "FLOPs unknown (cumsum): measured time only";
+  graph.capture = CaptureRecord{.file = "m.py",
+                                .factory = "make",
+                                .inputs = {{{8, 128}, "int64"}},
+                                .loss = "cross_entropy",
+                                .threads = 2,
+                                .warmup = 2,
+                                .repeats = 5,
+                                .torch_version = "1.13.0",
+                                .kept_whole = {{"blocks.1", "control flow at m.py:9"}}};
+  EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), "again"), graph);
+}
+
+TEST(CapturedGraphs, CaptureRecordErrorsNameTheJsonPath) {
+  const auto captured = [](const std::string& record) {
+    std::string text = kSmallGraph;
+    return error_of(text.insert(text.rfind('}'), ", \"capture\": " + record));
+  };
+  EXPECT_EQ(captured(R"({"inputs": [{"shape": [8, 0]}]})"),
+            "g.json: capture.inputs[0].shape[1]: must be positive, got 0");
+  EXPECT_EQ(captured(R"({"inputs": [{"shape": [8.5]}]})"),
+            "g.json: capture.inputs[0].shape[0]: expected a whole number up to 10^9, got 8.5");
+  EXPECT_EQ(captured(R"({"inputs": [{"dtype": "int64"}]})"), "g.json: capture.inputs[0].shape: missing");
+  EXPECT_EQ(captured(R"({"threads": -1})"), "g.json: capture.threads: must not be negative, got -1");
+  EXPECT_EQ(captured(R"({"file": 3})"), "g.json: capture.file: expected a string, got 3");
+  EXPECT_EQ(captured(R"({"model": "x"})"),
+            "g.json: capture.model: unknown key (known keys: file, factory, inputs, loss, threads, warmup, repeats, "
+            "torch, kept_whole)");
+}
+
 }  // namespace
 }  // namespace flexpipe

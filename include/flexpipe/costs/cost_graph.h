@@ -94,6 +94,7 @@ struct OperatorNode {
   ShapePolynomial shared_saved_bytes;
   ShapePolynomial output_bytes;     // the operator's full output
   ShapePolynomial workspace_bytes;  // transient, during its own passes only
+  std::string note;                 // free text for reports: why a cost is missing or approximate
   friend bool operator==(const OperatorNode&, const OperatorNode&) = default;
 };
 
@@ -120,6 +121,36 @@ struct Shape {
   friend bool operator==(const Shape&, const Shape&) = default;
 };
 
+// One input of a captured model's forward: its shape (the first dimension is the micro-batch) and
+// its PyTorch data type name ("float32", "int64", ...).
+struct CapturedInput {
+  std::vector<int64_t> shape;
+  std::string dtype;
+  friend bool operator==(const CapturedInput&, const CapturedInput&) = default;
+};
+
+// A module `flexpipe capture` could not trace into operators and kept as one.
+struct KeptWholeModule {
+  std::string module;
+  std::string reason;
+  friend bool operator==(const KeptWholeModule&, const KeptWholeModule&) = default;
+};
+
+// Where a captured graph came from (docs/capture.md): enough to rebuild the model (the file, the
+// factory, the inputs, the loss) and to judge its times (threads, runs per median, PyTorch version).
+struct CaptureRecord {
+  std::string file;     // empty when captured from Python with capture() directly
+  std::string factory;  // a function in `file` returning the nn.Module
+  std::vector<CapturedInput> inputs;
+  std::string loss;  // cross_entropy, mse, none, custom
+  int threads = 0;
+  int warmup = 0;
+  int repeats = 0;
+  std::string torch_version;
+  std::vector<KeptWholeModule> kept_whole;
+  friend bool operator==(const CaptureRecord&, const CaptureRecord&) = default;
+};
+
 // Nodes are stored in a topological order (every edge goes from a lower to a higher index); that
 // order is the one "contiguous operator ranges" refer to.
 struct CostGraph {
@@ -130,6 +161,7 @@ struct CostGraph {
   std::vector<LayerInfo> layers;
   std::vector<OperatorNode> nodes;
   std::vector<TensorEdge> edges;
+  std::optional<CaptureRecord> capture;  // set by `flexpipe capture`
   friend bool operator==(const CostGraph&, const CostGraph&) = default;
 };
 

@@ -1,0 +1,66 @@
+"""python3 -m flexpipe capture FILE.py:FACTORY --input SHAPE[:dtype] ... [--loss L] -o OUT: the same
+command as `flexpipe capture`, which runs this. Exit codes follow the C++ binary's: 2 for bad input."""
+import argparse
+import json
+import os
+import sys
+
+BAD_INPUT = 2
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(prog="flexpipe capture",
+                                     description="Capture a PyTorch model as an operator-level cost graph, measured "
+                                                 "on this machine (docs/capture.md).")
+    parser.add_argument("model", metavar="FILE.py:FACTORY", help="a function in FILE.py that returns the nn.Module")
+    parser.add_argument("--input", action="append", required=True, metavar="SHAPE[:dtype]",
+                        help="one per forward argument, e.g. 8x3x224x224 or 8x128:int64; the first dimension is "
+                             "the micro-batch")
+    parser.add_argument("--loss", default="none", choices=["cross_entropy", "mse", "none"],
+                        help="the loss after the model's output (default: none, the model returns its loss)")
+    parser.add_argument("-o", "--output", required=True, help="the cost graph JSON to write")
+    parser.add_argument("--name", help="the graph's name (default: the model's class)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs before each measurement (default 2)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per measurement; the median is kept "
+                                                                 "(default 5)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] != "capture":
+        print("usage: python3 -m flexpipe capture FILE.py:FACTORY --input SHAPE ... -o OUT", file=sys.stderr)
+        return BAD_INPUT
+    options = _arguments(argv[1:])
+    from .capture import capture
+    from .errors import CaptureError
+    from .loading import build_model, example_input, parse_input, split_model_spec
+    try:
+        if options.repeats < 1 or options.warmup < 0:
+            raise CaptureError("--repeats must be at least 1 and --warmup at least 0")
+        path, factory = split_model_spec(options.model)
+        inputs = [parse_input(text) for text in options.input]
+        model = build_model(path, factory)
+        tensors = [example_input(shape, dtype, seed) for seed, (shape, dtype) in enumerate(inputs)]
+        source = {"file": os.path.abspath(path), "factory": factory}
+        graph = capture(model, tensors, options.loss, name=options.name, warmup=options.warmup,
+                        repeats=options.repeats, source=source)
+    except CaptureError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
+    text = json.dumps(graph, indent=1) + "\n"
+    temporary = options.output + ".partial"
+    try:
+        with open(temporary, "w") as out:
+            out.write(text)
+        os.replace(temporary, options.output)
+    except OSError as error:
+        print(f"error: {options.output}: cannot write: {error.strerror}", file=sys.stderr)
+        return BAD_INPUT
+    print(f"{options.output}: {len(graph['nodes'])} operators, {len(graph['edges'])} tensors, "
+          f"{sum(n.get('parameters', 0) for n in graph['nodes'])} parameters", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

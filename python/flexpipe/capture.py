@@ -1,0 +1,356 @@
+"""capture(): a user's nn.Module to the project's cost graph (docs/cost-graph.md, docs/capture.md),
+with one node per operator and an edge per tensor, measured on this machine."""
+import platform
+
+import torch
+import torch.fx as fx
+
+from . import formulas
+from .errors import CaptureError, where
+from .losses import LOSSES, apply_loss
+from .measure import LOSS_NODE, PassTimes, saved_storages, time_loss, time_operator
+from .tracing import trace
+
+PASSES = ("forward", "backward_input", "backward_weight")
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware_name():
+    threads = torch.get_num_threads()
+    return f"{_cpu_name()}, {threads} thread{'' if threads == 1 else 's'} (PyTorch {torch.__version__}, CPU)"
+
+
+def _at_reference(polynomial_json, batch):
+    if isinstance(polynomial_json, dict):
+        return polynomial_json.get("fixed", 0) + batch * polynomial_json.get("per_sample", 0)
+    return polynomial_json or 0
+
+
+def effective_rates(nodes, batch):
+    """The rates this machine reached (per ms): FLOPs over time of the compute-bound operators (more than
+    10 FLOPs per byte moved), bytes over time of the others. Rough, as any roofline; the times
+    themselves are measured and scale by the power rule."""
+    flops = flop_time = moved = byte_time = 0.0
+    for node in nodes:
+        forward = node["forward"]
+        f = _at_reference(forward.get("flops", 0), batch)
+        b = _at_reference(forward.get("bytes", 0), batch)
+        if forward["time"] <= 0 or (f == 0 and b == 0):
+            continue
+        if f > 10 * b:
+            flops, flop_time = flops + f, flop_time + forward["time"]
+        elif b > 0:
+            moved, byte_time = moved + b, byte_time + forward["time"]
+    flop_rate = flops / flop_time if flop_time else 1e9
+    byte_rate = moved / byte_time if byte_time else 1e8
+    return round(flop_rate), round(byte_rate)
+
+
+def _doubled_batch(inputs):
+    return [torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.dim() > 0 else x for x in inputs]
+
+
+def _batch_size(inputs):
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.dim() > 0:
+            return x.shape[0]
+    raise CaptureError("no input has a batch dimension: the first dimension of an input is its micro-batch")
+
+
+class _Polynomial:
+    """A quantity seen at micro-batch sizes b0 and b1: fixed + per_sample * b."""
+
+    def __init__(self, at_reference, at_double, reference_batch):
+        b0, q0, q1 = reference_batch, float(at_reference), float(at_double)
+        per_sample = (q1 - q0) / b0
+        fixed = q0 - per_sample * b0
+        if per_sample < 0:
+            per_sample, fixed = 0.0, q0
+        elif fixed < 0:
+            per_sample, fixed = q0 / b0, 0.0
+        self.fixed, self.per_sample = fixed, per_sample
+
+    def json(self):
+        def number(x):
+            return int(round(x)) if abs(x - round(x)) < 1e-6 else x
+        if self.per_sample == 0:
+            return number(self.fixed)
+        return {"fixed": number(self.fixed), "per_sample": number(self.per_sample)} if self.fixed else {
+            "per_sample": number(self.per_sample)}
+
+
+def _block_of(model, path):
+    """The layer an operator belongs to: the first module on its path that is one of a stack of
+    like blocks (ResNet's `layer1.0`, ViT's `encoder.layers.encoder_layer_0`, `layers.3`), or None."""
+    parts = path.split(".") if path else []
+    for depth in range(1, len(parts) + 1):
+        parent = model.get_submodule(".".join(parts[:depth - 1])) if depth > 1 else model
+        if isinstance(parent, (torch.nn.Sequential, torch.nn.ModuleList)):
+            kinds = {type(child) for child in parent.children()}
+            if len(parent) >= 2 and len(kinds) == 1:
+                return ".".join(parts[:depth])
+    return None
+
+
+def _layers(model, nodes, module_of):
+    """Layer name per node: its block, or `stem` before the first block and `head` after the last."""
+    blocks = [_block_of(model, module_of.get(n, "")) for n in nodes]
+    first = next((i for i, b in enumerate(blocks) if b), None)
+    last = max((i for i, b in enumerate(blocks) if b), default=None)
+    names = []
+    for i, block in enumerate(blocks):
+        if block:
+            names.append(block)
+        elif first is None or i < first:
+            names.append("stem")
+        elif i > last:
+            names.append("head")
+        else:  # between blocks: the block before it
+            names.append(names[-1])
+    return names
+
+
+def _module_of_node(graph_module, node):
+    return graph_module.get_submodule(node.target) if node.op == "call_module" else None
+
+
+def _node_parameters(graph_module, node, values):
+    if node.op == "call_module":
+        return list(_module_of_node(graph_module, node).parameters())
+    if node.op == "get_attr" and isinstance(values[node], torch.nn.Parameter):
+        return [values[node]]
+    return []
+
+
+def _tensor_inputs(node, values):
+    return [values[a] for a in node.all_input_nodes if isinstance(values.get(a), torch.Tensor)]
+
+
+def _attribute_saved(order, saved, feeds, layer_of):
+    """Per node (saved bytes, shared bytes): a storage several operators save is counted at the first;
+    the very next operator, when it is fed by that one in the same layer, lists it as shared (the cost
+    graph's shared_saved_bytes); any later one does not count it again."""
+    seen = set()
+    result = {}
+    for index, name in enumerate(order):
+        own, shared = 0, 0
+        previous = order[index - 1] if index else None
+        for key, size in saved.get(name, {}).items():
+            if key not in seen:
+                seen.add(key)
+                own += size
+            elif (previous is not None and key in saved.get(previous, {}) and previous in feeds.get(name, ())
+                  and layer_of[previous] == layer_of[name]):
+                own += size
+                shared += size
+        result[name] = (own, shared)
+    return result
+
+
+def _check_runs(model, inputs, loss):
+    try:
+        torch.manual_seed(0)
+        output = model(*inputs)
+    except Exception as error:
+        line = where(error.__traceback__)
+        raise CaptureError(f"the inputs do not fit the model ({type(model).__name__}): {type(error).__name__}: "
+                           f"{error}" + (f" at {line}" if line else "")) from None
+    try:
+        result = apply_loss(loss, output)
+    except (TypeError, ValueError, RuntimeError, IndexError) as error:
+        raise CaptureError(str(error)) from None
+    if not isinstance(result, torch.Tensor) or result.dim() != 0:
+        raise CaptureError("the loss must be a scalar tensor")
+
+
+def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5, source=None):
+    """The cost graph (a JSON-ready dict) of `model` on `example_inputs` (tensors whose first dimension
+    is the micro-batch), ending with `loss` ("cross_entropy", "mse", "none"/None, or a callable).
+    Times are medians of `repeats` runs after `warmup`; `source` (file, factory, inputs) is recorded
+    so that the model can be rebuilt."""
+    loss = "none" if loss is None else loss
+    if not callable(loss) and loss not in LOSSES:
+        raise CaptureError(f"unknown loss '{loss}'; known: {', '.join(LOSSES)}")
+    if not isinstance(model, torch.nn.Module):
+        raise CaptureError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    inputs = list(example_inputs)
+    model.train()
+    _check_runs(model, inputs, loss)
+    batch = _batch_size(inputs)
+
+    graph_module, tracer, kept_whole = trace(model, inputs)
+    values = tracer.values
+    values1 = {n.name: v for n, v in values.items()}
+    nodes = [n for n in graph_module.graph.nodes if n.op not in ("placeholder", "output")]
+    output_node = next(n for n in graph_module.graph.nodes if n.op == "output")
+
+    # The same trace at twice the micro-batch turns every byte and FLOP count into a polynomial.
+    doubled = _doubled_batch(inputs)
+    try:
+        graph_module2, tracer2, _ = trace(model, doubled)
+        values2 = {n.name: tracer2.values[n] for n in graph_module2.graph.nodes if n in tracer2.values}
+        if [n.name for n in graph_module2.graph.nodes] != [n.name for n in graph_module.graph.nodes]:
+            raise CaptureError("the graph depends on the batch size")
+    except CaptureError:
+        graph_module2, values2 = None, None
+
+    order = [n.name for n in nodes] + ([LOSS_NODE] if loss != "none" else [])
+    module_of = {n: tracer.module_of.get(n, "") for n in nodes}
+    layer_names = _layers(model, nodes, module_of)
+    layer_of = {n.name: layer for n, layer in zip(nodes, layer_names)}
+    layer_of[LOSS_NODE] = "loss"
+    feeds = {n.name: {a.name for a in n.all_input_nodes if a.op != "placeholder"} for n in nodes}
+    feeds[LOSS_NODE] = {a.name for a in output_node.all_input_nodes if a.op != "placeholder"}
+
+    saved, _ = saved_storages(graph_module, inputs, loss)
+    attributed = _attribute_saved(order, saved, feeds, layer_of)
+    if graph_module2 is not None:
+        saved2, _ = saved_storages(graph_module2, doubled, loss)
+        attributed2 = _attribute_saved(order, saved2, feeds, layer_of)
+    else:
+        attributed2 = {k: (2 * a, 2 * s) for k, (a, s) in attributed.items()}
+
+    # Which values training needs gradients of: those that depend on a parameter.
+    needs_gradient = set()
+    for n in nodes:
+        if any(p.requires_grad for p in _node_parameters(graph_module, n, values)) or any(
+                a in needs_gradient for a in n.all_input_nodes):
+            needs_gradient.add(n)
+
+    def tensor_bytes_of(node):
+        """Bytes of a node's output as a polynomial in the micro-batch."""
+        q0 = formulas.tensor_bytes(values1[node.name])
+        q1 = formulas.tensor_bytes(values2[node.name]) if values2 is not None else 2 * q0
+        return _Polynomial(q0, q1, batch)
+
+    seen_parameters = {}
+    json_nodes, edges = [], []
+    unknown = []
+    for n, layer in zip(nodes, layer_names):
+        module = _module_of_node(graph_module, n)
+        kind = formulas.operator_name(n, module)
+        parameters = _node_parameters(graph_module, n, values)
+        new = [p for p in parameters if id(p) not in seen_parameters]
+        tied = None
+        if parameters and not new:
+            tied = seen_parameters[id(parameters[0])]
+        for p in new:
+            seen_parameters[id(p)] = n.name
+        parameter_bytes = sum(p.numel() * p.element_size() for p in parameters)
+        entry = {"name": n.name, "kind": kind, "layer": layer}
+        count = sum(p.numel() for p in new)
+        if count:
+            entry["parameters"] = count
+        if tied:
+            entry["tied_to"] = tied
+        entry["scaling"] = {"rule": "power", "batch_exponent": 1, "sequence_exponent": 0}
+
+        def costs_at(vals, n=n, module=module, kind=kind, parameter_bytes=parameter_bytes):
+            node_inputs = [vals[a.name] for a in n.all_input_nodes if isinstance(vals.get(a.name), torch.Tensor)]
+            return formulas.costs(kind, n, module, node_inputs, vals[n.name], parameter_bytes)
+
+        known = costs_at(values1)
+        times = PassTimes()
+        if isinstance(values[n], (torch.Tensor, tuple, list)) and formulas.tensor_bytes(values[n]) > 0:
+            times = time_operator(n, module, values, parameters, lambda a: a in needs_gradient, warmup, repeats)
+        if known is None:
+            note = f"FLOPs unknown ({kind}): measured time only"
+            if module_of[n] in kept_whole and n.op == "call_module":
+                note = f"kept whole, could not be traced: {kept_whole[module_of[n]]}; " + note
+            entry["note"] = note
+            unknown.append(n.name)
+        known2 = costs_at(values2) if values2 is not None and known is not None else None
+        for pass_name in PASSES:
+            pass_entry = {"time": round(getattr(times, pass_name), 6)}
+            if known is not None:
+                f1 = known2.flops[pass_name] if known2 else 2 * known.flops[pass_name]
+                b1 = known2.bytes[pass_name] if known2 else 2 * known.bytes[pass_name]
+                flops = _Polynomial(known.flops[pass_name], f1, batch).json()
+                moved = _Polynomial(known.bytes[pass_name], b1, batch).json()
+                if flops:
+                    pass_entry["flops"] = flops
+                if moved:
+                    pass_entry["bytes"] = moved
+            entry[pass_name] = pass_entry
+        own, shared = attributed.get(n.name, (0, 0))
+        own2, shared2 = attributed2.get(n.name, (0, 0))
+        saved_poly = _Polynomial(own, own2, batch)
+        if own or own2:
+            entry["saved_bytes"] = saved_poly.json()
+            if not count and not tied:  # without weights, what I needs is all W would
+                entry["freed_by_input"] = saved_poly.json()
+        if shared or shared2:
+            entry["shared_saved_bytes"] = _Polynomial(shared, shared2, batch).json()
+        output_bytes = tensor_bytes_of(n)
+        if output_bytes.fixed or output_bytes.per_sample:
+            entry["output_bytes"] = output_bytes.json()
+        json_nodes.append(entry)
+        for a in n.all_input_nodes:
+            if a.op == "placeholder":
+                continue
+            edge_bytes = tensor_bytes_of(a)
+            edges.append({"from": a.name, "to": n.name, "bytes": edge_bytes.json()})
+
+    output_value = values[output_node.args[0]] if isinstance(output_node.args[0], fx.Node) else None
+    if loss != "none":
+        loss_kind = loss if isinstance(loss, str) else getattr(loss, "__name__", "loss")
+        logits = output_value if isinstance(output_value, torch.Tensor) else None
+        times = time_loss(loss, output_value, warmup, repeats)
+        entry = {"name": LOSS_NODE, "kind": loss_kind, "layer": "loss",
+                 "scaling": {"rule": "power", "batch_exponent": 1, "sequence_exponent": 0}}
+        known = formulas.loss_costs(loss_kind, logits) if logits is not None else None
+        for pass_name in PASSES:
+            pass_entry = {"time": round(getattr(times, pass_name), 6)}
+            if known is not None and known.flops[pass_name]:
+                pass_entry["flops"] = {"per_sample": known.flops[pass_name] / batch}
+                pass_entry["bytes"] = {"per_sample": known.bytes[pass_name] / batch}
+            entry[pass_name] = pass_entry
+        own, _ = attributed.get(LOSS_NODE, (0, 0))
+        own2, _ = attributed2.get(LOSS_NODE, (0, 0))
+        if own or own2:
+            entry["saved_bytes"] = _Polynomial(own, own2, batch).json()
+            entry["freed_by_input"] = entry["saved_bytes"]
+        entry["output_bytes"] = 4
+        json_nodes.append(entry)
+        for a in output_node.all_input_nodes:
+            if a.op != "placeholder":
+                edges.append({"from": a.name, "to": LOSS_NODE,
+                              "bytes": tensor_bytes_of(a).json()})
+
+    layer_list = []
+    for layer in layer_names + (["loss"] if loss != "none" else []):
+        if all(entry["name"] != layer for entry in layer_list):
+            layer_list.append({"name": layer, "role": "loss" if layer == "loss" else "other"})
+
+    flop_rate, byte_rate = effective_rates(json_nodes, batch)
+    document = {
+        "format": "flexpipe-cost-graph", "version": 1,
+        "name": name or type(model).__name__,
+        "time_unit": "ms",
+        "reference": {"microbatch_size": batch, "seq_len": 1},
+        "hardware": {"name": hardware_name(), "flop_rate": flop_rate, "byte_rate": byte_rate},
+        "capture": {
+            "inputs": [{"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")} for x in inputs],
+            "loss": loss if isinstance(loss, str) else "custom",
+            "threads": torch.get_num_threads(), "warmup": warmup, "repeats": repeats,
+            "torch": torch.__version__,
+        },
+        "layers": layer_list,
+        "nodes": json_nodes,
+        "edges": edges,
+    }
+    if source:
+        document["capture"].update(source)
+    if kept_whole:
+        document["capture"]["kept_whole"] = [{"module": m, "reason": r} for m, r in kept_whole.items()]
+    return document

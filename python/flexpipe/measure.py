@@ -1,0 +1,192 @@
+"""What the operators of a traced model actually cost on this machine: the tensors autograd saves for
+the backward, attributed to the operator that saved them, and the median times of the forward,
+input-gradient and weight-gradient passes of every operator."""
+import statistics
+import time
+
+import torch
+import torch.fx as fx
+
+from .losses import apply_loss
+
+LOSS_NODE = "loss"
+
+
+def _storage_of(tensor):
+    """(key, bytes) of the memory a tensor keeps alive: its whole storage, which views share."""
+    try:
+        storage = tensor.storage()
+    except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
+        return None
+    return storage.data_ptr(), storage.nbytes()
+
+
+def model_storages(model):
+    """Storage keys of parameters and buffers: saved by operators, but not activation memory."""
+    keys = set()
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        found = _storage_of(tensor)
+        if found:
+            keys.add(found[0])
+    return keys
+
+
+class _SavedTensorRecorder(fx.Interpreter):
+    """Runs the graph node by node and records, per node, the storages its autograd saves."""
+
+    def __init__(self, module):
+        super().__init__(module)
+        self.current = None
+        self.saved = {}  # node name -> {storage key: bytes}
+
+    def run_node(self, n):
+        self.current = n.name
+        return super().run_node(n)
+
+    def pack(self, tensor):
+        found = _storage_of(tensor)
+        if found and self.current is not None:
+            self.saved.setdefault(self.current, {})[found[0]] = found[1]
+        return tensor
+
+    def record(self, inputs, loss):
+        with torch.autograd.graph.saved_tensors_hooks(self.pack, lambda tensor: tensor):
+            output = self.run(*inputs)
+            self.current = LOSS_NODE
+            result = apply_loss(loss, output)
+            self.current = None
+        return output, result
+
+
+def saved_storages(graph_module, inputs, loss):
+    """{node name: {storage key: bytes}} of every tensor autograd saves in one forward (and the loss),
+    parameters and buffers excluded, and the storages of the inputs (the caller decides about those)."""
+    recorder = _SavedTensorRecorder(graph_module)
+    torch.manual_seed(0)
+    output, result = recorder.record(inputs, loss)
+    excluded = model_storages(graph_module)
+    saved = {name: {k: b for k, b in storages.items() if k not in excluded} for name, storages in recorder.saved.items()}
+    input_keys = {found[0] for found in map(_storage_of, inputs) if found}
+    del output, result
+    return saved, input_keys
+
+
+def _median_ms(fn, warmup, repeats):
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(samples)
+
+
+def _out_of_place(node, module):
+    """Timing runs each operator on its own inputs again and again: an in-place operator would modify
+    them (and a leaf that needs a gradient cannot be modified in place), so time its out-of-place twin."""
+    if module is not None and getattr(module, "inplace", False):
+        twin = type(module).__new__(type(module))
+        twin.__dict__.update(module.__dict__)
+        twin.inplace = False
+        return lambda *a, **k: twin(*a, **k)
+    if node.op == "call_method":
+        name = node.target[:-1] if node.target.endswith("_") and not node.target.endswith("__") else node.target
+        return lambda self, *a, **k: getattr(self, name)(*a, **k)
+    if node.op == "call_function":
+        target = node.target
+        in_place = {"iadd": "add", "imul": "mul", "isub": "sub", "itruediv": "truediv"}
+        if getattr(target, "__name__", "") in in_place:
+            import operator
+            target = getattr(operator, in_place[target.__name__])
+
+        def call(*a, **k):
+            if k.get("inplace"):
+                k = dict(k, inplace=False)
+            return target(*a, **k)
+        return call
+    return module
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+class PassTimes:
+    def __init__(self, forward=0.0, backward_input=0.0, backward_weight=0.0):
+        self.forward = forward
+        self.backward_input = backward_input
+        self.backward_weight = backward_weight
+
+
+def time_operator(node, module, values, parameters, needs_gradient, warmup, repeats):
+    """Median forward, input-gradient and weight-gradient times (ms) of one operator run alone on
+    copies of its recorded inputs. `needs_gradient(input_node)`: whether training needs the gradient
+    of that input (not for the data)."""
+    fn = _out_of_place(node, module)
+    leaves = []
+
+    def prepare(arg):
+        value = values[arg]
+        if isinstance(value, torch.Tensor):
+            copy = value.detach()
+            if copy.is_floating_point() and needs_gradient(arg):
+                copy = copy.clone().requires_grad_(True)
+                leaves.append(copy)
+            return copy
+        return value
+
+    args = fx.node.map_arg(node.args, prepare)
+    kwargs = fx.node.map_arg(node.kwargs, prepare)
+    if node.op == "get_attr":
+        return PassTimes()
+
+    def forward():
+        return fn(*args, **kwargs)
+
+    forward_ms = _median_ms(forward, warmup, repeats)
+    parameters = [p for p in parameters if p.requires_grad]
+    output = [t for t in _tensors(forward()) if t.requires_grad]
+    if not output:
+        return PassTimes(forward_ms)
+    seeds = [torch.ones_like(t) for t in output]
+
+    def gradient(wrt):
+        return lambda: torch.autograd.grad(output, wrt, seeds, retain_graph=True, allow_unused=True)
+
+    input_ms = _median_ms(gradient(leaves), warmup, repeats) if leaves else 0.0
+    weight_ms = _median_ms(gradient(parameters), warmup, repeats) if parameters else 0.0
+    return PassTimes(forward_ms, input_ms, weight_ms)
+
+
+def time_loss(loss, output, warmup, repeats):
+    """The loss as one more operator: forward and input-gradient times (ms)."""
+    logits = [t.detach().clone().requires_grad_(True) for t in _tensors(output) if t.is_floating_point()]
+    structured = logits[0] if isinstance(output, torch.Tensor) else logits
+
+    def forward():
+        torch.manual_seed(0)
+        return apply_loss(loss, structured)
+
+    forward_ms = _median_ms(forward, warmup, repeats)
+    result = forward()
+    input_ms = _median_ms(lambda: torch.autograd.grad(result, logits, retain_graph=True), warmup, repeats)
+    return PassTimes(forward_ms, input_ms, 0.0)
+
+
+def time_whole_step(model, inputs, loss, warmup, repeats):
+    """Median time (ms) of the whole model's forward, loss and backward: what the operators' times
+    should add up to."""
+    def step():
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        result = apply_loss(loss, model(*inputs))
+        result.backward()
+
+    return _median_ms(step, warmup, repeats)

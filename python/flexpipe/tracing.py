@@ -1,0 +1,221 @@
+"""Operator-level tracing of a user's nn.Module with torch.fx.
+
+Plain `torch.fx.symbolic_trace` stops at the first `n, c, h, w = x.shape` (torchvision's ViT) or
+`if src.dim() == 3` (nn.TransformerEncoderLayer). This tracer runs the model on the example inputs
+while it traces, so every proxy carries its concrete value. Control flow on tensor *metadata* (shapes,
+dtypes, devices) is then decided by that value: the graph is specialized to the example shapes, which
+is what a pipeline with fixed micro-batch shapes runs anyway. Control flow on tensor *data* cannot be
+specialized without changing the model's meaning: the module where it happens is kept whole, as one
+leaf operator, and when that module is the model itself the capture fails naming the line.
+"""
+import inspect
+import operator
+
+import torch
+import torch.fx as fx
+
+from .errors import CaptureError, where
+
+# Attributes and methods of a tensor that read its metadata, never its data.
+_METADATA_ATTRIBUTES = {"shape", "dtype", "device", "ndim", "is_cuda", "requires_grad", "layout", "is_sparse",
+                        "is_quantized", "is_nested", "is_meta"}
+_METADATA_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "is_contiguous", "is_floating_point",
+                     "is_complex", "element_size", "get_device", "stride"}
+
+# torch.nn modules with submodules that are still one operator to us: traced inside, their forward is
+# control flow over many kernels (MultiheadAttention: F.multi_head_attention_forward).
+_OPAQUE_TORCH_MODULES = (torch.nn.MultiheadAttention,)
+
+
+# torch.fx patches these while it traces; running a module for its concrete value needs the originals.
+_MODULE_CALL = torch.nn.Module.__call__
+_MODULE_GETATTR = torch.nn.Module.__getattr__
+
+
+class _UnpatchedModules:
+    """Runs modules for real in the middle of a trace."""
+
+    def __enter__(self):
+        self.patched = torch.nn.Module.__call__, torch.nn.Module.__getattr__
+        torch.nn.Module.__call__, torch.nn.Module.__getattr__ = _MODULE_CALL, _MODULE_GETATTR
+
+    def __exit__(self, *exc):
+        torch.nn.Module.__call__, torch.nn.Module.__getattr__ = self.patched
+
+
+class DataDependentControlFlow(Exception):
+    """Python control flow that depends on a tensor's values: cannot be traced into a static graph."""
+
+
+class _ModelRaised(Exception):
+    """The model itself raised while running on the example inputs (wrong shapes, a bug)."""
+
+    def __init__(self, original, module):
+        super().__init__(str(original))
+        self.original = original
+        self.module = module
+
+
+class _ConcreteProxy(fx.Proxy):
+    """A proxy that answers Python's scalar protocols from its concrete value when that value is
+    tensor metadata (a shape entry, a dimension count)."""
+
+    def _metadata_value(self, what):
+        tracer = self.tracer
+        if self.node not in tracer.metadata_nodes:
+            raise DataDependentControlFlow(f"{what} of a value computed from tensor data")
+        return tracer.values[self.node]
+
+    def __iter__(self):
+        # fx's own __iter__ reads the caller's bytecode, which it misreads on Python 3.11.
+        return self.tracer.iter(self)
+
+    def __len__(self):
+        # The length of a tensor is its first dimension and that of a tuple its structure: never data.
+        return len(self.tracer.values[self.node])
+
+    def __int__(self):
+        return int(self._metadata_value("int()"))
+
+    def __index__(self):
+        return operator.index(self._metadata_value("an index"))
+
+    def __float__(self):
+        return float(self._metadata_value("float()"))
+
+
+def _is_primitive(module):
+    """A torch.nn module that is one operator: Linear, Conv2d, LayerNorm, ReLU, Dropout, ..."""
+    if not module.__module__.startswith("torch.nn") or isinstance(module, (torch.nn.Sequential, torch.nn.ModuleList,
+                                                                         torch.nn.ModuleDict)):
+        return False
+    return isinstance(module, _OPAQUE_TORCH_MODULES) or next(module.children(), None) is None
+
+
+class CaptureTracer(fx.Tracer):
+    """Traces `root` on `example_inputs`, treating `kept_whole` (qualified names) as leaves on top of
+    the primitive torch.nn modules. After trace(): `values` maps every node to its concrete value,
+    `module_of` maps it to the qualified name of the module whose forward created it."""
+
+    def __init__(self, kept_whole=()):
+        super().__init__(autowrap_functions=())
+        self.kept_whole = set(kept_whole)
+        self.values = {}
+        self.metadata_nodes = set()
+        self.module_of = {}
+        self._module_stack = [""]
+        self._placeholder_values = {}
+
+    # Which modules are operators.
+    def is_leaf_module(self, module, qualified_name):
+        return _is_primitive(module) or qualified_name in self.kept_whole
+
+    def call_module(self, module, forward, args, kwargs):
+        name = self.path_of_module(module)
+        self._module_stack.append(name)
+        try:
+            return super().call_module(module, forward, args, kwargs)
+        except (DataDependentControlFlow, fx.proxy.TraceError, TypeError, RuntimeError, AttributeError) as error:
+            # The innermost module being traced when tracing failed is the one to keep whole.
+            if not hasattr(error, "flexpipe_module"):
+                error.flexpipe_module = name
+            raise
+        finally:
+            self._module_stack.pop()
+
+    def proxy(self, node):
+        return _ConcreteProxy(node, self)
+
+    def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
+        proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
+        node = proxy.node
+        if node not in self.values and kind != "output":
+            self.module_of[node] = self._module_stack[-1]
+            self.values[node] = self._evaluate(node)
+            inputs = [a for a in node.all_input_nodes]
+            if (kind == "call_function" and target is getattr and node.args[1] in _METADATA_ATTRIBUTES) or (
+                    kind == "call_method" and target in _METADATA_METHODS) or (
+                    inputs and kind == "call_function" and all(a in self.metadata_nodes for a in inputs)) or (
+                    kind == "call_method" and inputs and all(a in self.metadata_nodes for a in inputs)):
+                self.metadata_nodes.add(node)
+        return proxy
+
+    def _evaluate(self, node):
+        def value(arg):
+            return fx.node.map_arg(arg, lambda n: self.values[n])
+
+        args, kwargs = value(node.args), value(node.kwargs)
+        try:
+            with torch.no_grad(), _UnpatchedModules():
+                if node.op == "placeholder":
+                    # fx names a specialized argument's placeholder NAME_1 and gives it the default.
+                    return self._placeholder_values.get(node.target, node.args[0] if node.args else None)
+                if node.op == "get_attr":
+                    target = self.root
+                    for part in node.target.split("."):
+                        target = getattr(target, part)
+                    return target
+                if node.op == "call_function":
+                    return node.target(*args, **kwargs)
+                if node.op == "call_method":
+                    return getattr(args[0], node.target)(*args[1:], **kwargs)
+                if node.op == "call_module":
+                    return self.root.get_submodule(node.target)(*args, **kwargs)
+        except Exception as error:  # the model's own failure, not the tracer's
+            raise _ModelRaised(error, self._module_stack[-1]) from error
+        return None
+
+    # Python's control flow on proxies: decided by the concrete value when it is metadata.
+    def to_bool(self, obj):
+        if obj.node not in self.metadata_nodes:
+            raise DataDependentControlFlow("control flow (if, while, and, or, not) on a value computed from tensor "
+                                           "data")
+        return bool(self.values[obj.node])
+
+    def iter(self, obj):
+        return iter([obj[i] for i in range(len(self.values[obj.node]))])
+
+    def keys(self, obj):
+        return self.values[obj.node].keys()
+
+    def trace_with_inputs(self, root, example_inputs):
+        # Arguments beyond the example inputs keep their defaults (masks that are None, flags).
+        parameters = list(inspect.signature(root.forward).parameters.values())
+        if len(parameters) < len(example_inputs) and not any(p.kind == p.VAR_POSITIONAL for p in parameters):
+            raise CaptureError(f"{len(example_inputs)} inputs for {type(root).__name__}.forward, which takes "
+                               f"{len(parameters)}: {', '.join(p.name for p in parameters)}")
+        self._placeholder_values = {p.name: x for p, x in zip(parameters, example_inputs)}
+        concrete = {p.name: p.default for p in parameters[len(example_inputs):]
+                    if p.default is not inspect.Parameter.empty}
+        self._placeholder_values.update(concrete)
+        graph = self.trace(root, concrete_args=concrete or None)
+        return graph
+
+
+def _module_label(model, name):
+    module = model.get_submodule(name) if name else model
+    return f"'{name}' ({type(module).__name__})" if name else f"the model ({type(module).__name__})"
+
+
+def trace(model, example_inputs):
+    """Returns (GraphModule, tracer, kept_whole): the model's operator graph specialized to the
+    example inputs' shapes. Modules that cannot be traced are kept whole; kept_whole maps each to the
+    reason and the line. Raises CaptureError when the model itself cannot be traced or run."""
+    kept_whole = {}
+    while True:
+        tracer = CaptureTracer(kept_whole)
+        try:
+            graph = tracer.trace_with_inputs(model, example_inputs)
+            return fx.GraphModule(model, graph, type(model).__name__), tracer, kept_whole
+        except _ModelRaised as raised:
+            raise CaptureError(f"the inputs do not fit the model: {_module_label(model, raised.module)} raised "
+                               f"{type(raised.original).__name__}: {raised.original}"
+                               + (f" at {where(raised.original.__traceback__)}"
+                                  if where(raised.original.__traceback__) else "")) from None
+        except (DataDependentControlFlow, fx.proxy.TraceError, TypeError, RuntimeError, AttributeError) as error:
+            module = getattr(error, "flexpipe_module", "")
+            line = where(error.__traceback__)
+            reason = f"{error}" + (f" at {line}" if line else "")
+            if not module or module in kept_whole:
+                raise CaptureError(f"cannot trace {_module_label(model, module)}: {reason}") from None
+            kept_whole[module] = reason

@@ -1,0 +1,183 @@
+"""capture() on torchvision's ResNet-50 and ViT-B/16 and on nn.TransformerEncoder stacks, checked against
+the real models: parameter counts, the bytes autograd keeps, FLOP formulas by hand, the graph's shape."""
+import collections
+import unittest
+
+import torch
+
+import models
+import reference
+from flexpipe import capture
+
+
+def _nodes_of_kind(graph, kind):
+    return [n for n in graph["nodes"] if n["kind"] == kind]
+
+
+class CapturedModel:
+    def __init__(self, factory, shape, loss):
+        torch.manual_seed(0)
+        self.model = factory()
+        self.inputs = [torch.randn(shape)]
+        self.loss = loss
+        self.graph = capture(self.model, self.inputs, loss, warmup=0, repeats=1)
+
+
+CAPTURED = {}
+
+
+def captured(name):
+    """Each model is captured once for all the tests that read it (capturing measures; it takes seconds)."""
+    if name not in CAPTURED:
+        factory, shape, loss = {"resnet50": (models.resnet50, (2, 3, 32, 32), "cross_entropy"),
+                                "vit_b16": (models.vit_b16, (2, 3, 32, 32), "cross_entropy"),
+                                "encoder": (models.transformer_encoder, (2, 10, 64), "mse")}[name]
+        CAPTURED[name] = CapturedModel(factory, shape, loss)
+    return CAPTURED[name]
+
+
+class AgreesWithTheRealModel(unittest.TestCase):
+    MODELS = ("resnet50", "vit_b16", "encoder")
+
+    def test_parameter_counts_equal_the_models(self):
+        for name in self.MODELS:
+            with self.subTest(name):
+                c = captured(name)
+                self.assertEqual(sum(n.get("parameters", 0) for n in c.graph["nodes"]),
+                                 sum(p.numel() for p in c.model.parameters()))
+
+    def test_saved_bytes_equal_what_autograd_keeps(self):
+        for name in self.MODELS:
+            with self.subTest(name):
+                c = captured(name)
+                real = reference.saved_activation_bytes(c.model, c.inputs, c.loss)
+                self.assertAlmostEqual(reference.captured_saved_bytes(c.graph, 2) / real, 1.0, delta=0.02)
+
+    def test_saved_bytes_scale_to_a_batch_never_measured(self):
+        # The polynomial comes from batches 2 and 4; batch 5 is a prediction.
+        for name in self.MODELS:
+            with self.subTest(name):
+                c = captured(name)
+                inputs = [torch.randn((5,) + tuple(c.inputs[0].shape[1:]))]
+                real = reference.saved_activation_bytes(c.model, inputs, c.loss)
+                self.assertAlmostEqual(reference.captured_saved_bytes(c.graph, 5) / real, 1.0, delta=0.02)
+
+    def test_every_operator_has_measured_times(self):
+        for name in self.MODELS:
+            with self.subTest(name):
+                for node in captured(name).graph["nodes"]:
+                    for pass_name in ("forward", "backward_input", "backward_weight"):
+                        self.assertGreaterEqual(node[pass_name]["time"], 0)
+                timed = [n for n in captured(name).graph["nodes"] if n["forward"]["time"] > 0]
+                self.assertGreater(len(timed), len(captured(name).graph["nodes"]) // 2)
+
+    def test_the_graph_names_the_hardware_and_how_it_measured(self):
+        graph = captured("encoder").graph
+        self.assertRegex(graph["hardware"]["name"], rf", {torch.get_num_threads()} threads? \(PyTorch ")
+        self.assertGreater(graph["hardware"]["flop_rate"], 0)
+        self.assertEqual(graph["capture"]["threads"], torch.get_num_threads())
+        self.assertEqual(graph["capture"]["inputs"], [{"shape": [2, 10, 64], "dtype": "float32"}])
+        self.assertEqual(graph["reference"], {"microbatch_size": 2, "seq_len": 1})
+
+
+class ResNet50(unittest.TestCase):
+    def setUp(self):
+        self.graph = captured("resnet50").graph
+
+    def test_one_node_per_operator(self):
+        kinds = collections.Counter(n["kind"] for n in self.graph["nodes"])
+        self.assertEqual(kinds["conv2d"], 53)  # 1 stem + 16 blocks x 3 + 4 downsamples
+        self.assertEqual(kinds["batchnorm2d"], 53)
+        self.assertEqual(kinds["add"], 16)  # one residual per bottleneck
+        self.assertEqual(kinds["linear"], 1)
+        self.assertEqual(kinds["cross_entropy"], 1)
+
+    def test_layers_are_the_bottlenecks(self):
+        names = [layer["name"] for layer in self.graph["layers"]]
+        self.assertEqual(names[0], "stem")
+        self.assertEqual(names[1:17], [f"layer{s}.{b}" for s, n in ((1, 3), (2, 4), (3, 6), (4, 3)) for b in range(n)])
+        self.assertEqual(names[17:], ["head", "loss"])
+
+    def test_every_residual_is_an_edge_that_skips_the_block(self):
+        # The block's input reaches its final add (or the downsample before it) past the three convolutions.
+        nodes = self.graph["nodes"]
+        position = {n["name"]: i for i, n in enumerate(nodes)}
+        blocks = [layer["name"] for layer in self.graph["layers"] if layer["name"].startswith("layer")]
+        for block in blocks:
+            first = min(i for i, n in enumerate(nodes) if n["layer"] == block)
+            block_input = nodes[first - 1]["name"]
+            reached = [position[e["to"]] for e in self.graph["edges"] if e["from"] == block_input]
+            self.assertGreaterEqual(max(reached) - first, 8, block)
+        for add in _nodes_of_kind(self.graph, "add"):
+            self.assertEqual(len([e for e in self.graph["edges"] if e["to"] == add["name"]]), 2)
+
+    def test_convolution_flops_by_hand(self):
+        # The stem: 3 -> 64 channels, 7x7 kernel, stride 2 on 32x32: a 16x16 output, 2 samples.
+        stem = next(n for n in self.graph["nodes"] if n["name"] == "conv1")
+        per_sample = 2 * (3 * 7 * 7) * (64 * 16 * 16)
+        self.assertEqual(stem["forward"]["flops"], {"per_sample": per_sample})
+        self.assertEqual(stem["backward_weight"]["flops"], {"per_sample": per_sample})
+        self.assertEqual(stem["parameters"], 64 * 3 * 7 * 7)
+
+
+class VisionTransformerB16(unittest.TestCase):
+    def setUp(self):
+        self.graph = captured("vit_b16").graph
+
+    def test_twelve_blocks_of_attention_and_mlp(self):
+        blocks = [layer["name"] for layer in self.graph["layers"] if layer["name"].startswith("encoder.layers.")]
+        self.assertEqual(blocks, [f"encoder.layers.encoder_layer_{i}" for i in range(12)])
+        self.assertEqual(len(_nodes_of_kind(self.graph, "multiheadattention")), 12)
+        self.assertEqual(len(_nodes_of_kind(self.graph, "layernorm")), 25)
+
+    def test_mlp_and_attention_flops_by_hand(self):
+        tokens, width = 5, 768  # a 32x32 image in 16x16 patches and the class token
+        mlp = next(n for n in self.graph["nodes"] if n["name"] == "encoder_layers_encoder_layer_0_mlp_0")
+        self.assertEqual(mlp["forward"]["flops"], {"per_sample": 2 * tokens * width * 3072})
+        attention = _nodes_of_kind(self.graph, "multiheadattention")[0]
+        projections = 2 * width * width * 4 * tokens  # q, k, v and out
+        scores_and_values = 2 * 2 * tokens * tokens * width
+        softmax = 5 * 12 * tokens * tokens
+        self.assertEqual(attention["forward"]["flops"], {"per_sample": projections + scores_and_values + softmax})
+
+    def test_the_class_token_and_position_embedding_are_parameters(self):
+        class_token = next(n for n in self.graph["nodes"] if n["name"] == "class_token")
+        self.assertEqual(class_token["parameters"], width := 768)
+        position = next(n for n in self.graph["nodes"] if n["name"] == "encoder_pos_embedding")
+        self.assertEqual(position["parameters"], 5 * width)
+
+
+class TransformerEncoderStack(unittest.TestCase):
+    def test_each_layer_traced_into_its_operators(self):
+        graph = captured("encoder").graph
+        # The stem holds only the checks that the masks are None (they are specialized away).
+        self.assertEqual([layer["name"] for layer in graph["layers"]],
+                         ["stem", "layers.0", "layers.1", "layers.2", "loss"])
+        per_layer = collections.Counter(n["kind"] for n in graph["nodes"] if n["layer"] == "layers.1")
+        self.assertEqual(per_layer["multiheadattention"], 1)
+        self.assertEqual(per_layer["linear"], 2)
+        self.assertEqual(per_layer["layernorm"], 2)
+        self.assertEqual(per_layer["add"], 2)
+
+    def test_residual_streams_are_edges(self):
+        graph = captured("encoder").graph
+        into = collections.defaultdict(set)
+        for edge in graph["edges"]:
+            into[edge["to"]].add(edge["from"])
+        # The second residual adds the first norm's output to the feed-forward's output.
+        self.assertEqual(into["add_1"], {"layers_0_norm1", "layers_0_dropout2"})
+
+
+class SkipConnections(unittest.TestCase):
+    def test_unet_skip_crosses_the_bottom_of_the_u(self):
+        graph = capture(models.tiny_unet(), [torch.randn(2, 3, 8, 8)], "mse", warmup=0, repeats=1)
+        order = [n["name"] for n in graph["nodes"]]
+        into_cat = {e["from"]: e["bytes"] for e in graph["edges"] if e["to"] == "cat"}
+        self.assertEqual(set(into_cat), {"up2", "relu"})
+        self.assertGreaterEqual(order.index("cat") - order.index("relu"), 6)
+        # relu(down1) is 8 channels of 8x8 float32 per sample.
+        self.assertEqual(into_cat["relu"], {"per_sample": 8 * 8 * 8 * 4})
+
+
+if __name__ == "__main__":
+    unittest.main()

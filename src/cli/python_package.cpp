@@ -1,0 +1,49 @@
+#include "python_package.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "flexpipe/support/error.h"
+
+namespace flexpipe::cli {
+
+namespace {
+std::string from_environment(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+}  // namespace
+
+std::string python_interpreter() { return from_environment("FLEXPIPE_PYTHON", "/usr/bin/python3"); }
+
+std::string python_package_dir() { return from_environment("FLEXPIPE_PYTHON_PACKAGE_DIR", FLEXPIPE_PYTHON_DIR); }
+
+void exec_python_package(const std::vector<std::string>& arguments) {
+  const std::string interpreter = python_interpreter();
+  const std::string package = python_package_dir();
+  if (access((package + "/flexpipe/__main__.py").c_str(), R_OK) != 0)
+    throw Error(
+        fmt::format("the Python package is missing: {}/flexpipe (set FLEXPIPE_PYTHON_PACKAGE_DIR to the "
+                    "repository's python/ folder)",
+                    package));
+  const char* existing = std::getenv("PYTHONPATH");
+  const std::string path = existing != nullptr && *existing != '\0' ? package + ":" + existing : package;
+  setenv("PYTHONPATH", path.c_str(), 1);
+  std::vector<std::string> command = {interpreter, "-m", "flexpipe"};
+  command.insert(command.end(), arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (std::string& word : command) argv.push_back(word.data());
+  argv.push_back(nullptr);
+  execv(interpreter.c_str(), argv.data());
+  throw Error(
+      fmt::format("cannot run {}: {} (install python3-torch with scripts/setup.sh, or set FLEXPIPE_PYTHON "
+                  "to a Python that has PyTorch)",
+                  interpreter, std::strerror(errno)));
+}
+
+}  // namespace flexpipe::cli
