@@ -2,7 +2,7 @@
 with the whole model's: the sum of the operators' times against a timed forward + loss + backward, and
 the captured saved bytes against the allocator's growth over one forward (glibc's mallinfo2).
 
-    /usr/bin/python3 bench/capture_bench.py [--batch 2] [--repeats 5]
+    /usr/bin/python3 bench/capture_bench.py [--batch 2] [--repeats 5] [--clock wall|cpu]
 
 Figures and how they were taken: docs/performance.md ("Capture")."""
 import argparse
@@ -19,7 +19,7 @@ import torchvision  # noqa: E402
 
 from flexpipe import capture  # noqa: E402
 from flexpipe.losses import apply_loss  # noqa: E402
-from flexpipe.measure import time_whole_step  # noqa: E402
+from flexpipe.measure import Timing, time_whole_step  # noqa: E402
 
 
 class _MallInfo2(ctypes.Structure):
@@ -61,18 +61,20 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--clock", default="wall", choices=["wall", "cpu"])
     options = parser.parse_args()
-    print(f"threads {torch.get_num_threads()}, batch {options.batch}, 224x224 images, repeats {options.repeats}")
+    print(f"threads {torch.get_num_threads()}, batch {options.batch}, 224x224 images, repeats {options.repeats}, "
+          f"clock {options.clock}")
     print("model      operators  capture s  sum of operators ms  whole step ms  ratio  saved MB  heap growth MB")
     for name, factory in (("resnet50", torchvision.models.resnet50), ("vit_b_16", torchvision.models.vit_b_16)):
         torch.manual_seed(0)
         model = factory()
         inputs = [torch.randn(options.batch, 3, 224, 224)]
         start = time.perf_counter()
-        graph = capture(model, inputs, "cross_entropy", warmup=2, repeats=options.repeats)
+        graph = capture(model, inputs, "cross_entropy", warmup=2, repeats=options.repeats, clock=options.clock)
         seconds = time.perf_counter() - start
         operators = sum(n[p]["time"] for n in graph["nodes"] for p in ("forward", "backward_input", "backward_weight"))
-        whole = time_whole_step(model, inputs, "cross_entropy", 2, options.repeats)
+        whole = time_whole_step(model, inputs, "cross_entropy", Timing(2, options.repeats, options.clock))
         saved = sum(at_batch(n.get("saved_bytes", 0), options.batch)
                     - at_batch(n.get("shared_saved_bytes", 0), options.batch) for n in graph["nodes"])
         # The input is saved by the first operator but was allocated before the forward.

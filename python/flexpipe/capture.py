@@ -8,7 +8,7 @@ import torch.fx as fx
 from . import formulas
 from .errors import CaptureError, where
 from .losses import LOSSES, apply_loss
-from .measure import LOSS_NODE, PassTimes, saved_storages, time_loss, time_operator
+from .measure import LOSS_NODE, PassTimes, Timing, saved_storages, time_loss, time_operator
 from .tracing import trace
 
 PASSES = ("forward", "backward_input", "backward_weight")
@@ -173,13 +173,18 @@ def _check_runs(model, inputs, loss):
         raise CaptureError("the loss must be a scalar tensor")
 
 
-def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5, source=None, time_operators=True):
+def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5, clock="wall", source=None,
+            time_operators=True):
     """The cost graph (a JSON-ready dict) of `model` on `example_inputs` (tensors whose first dimension
     is the micro-batch), ending with `loss` ("cross_entropy", "mse", "none"/None, or a callable).
-    Times are medians of `repeats` runs after `warmup`; `source` (file, factory, inputs) is recorded
+    Times are medians of `repeats` runs after `warmup`, by the `clock` ("wall", or "cpu": this thread's
+    CPU time, for a shared machine); `source` (file, factory, inputs) is recorded
     so that the model can be rebuilt. `time_operators=False` skips the timing (every time is 0, and the
     capture record says so) for checks that need only the structure and the memory."""
     loss = "none" if loss is None else loss
+    if clock not in ("wall", "cpu"):
+        raise CaptureError(f"unknown clock '{clock}'; known: wall, cpu")
+    timing = Timing(warmup, repeats, clock)
     if not callable(loss) and loss not in LOSSES:
         raise CaptureError(f"unknown loss '{loss}'; known: {', '.join(LOSSES)}")
     if not isinstance(model, torch.nn.Module):
@@ -263,7 +268,7 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
         known = costs_at(values1)
         times = PassTimes()
         if time_operators and isinstance(values[n], (torch.Tensor, tuple, list)) and formulas.tensor_bytes(values[n]):
-            times = time_operator(n, module, values, parameters, lambda a: a in needs_gradient, warmup, repeats)
+            times = time_operator(n, module, values, parameters, lambda a: a in needs_gradient, timing)
         if known is None:
             note = f"FLOPs unknown ({kind}): measured time only"
             if module_of[n] in kept_whole and n.op == "call_module":
@@ -306,7 +311,7 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
     if loss != "none":
         loss_kind = loss if isinstance(loss, str) else getattr(loss, "__name__", "loss")
         logits = output_value if isinstance(output_value, torch.Tensor) else None
-        times = time_loss(loss, output_value, warmup, repeats) if time_operators else PassTimes()
+        times = time_loss(loss, output_value, timing) if time_operators else PassTimes()
         entry = {"name": LOSS_NODE, "kind": loss_kind, "layer": "loss",
                  "scaling": {"rule": "power", "batch_exponent": 1, "sequence_exponent": 0}}
         known = formulas.loss_costs(loss_kind, logits) if logits is not None else None
@@ -344,6 +349,7 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
             "inputs": [{"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")} for x in inputs],
             "loss": loss if isinstance(loss, str) else "custom",
             "threads": torch.get_num_threads(), "warmup": warmup, "repeats": repeats if time_operators else 0,
+            "clock": clock,
             "torch": torch.__version__,
         },
         "layers": layer_list,

@@ -71,14 +71,29 @@ def saved_storages(graph_module, inputs, loss):
     return saved, input_keys
 
 
-def _median_ms(fn, warmup, repeats):
-    for _ in range(warmup):
+# What a time is measured with: the wall clock (what a step takes), or this thread's CPU time, which
+# other processes on a shared machine do not inflate (exact only with one intra-op thread).
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+class Timing:
+    """How each time is taken: `warmup` untimed runs, then the median of `repeats` timed ones."""
+
+    def __init__(self, warmup=2, repeats=5, clock="wall"):
+        if clock not in CLOCKS:
+            raise ValueError(f"unknown clock '{clock}'; known: {', '.join(CLOCKS)}")
+        self.warmup, self.repeats, self.clock = warmup, repeats, clock
+
+
+def _median_ms(fn, timing):
+    clock = CLOCKS[timing.clock]
+    for _ in range(timing.warmup):
         fn()
     samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+    for _ in range(timing.repeats):
+        start = clock()
         fn()
-        samples.append(time.perf_counter() - start)
+        samples.append(clock() - start)
     return 1e3 * statistics.median(samples)
 
 
@@ -125,7 +140,7 @@ class PassTimes:
         self.backward_weight = backward_weight
 
 
-def time_operator(node, module, values, parameters, needs_gradient, warmup, repeats):
+def time_operator(node, module, values, parameters, needs_gradient, timing):
     """Median forward, input-gradient and weight-gradient times (ms) of one operator run alone on
     copies of its recorded inputs. `needs_gradient(input_node)`: whether training needs the gradient
     of that input (not for the data)."""
@@ -150,7 +165,7 @@ def time_operator(node, module, values, parameters, needs_gradient, warmup, repe
     def forward():
         return fn(*args, **kwargs)
 
-    forward_ms = _median_ms(forward, warmup, repeats)
+    forward_ms = _median_ms(forward, timing)
     parameters = [p for p in parameters if p.requires_grad]
     output = [t for t in _tensors(forward()) if t.requires_grad]
     if not output:
@@ -160,12 +175,12 @@ def time_operator(node, module, values, parameters, needs_gradient, warmup, repe
     def gradient(wrt):
         return lambda: torch.autograd.grad(output, wrt, seeds, retain_graph=True, allow_unused=True)
 
-    input_ms = _median_ms(gradient(leaves), warmup, repeats) if leaves else 0.0
-    weight_ms = _median_ms(gradient(parameters), warmup, repeats) if parameters else 0.0
+    input_ms = _median_ms(gradient(leaves), timing) if leaves else 0.0
+    weight_ms = _median_ms(gradient(parameters), timing) if parameters else 0.0
     return PassTimes(forward_ms, input_ms, weight_ms)
 
 
-def time_loss(loss, output, warmup, repeats):
+def time_loss(loss, output, timing):
     """The loss as one more operator: forward and input-gradient times (ms)."""
     logits = [t.detach().clone().requires_grad_(True) for t in _tensors(output) if t.is_floating_point()]
     structured = logits[0] if isinstance(output, torch.Tensor) else logits
@@ -174,13 +189,13 @@ def time_loss(loss, output, warmup, repeats):
         torch.manual_seed(0)
         return apply_loss(loss, structured)
 
-    forward_ms = _median_ms(forward, warmup, repeats)
+    forward_ms = _median_ms(forward, timing)
     result = forward()
-    input_ms = _median_ms(lambda: torch.autograd.grad(result, logits, retain_graph=True), warmup, repeats)
+    input_ms = _median_ms(lambda: torch.autograd.grad(result, logits, retain_graph=True), timing)
     return PassTimes(forward_ms, input_ms, 0.0)
 
 
-def time_whole_step(model, inputs, loss, warmup, repeats):
+def time_whole_step(model, inputs, loss, timing):
     """Median time (ms) of the whole model's forward, loss and backward: what the operators' times
     should add up to."""
     def step():
@@ -189,4 +204,4 @@ def time_whole_step(model, inputs, loss, warmup, repeats):
         result = apply_loss(loss, model(*inputs))
         result.backward()
 
-    return _median_ms(step, warmup, repeats)
+    return _median_ms(step, timing)

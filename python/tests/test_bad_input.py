@@ -73,6 +73,10 @@ class UnknownOperators(unittest.TestCase):
                                        r"unknown \(gatedblock\): measured time only$")
         self.assertEqual(graph["capture"]["kept_whole"][0]["module"], "1")
 
+    def test_unknown_clock(self):
+        with self.assertRaisesRegex(CaptureError, r"^unknown clock 'sundial'; known: wall, cpu$"):
+            capture(models.tiny_unet(), [torch.randn(2, 3, 8, 8)], clock="sundial")
+
     def test_the_loss_needs_class_scores(self):
         with self.assertRaisesRegex(CaptureError, r"--loss cross_entropy needs class scores in the output's last "
                                                   r"dimension, the output has shape \[2\]"):

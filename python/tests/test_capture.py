@@ -76,6 +76,7 @@ class AgreesWithTheRealModel(unittest.TestCase):
         self.assertRegex(graph["hardware"]["name"], rf", {torch.get_num_threads()} threads? \(PyTorch ")
         self.assertGreater(graph["hardware"]["flop_rate"], 0)
         self.assertEqual(graph["capture"]["threads"], torch.get_num_threads())
+        self.assertEqual((graph["capture"]["clock"], graph["capture"]["repeats"]), ("wall", 1))
         self.assertEqual(graph["capture"]["inputs"], [{"shape": [2, 10, 64], "dtype": "float32"}])
         self.assertEqual(graph["reference"], {"microbatch_size": 2, "seq_len": 1})
 

@@ -401,6 +401,7 @@ ordered capture_json(const CaptureRecord& capture) {
   out["threads"] = capture.threads;
   out["warmup"] = capture.warmup;
   out["repeats"] = capture.repeats;
+  if (!capture.clock.empty()) out["clock"] = capture.clock;
   if (!capture.torch_version.empty()) out["torch"] = capture.torch_version;
   if (!capture.kept_whole.empty()) {
     out["kept_whole"] = ordered::array();

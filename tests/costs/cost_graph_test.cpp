@@ -250,6 +250,7 @@ TEST(CapturedGraphs, NotesAndKeptModulesRoundTrip) {
                                 .threads = 2,
                                 .warmup = 2,
                                 .repeats = 5,
+                                .clock = "cpu",
                                 .torch_version = "1.13.0",
                                 .kept_whole = {{"blocks.1", "control flow at m.py:9"}}};
   EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), "again"), graph);
@@ -269,7 +270,7 @@ TEST(CapturedGraphs, CaptureRecordErrorsNameTheJsonPath) {
   EXPECT_EQ(captured(R"({"file": 3})"), "g.json: capture.file: expected a string, got 3");
   EXPECT_EQ(captured(R"({"model": "x"})"),
             "g.json: capture.model: unknown key (known keys: file, factory, inputs, loss, threads, warmup, repeats, "
-            "torch, kept_whole)");
+            "clock, torch, kept_whole)");
 }
 
 }  // namespace

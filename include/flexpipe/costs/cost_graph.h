@@ -145,7 +145,8 @@ struct CaptureRecord {
   std::string loss;  // cross_entropy, mse, none, custom
   int threads = 0;
   int warmup = 0;
-  int repeats = 0;
+  int repeats = 0;    // 0: not timed
+  std::string clock;  // "wall", or "cpu" (the measuring thread's CPU time)
   std::string torch_version;
   std::vector<KeptWholeModule> kept_whole;
   friend bool operator==(const CaptureRecord&, const CaptureRecord&) = default;
