@@ -33,8 +33,8 @@ constexpr int kVersion = 1;
 
 constexpr std::string_view kTopLevelKeys[] = {"format",   "version", "name",  "time_unit", "reference",
                                               "hardware", "layers",  "nodes", "edges",     "capture"};
-constexpr std::string_view kCaptureKeys[] = {"file",   "factory", "inputs", "loss",      "threads",
-                                             "warmup", "repeats", "torch",  "kept_whole"};
+constexpr std::string_view kCaptureKeys[] = {"file",   "factory", "inputs", "loss",  "threads",
+                                             "warmup", "repeats", "clock",  "torch", "kept_whole"};
 constexpr std::string_view kCapturedInputKeys[] = {"shape", "dtype"};
 constexpr std::string_view kKeptWholeKeys[] = {"module", "reason"};
 constexpr std::string_view kReferenceKeys[] = {"microbatch_size", "seq_len"};
@@ -271,6 +271,7 @@ class Reader : public detail::JsonPathReader {
                  {{"file", &result.file},
                   {"factory", &result.factory},
                   {"loss", &result.loss},
+                  {"clock", &result.clock},
                   {"torch", &result.torch_version}},
                  &Reader::text);
     read_present(value, "capture",
