@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <thread>
@@ -199,14 +200,52 @@ class GlooTransport final : public Transport {
     }
   }
 
-  // c10d's collective timeout says only "Operation timed out!", so the collective's name goes first.
+  // c10d's collective timeout says only "Operation timed out!", so the collective's name goes first,
+  // and the ranks that never reached it after.
   void all_reduce(const at::Tensor& tensor, const char* what, std::chrono::milliseconds timeout) {
     std::vector<at::Tensor> tensors{tensor};
+    const int64_t collective = ++collectives_;
+    mark_arrival(collective);
     try {
       group_->allreduce(tensors)->wait(c10d_timeout(timeout));
     } catch (const std::exception& error) {
-      throw TransportError(fmt::format("{}: {}{}", what, backend_message(error), whether_rank_zero_is_gone()));
+      std::string blame = whether_rank_zero_is_gone();
+      if (blame.empty()) blame = ranks_that_did_not_arrive(collective);
+      throw TransportError(fmt::format("{}: {}{}", what, backend_message(error), blame));
     }
+  }
+
+  // Every rank runs the same collectives in the same order, so the n-th is the same on all of them.
+  // Each rank overwrites one store key with the number of the last collective it reached: one small
+  // write per collective, and the store's size stays constant however long the run.
+  static std::string arrival_key(int rank) { return fmt::format("arrived/{}", rank); }
+
+  void mark_arrival(int64_t collective) {
+    try {
+      store_->set(arrival_key(env_.rank), std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(&collective),
+                                                               reinterpret_cast<const uint8_t*>(&collective + 1)));
+    } catch (const std::exception&) {
+      // The store gone is rank 0 gone, which the collective itself will report.
+    }
+  }
+
+  std::string ranks_that_did_not_arrive(int64_t collective) const {
+    std::vector<int> absent;
+    try {
+      for (int rank = 0; rank < env_.world_size; ++rank) {
+        if (rank == env_.rank) continue;
+        int64_t reached = 0;
+        if (store_->check({arrival_key(rank)})) {
+          const std::vector<uint8_t> value = store_->get(arrival_key(rank));
+          if (value.size() == sizeof reached) std::memcpy(&reached, value.data(), sizeof reached);
+        }
+        if (reached < collective) absent.push_back(rank);
+      }
+    } catch (const std::exception&) {
+      return "";
+    }
+    if (absent.empty()) return "";
+    return fmt::format("; {} {} did not arrive", absent.size() == 1 ? "rank" : "ranks", fmt::join(absent, ", "));
   }
 
   // Gloo's collectives do not say which peer they waited for. One can be named without a cost on
@@ -228,6 +267,7 @@ class GlooTransport final : public Transport {
 
   RankEnv env_;
   c10::intrusive_ptr<c10d::Store> store_;  // kept for the group's lifetime; rank 0's also serves the others
+  int64_t collectives_ = 0;                // collectives this rank has entered
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
 };
 

@@ -514,12 +514,32 @@ TEST(GlooTransport, ACollectiveNamesRankZeroWhenItIsGone) {
   }
 }
 
-TEST(GlooTransport, ACollectiveDoesNotBlameRankZeroForAnotherRank) {
+TEST(GlooTransport, ACollectiveNamesTheRankThatLeftInsteadOfRankZero) {
   const std::vector<std::string> errors = barrier_errors_after_leaving(2);
   for (int rank : {0, 1}) {
     EXPECT_TRUE(errors[rank].starts_with("barrier: ")) << errors[rank];
+    EXPECT_TRUE(errors[rank].ends_with("; rank 2 did not arrive")) << errors[rank];
     EXPECT_EQ(errors[rank].find("rank 0, which hosts"), std::string::npos) << errors[rank];
   }
+}
+
+// A rank that is alive but silent (stuck in computation, stopped) makes the others time out; each
+// rank marks the collectives it reaches, so they name it, however many collectives came before.
+TEST(GlooTransport, ACollectiveNamesTheSilentRanks) {
+  const int port = free_port();
+  std::latch finished(2);
+  std::vector<std::string> errors(4);
+  on_threads(4, [&](int rank) {
+    auto transport = connect_loopback(rank, 4, port, 3s);
+    for (int round = 0; round < 3; ++round) transport->barrier(kPatient);
+    if (rank == 1 || rank == 3) {
+      finished.wait();  // silent: alive, its sockets open, but not in the collective
+      return;
+    }
+    errors[rank] = error_of([&] { transport->all_reduce_sum(at::ones({2}), 300ms); });
+    finished.count_down();
+  });
+  for (int rank : {0, 2}) EXPECT_EQ(errors[rank], "all_reduce_sum: Operation timed out!; ranks 1, 3 did not arrive");
 }
 
 // The peer as a real process that dies by SIGKILL, as `FaultInjection` does it: the kernel closes its
@@ -579,7 +599,7 @@ TEST(GlooTransport, AllReduceHonoursItsTimeout) {
     waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     finished.count_down();
   });
-  EXPECT_EQ(error, "all_reduce_sum: Operation timed out!");
+  EXPECT_EQ(error, "all_reduce_sum: Operation timed out!; rank 1 did not arrive");
   EXPECT_GE(waited, 300ms);
   EXPECT_LT(waited, 2500ms) << error;
 }
