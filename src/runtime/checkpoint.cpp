@@ -1,6 +1,7 @@
 #include "checkpoint.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,26 +12,16 @@
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/train/checkpoint_file.h"
 
 namespace flexpipe::runtime {
 
 namespace {
 
-constexpr const char* kMagic = "flexpipe-checkpoint 1";
-
-uint64_t fnv1a(const char* data, size_t size, uint64_t hash = 1469598103934665603ULL) {
-  for (size_t i = 0; i < size; ++i) {
-    hash ^= static_cast<unsigned char>(data[i]);
-    hash *= 1099511628211ULL;
-  }
-  return hash;
-}
-
-at::ScalarType dtype_named(const std::string& name, const std::string& path) {
+at::ScalarType dtype_named(const std::string& name) {
   if (name == "float32") return at::kFloat;
   if (name == "float64") return at::kDouble;
-  if (name == "int64") return at::kLong;
-  throw Error(fmt::format("{}: unknown tensor dtype '{}'", path, name));
+  return at::kLong;  // the file format knows no other (parse_checkpoint_file checked)
 }
 
 std::string dtype_name(at::ScalarType type) {
@@ -49,64 +40,34 @@ std::string checkpoint_path(const std::string& dir, int step, int rank) {
 }
 
 void write_rank_checkpoint(const std::string& path, const RankCheckpoint& checkpoint) {
-  nlohmann::json header = {{"step", checkpoint.step},
-                           {"optimizer_steps", checkpoint.optimizer_steps},
-                           {"identity", checkpoint.identity},
-                           {"tensors", nlohmann::json::array()}};
-  std::string data;
+  CheckpointFile file{.step = checkpoint.step,
+                      .optimizer_steps = checkpoint.optimizer_steps,
+                      .identity = checkpoint.identity};
   for (const auto& [name, tensor] : checkpoint.tensors) {
     const at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
     const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-    header["tensors"].push_back({{"name", name},
-                                 {"dtype", dtype_name(t.scalar_type())},
-                                 {"shape", t.sizes().vec()},
-                                 {"offset", data.size()},
-                                 {"bytes", bytes}});
-    data.append(static_cast<const char*>(t.data_ptr()), bytes);
+    file.tensors.push_back({.name = name,
+                            .dtype = dtype_name(t.scalar_type()),
+                            .shape = t.sizes().vec(),
+                            .offset = file.data.size(),
+                            .bytes = bytes});
+    file.data.append(static_cast<const char*>(t.data_ptr()), bytes);
   }
-  header["checksum"] = fmt::format("{:016x}", fnv1a(data.data(), data.size()));
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  write_text_file(path, std::string(kMagic) + "\n" + header.dump() + "\n" + data);
+  write_text_file(path, checkpoint_file_bytes(file));
 }
 
 RankCheckpoint read_rank_checkpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(fmt::format("{}: cannot open the checkpoint", path));
-  std::string magic, header_line;
-  std::getline(in, magic);
-  if (magic != kMagic)
-    throw Error(fmt::format("{}: not a FlexPipe checkpoint (first line '{}')", path, printable(magic)));
-  std::getline(in, header_line);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(header_line);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("{}:2: malformed checkpoint header: {}", path, printable(e.what(), 200)));
-  }
-  std::stringstream rest;
-  rest << in.rdbuf();
-  const std::string data = rest.str();
-  RankCheckpoint checkpoint;
-  try {
-    if (fmt::format("{:016x}", fnv1a(data.data(), data.size())) != header.at("checksum").get<std::string>())
-      throw Error(fmt::format("{}: checksum mismatch: the file is damaged or was cut short", path));
-    checkpoint.step = header.at("step").get<int>();
-    checkpoint.optimizer_steps = header.at("optimizer_steps").get<int>();
-    checkpoint.identity = header.at("identity");
-    for (const auto& entry : header.at("tensors")) {
-      const auto shape = entry.at("shape").get<std::vector<int64_t>>();
-      const size_t offset = entry.at("offset").get<size_t>(), bytes = entry.at("bytes").get<size_t>();
-      if (offset + bytes > data.size()) throw Error(fmt::format("{}: tensor data runs past the end of the file", path));
-      at::Tensor t =
-          at::empty(shape, at::TensorOptions().dtype(dtype_named(entry.at("dtype").get<std::string>(), path)));
-      if (static_cast<size_t>(t.numel()) * t.element_size() != bytes)
-        throw Error(
-            fmt::format("{}: tensor {} has {} bytes for its shape", path, entry.at("name").get<std::string>(), bytes));
-      std::memcpy(t.data_ptr(), data.data() + offset, bytes);
-      checkpoint.tensors.emplace_back(entry.at("name").get<std::string>(), t);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(fmt::format("{}:2: malformed checkpoint header: {}", path, e.what()));
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  const CheckpointFile file = parse_checkpoint_file(bytes.str(), path);
+  RankCheckpoint checkpoint{.step = file.step, .optimizer_steps = file.optimizer_steps, .identity = file.identity};
+  for (const CheckpointTensorRecord& record : file.tensors) {
+    at::Tensor t = at::empty(record.shape, at::TensorOptions().dtype(dtype_named(record.dtype)));
+    std::memcpy(t.data_ptr(), file.data.data() + record.offset, record.bytes);
+    checkpoint.tensors.emplace_back(record.name, t);
   }
   return checkpoint;
 }

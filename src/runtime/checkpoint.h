@@ -4,9 +4,8 @@
 // moves only after every rank has renamed its file, so a crash during a save leaves the previous
 // checkpoint the one `--resume` loads, never a half-written one.
 //
-// File layout (`DIR/step-<K>/rank-<R>.bin`): a first line "flexpipe-checkpoint 1", a second line of
-// JSON (step, optimizer steps, seed, the run's identity, and per tensor its name, dtype, shape, byte
-// offset and length, plus an FNV-1a checksum of all data), then the raw little-endian tensor bytes.
+// One file per rank, `DIR/step-<K>/rank-<R>.bin`, laid out as include/flexpipe/train/checkpoint_file.h
+// says (its torch-free reader is fuzzed).
 #include <cstdint>
 #include <string>
 #include <utility>
