@@ -1,6 +1,7 @@
 // flexpipe: one binary, one subcommand per job. Exit codes: include/flexpipe/support/exit_status.h.
 #include "flexpipe/support/exit_status.h"
 #include "options.h"
+#include "parse_errors.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"FlexPipe: write, check, simulate, draw and convert pipeline-parallel training schedules."};
@@ -25,8 +26,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // --help and --version arrive as ParseErrors with code 0; CLI11 has printed the message.
-    return app.exit(e) == 0 ? flexpipe::kExitSuccess : flexpipe::kExitBadInput;
+    // --help and --version arrive as ParseErrors with code 0, printed by CLI11.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    return flexpipe::report_error(flexpipe::kExitBadInput,
+                                  flexpipe::cli::describe_parse_error(app, e,
+                                                                      std::vector<std::string>(argv + 1, argv + argc)));
   } catch (const std::exception& e) {
     return flexpipe::report_exception(e);
   }

@@ -53,6 +53,20 @@ TEST_F(BadInput, LimitsAndRatesMustBeNumbersInTheirRange) {
   expect_refused(cases, 2, true);
 }
 
+TEST_F(BadInput, MistypedSubcommandsAndOptionsGetTheClosestName) {
+  expect_refused({
+      {"simulte 1f1b", "error: unknown subcommand 'simulte'; did you mean 'simulate'? (flexpipe --help lists them)\n"},
+      {"frobnicate", "error: unknown subcommand 'frobnicate' (flexpipe --help lists them)\n"},
+      {"", "error: name a subcommand (flexpipe --help lists them)\n"},
+      {"simulate 1f1b --memroy-limit 8",
+       "error: simulate: unexpected arguments '--memroy-limit' (did you mean --memory-limit?), '8'; see flexpipe "
+       "simulate --help\n"},
+      {"simulate 1f1b --bogus extra",
+       "error: simulate: unexpected arguments '--bogus', 'extra'; see flexpipe simulate --help\n"},
+  });
+  expect_refused({{"partition --model gpt3-1.3b -p 4", "--memory-limit is required"}}, 2, true);
+}
+
 TEST_F(BadInput, TrainChecksTheJobOnceBeforeStartingAnyRank) {
   // 100 pipeline stages cannot be cut from the default model's 54 operators: one error from the
   // launcher, not one from each of 100 ranks.

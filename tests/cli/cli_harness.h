@@ -54,14 +54,17 @@ class CliHarness : public ::testing::Test {
     return run;
   }
 
-  // Each command exits with `exit_code` and prints exactly its message on stderr (or, with
-  // `first_line_only`, as the first line: CLI11 adds a hint after its own).
+  // Each command exits with `exit_code` and prints exactly its message on stderr. With
+  // `option_error`, the message is an option's, reported while the command line is read, as one line:
+  // "error: MESSAGE (see flexpipe SUBCOMMAND --help)".
   void expect_refused(const std::vector<std::pair<std::string, std::string>>& cases, int exit_code = 2,
-                      bool first_line_only = false) {
+                      bool option_error = false) {
     for (const auto& [args, message] : cases) {
       const Outcome run = flexpipe(args);
       EXPECT_EQ(run.exit_code, exit_code) << args;
-      EXPECT_EQ(first_line_only ? run.err.substr(0, run.err.find('\n')) : run.err, message) << args;
+      const std::string subcommand = args.substr(0, args.find(' '));
+      EXPECT_EQ(run.err, option_error ? "error: " + message + " (see flexpipe " + subcommand + " --help)\n" : message)
+          << args;
     }
   }
 
