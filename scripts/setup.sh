@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what FlexPipe builds with, from Debian 12's packages only. Run as root.
+# Installs what FlexPipe builds with, from Debian 12's packages only. Run as root. One line per step;
+# the package manager's own output goes to a log, named when a step fails.
 set -euo pipefail
 # libtorch-dev, libgloo-dev (c10d's ProcessGroupGloo headers) and libopenblas0-pthread (without it
 # libtorch falls back to reference BLAS, about 47x slower) are the runtime's. python3-torch and
@@ -11,8 +12,21 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -gt 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} Debian packages are installed"
+  exit 0
 fi
+log=${SETUP_LOG:-/tmp/flexpipe-setup.log}
+: >"$log"
+step() {  # step DESCRIPTION COMMAND...: one line, the command's output in the log
+  echo "setup: $1"
+  if ! "${@:2}" >>"$log" 2>&1; then
+    echo "setup: failed: $1 (the package manager's output: $log)" >&2
+    tail -n 20 "$log" >&2
+    exit 1
+  fi
+}
+export DEBIAN_FRONTEND=noninteractive
+step "updating the package lists" apt-get update
+step "installing ${#missing[@]} packages: ${missing[*]}" apt-get install -y --no-install-recommends "${missing[@]}"
+echo "setup: done"
