@@ -1,5 +1,7 @@
 """python3 -m flexpipe capture FILE.py:FACTORY --input SHAPE[:dtype] ... [--loss L] -o OUT: the same
-command as `flexpipe capture`, which runs this. Exit codes follow the C++ binary's: 2 for bad input."""
+command as `flexpipe capture`, which runs this; python3 -m flexpipe export GRAPH --plan PLAN -o DIR: the
+captured model cut into TorchScript chunks (docs/export.md). Exit codes follow the C++ binary's: 2 for bad
+input."""
 import argparse
 import json
 import os
@@ -29,10 +31,49 @@ def _arguments(argv):
     return parser.parse_args(argv)
 
 
+def _export_arguments(argv):
+    parser = argparse.ArgumentParser(prog="flexpipe export",
+                                     description="Cut a captured model at a partition plan's stage boundaries into "
+                                                 "TorchScript modules with a manifest (docs/export.md).")
+    parser.add_argument("graph", metavar="GRAPH.json", help="a cost graph written by `flexpipe capture`")
+    parser.add_argument("--plan", required=True, metavar="PLAN.json",
+                        help="a partition plan for that graph (`flexpipe partition -o`)")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR",
+                        help="the directory to write stage_K.pt, loss.pt and manifest.json to")
+    parser.add_argument("--dtype", choices=["float32", "float64", "float16", "bfloat16"],
+                        help="convert the model and its floating inputs first (default: as captured)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip running the written chunks once against the model")
+    return parser.parse_args(argv)
+
+
+def _export(argv):
+    options = _export_arguments(argv)
+    from .errors import CaptureError
+    from .export import export
+    try:
+        manifest = export(options.graph, options.plan, options.output, dtype=options.dtype,
+                          check=not options.no_check)
+    except CaptureError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
+    except OSError as error:
+        print(f"error: {error.filename or options.output}: cannot write: {error.strerror}", file=sys.stderr)
+        return BAD_INPUT
+    pieces = sum(len(chunk.get("pieces", [])) for chunk in manifest["chunks"])
+    print(f"{os.path.join(options.output, 'manifest.json')}: {len(manifest['chunks'])} chunks"
+          + (f" ({pieces} pieces where the plan recomputes or offloads)" if pieces else "")
+          + f", loss {manifest['loss']['kind']} in chunk {manifest['loss']['chunk']}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "export":
+        return _export(argv[1:])
     if not argv or argv[0] != "capture":
-        print("usage: python3 -m flexpipe capture FILE.py:FACTORY --input SHAPE ... -o OUT", file=sys.stderr)
+        print("usage: python3 -m flexpipe capture FILE.py:FACTORY --input SHAPE ... -o OUT\n"
+              "       python3 -m flexpipe export GRAPH.json --plan PLAN.json -o DIR", file=sys.stderr)
         return BAD_INPUT
     options = _arguments(argv[1:])
     from .capture import capture

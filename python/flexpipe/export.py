@@ -1,0 +1,797 @@
+"""export(): a captured model cut at a partition plan's stage boundaries into TorchScript modules, one
+per chunk (and one per piece of a chunk where the plan recomputes or offloads), with a manifest that
+says what enters and leaves each module, which parameters it holds by their original names, and where
+the loss is computed (docs/export.md). Python only cuts and writes; the training runs elsewhere.
+
+The model is rebuilt from the graph's capture record (FILE.py:FACTORY, the example inputs) and traced
+again with the capture's tracer, so the fx node names are the cost graph's operator names and a plan's
+operator ranges select fx nodes. A cut may fall anywhere in that order: every value that crosses it is
+handed over as tensors; numbers computed from shapes are baked in as constants (the graph is
+specialized to the captured shapes anyway); parameters are never handed over: a chunk that reads one
+holds it."""
+import json
+import operator
+import os
+import re
+from typing import List, Optional
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+from .errors import CaptureError
+from .loading import DTYPES, build_model, example_input
+from .losses import LOSSES
+from .measure import LOSS_NODE
+from .tracing import trace
+
+FORMAT = "flexpipe-export"
+VERSION = 1
+MANIFEST = "manifest.json"
+SEED = 0  # torch.manual_seed before the factory runs: the exported weights are the seeded model's
+
+# Relative tolerance of export's own check (the chained chunks against the model), per data type.
+_CHECK_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading the inputs
+
+def _read_json(source, what):
+    """(document, origin): a dict as it is, or a JSON file; origin names it in errors."""
+    if isinstance(source, dict):
+        return source, f"the {what}"
+    path = os.fspath(source)
+    try:
+        with open(path) as f:
+            return json.load(f), path
+    except FileNotFoundError:
+        raise CaptureError(f"{path}: no such file") from None
+    except OSError as error:
+        raise CaptureError(f"{path}: cannot read: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise CaptureError(f"{path}:{error.lineno}:{error.colno}: {error.msg}") from None
+
+
+def _check_graph(graph, origin):
+    if not isinstance(graph, dict) or graph.get("format") != "flexpipe-cost-graph":
+        raise CaptureError(f"{origin}: not a cost graph (\"format\": \"flexpipe-cost-graph\")")
+    nodes = graph.get("nodes")
+    if not isinstance(nodes, list) or not nodes or not all(isinstance(n, dict) and "name" in n for n in nodes):
+        raise CaptureError(f"{origin}: \"nodes\" must be a non-empty array of named operators")
+    record = graph.get("capture")
+    if not isinstance(record, dict):
+        raise CaptureError(f"{origin}: no capture record: export rebuilds the model from the file, factory and "
+                           "inputs that `flexpipe capture` records")
+    missing = [key for key in ("file", "factory", "inputs") if key not in record]
+    if missing:
+        raise CaptureError(f"{origin}: the capture record has no {', '.join(missing)}: export rebuilds the model "
+                           "from FILE.py:FACTORY (a graph captured from Python names them with source=...)")
+    if record.get("loss", "none") not in LOSSES:
+        raise CaptureError(f"{origin}: the capture's loss '{record.get('loss')}' cannot be exported; known: "
+                           f"{', '.join(LOSSES)}")
+    inputs = record["inputs"]
+    if not isinstance(inputs, list) or not inputs:
+        raise CaptureError(f"{origin}: capture.inputs must be a non-empty array of {{shape, dtype}}")
+    for i, entry in enumerate(inputs):
+        shape = entry.get("shape") if isinstance(entry, dict) else None
+        if (not isinstance(shape, list) or not shape or not all(isinstance(d, int) and d > 0 for d in shape)
+                or entry.get("dtype", "float32") not in DTYPES):
+            raise CaptureError(f"{origin}: capture.inputs[{i}] must be {{\"shape\": [positive integers], "
+                               f"\"dtype\": one of {', '.join(DTYPES)}}}")
+
+
+def _check_plan(plan, origin, graph):
+    if not isinstance(plan, dict) or plan.get("format") != "flexpipe-partition-plan":
+        raise CaptureError(f"{origin}: not a partition plan (\"format\": \"flexpipe-partition-plan\")")
+    operators = len(graph["nodes"])
+    if plan.get("graph") != graph.get("name") or plan.get("graph_operators") != operators:
+        raise CaptureError(f"{origin}: made for '{plan.get('graph')}' with {plan.get('graph_operators')} operators, "
+                           f"the graph '{graph.get('name')}' has {operators}")
+    stages = plan.get("stages")
+    if not isinstance(stages, list) or not stages:
+        raise CaptureError(f"{origin}: \"stages\" must be a non-empty array")
+    names = [n["name"] for n in graph["nodes"]]
+    start = 0
+    for k, stage in enumerate(stages):
+        count = stage.get("operators") if isinstance(stage, dict) else None
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise CaptureError(f"{origin}: stages[{k}].operators must be a positive integer, got {count!r}")
+        if start + count > operators:
+            raise CaptureError(f"{origin}: stages[{k}] ends at operator {start + count}, past the {operators} "
+                               f"operators of '{graph.get('name')}'")
+        for key, index in (("first", start), ("last", start + count - 1)):
+            if key in stage and stage[key] != names[index]:
+                raise CaptureError(f"{origin}: stages[{k}].{key} is '{stage[key]}', but operator {index} of "
+                                   f"'{graph.get('name')}' is '{names[index]}'")
+        own = set(names[start:start + count])
+        for key in ("recompute", "offload"):
+            listed = stage.get(key, [])
+            if not isinstance(listed, list):
+                raise CaptureError(f"{origin}: stages[{k}].{key} must be an array of operator names")
+            for name in listed:
+                if name not in own:
+                    raise CaptureError(f"{origin}: stages[{k}].{key}: '{name}' is not an operator of stage {k} "
+                                       f"({names[start]} .. {names[start + count - 1]})")
+        start += count
+    if start != operators:
+        raise CaptureError(f"{origin}: its stages hold {start} operators, the graph '{graph.get('name')}' has "
+                           f"{operators}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Values: tensors, and structures of them
+
+def _leaves(value, path=()):
+    """[(path, leaf)] of a value: tuples, lists and dicts are walked, anything else is a leaf."""
+    if isinstance(value, torch.Tensor):
+        return [(path, value)]
+    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
+        return [leaf for i, item in enumerate(value) for leaf in _leaves(item, path + (i,))]
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in _leaves(item, path + (key,))]
+    return [(path, value)]
+
+
+def _at(value, path):
+    for step in path:
+        value = value[step]
+    return value
+
+
+def _key_name(key):
+    node, path = key
+    return node.name + "".join(f"[{step}]" for step in path)
+
+
+def _dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+# ---------------------------------------------------------------------------------------------------
+# In-place operators: made out-of-place where nothing can tell the difference
+
+_INPLACE_OPERATORS = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+                      operator.itruediv: operator.truediv}
+
+
+def _mutated_input(node, module_of):
+    """The node whose tensor `node` modifies in place, or None."""
+    first = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
+    if first is None:
+        return None
+    if node.op == "call_module":
+        return first if getattr(module_of(node), "inplace", False) is True else None
+    if node.op == "call_method":
+        name = node.target
+        return first if name.endswith("_") and not name.startswith("_") and hasattr(torch.Tensor, name[:-1]) else None
+    if node.op == "call_function":
+        if node.kwargs.get("inplace") is True or node.target in _INPLACE_OPERATORS:
+            return first
+        name = getattr(node.target, "__name__", "")
+        if name.endswith("_") and not name.startswith("_") and getattr(torch, name, None) is node.target and \
+                hasattr(torch, name[:-1]):
+            return first
+    return None
+
+
+def _storage(value):
+    try:
+        return value.storage().data_ptr() if isinstance(value, torch.Tensor) else None
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _make_out_of_place(graph_module, values):
+    """Every in-place operator whose input nothing reads afterwards (no later reader of that tensor or of
+    a view of it) becomes its out-of-place twin: the same numbers, and a chunk never modifies a tensor it
+    received (a leaf of the runtime's autograd graph, and possibly relayed further). Returns the nodes
+    left in place."""
+    nodes = [n for n in graph_module.graph.nodes]
+    position = {n: i for i, n in enumerate(nodes)}
+    modules = {}
+    left = set()
+
+    def module_of(node):
+        return graph_module.get_submodule(node.target)
+
+    for node in nodes:
+        mutated = _mutated_input(node, module_of)
+        if mutated is None:
+            continue
+        storage = _storage(values.get(mutated))
+        safe = storage is not None and mutated.op != "get_attr"
+        for later in nodes[position[node] + 1:]:
+            if not safe:
+                break
+            for read in later.all_input_nodes:
+                if read is not node and position[read] < position[node] and any(
+                        _storage(leaf) == storage for _, leaf in _leaves(values.get(read))):
+                    safe = False
+        if node.op == "call_module":
+            modules.setdefault(node.target, []).append((node, safe))
+            continue
+        if not safe:
+            left.add(node)
+        elif node.op == "call_method":
+            node.target = node.target[:-1]
+        elif node.kwargs.get("inplace") is True:
+            node.kwargs = {**node.kwargs, "inplace": False}
+        elif node.target in _INPLACE_OPERATORS:
+            node.target = _INPLACE_OPERATORS[node.target]
+        else:
+            node.target = getattr(torch, node.target.__name__[:-1])
+    for target, calls in modules.items():
+        if all(safe for _, safe in calls):
+            graph_module.get_submodule(target).inplace = False
+        else:
+            left.update(node for node, _ in calls)
+    return left
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cutting
+
+class _Cutter:
+    """The traced model and what is known of its nodes; builds the GraphModule of any run of them."""
+
+    def __init__(self, graph_module, tracer, model_inputs, kept_whole, inplace_nodes, parameter_names):
+        self.gm = graph_module
+        self.values = tracer.values
+        self.metadata = tracer.metadata_nodes
+        self.model_inputs = model_inputs
+        self.kept_whole = kept_whole
+        self.inplace_nodes = inplace_nodes
+        self.parameter_names = parameter_names  # id(tensor) -> its state_dict names in the model
+        self.nodes = [n for n in graph_module.graph.nodes if n.op not in ("placeholder", "output")]
+        self.output = next(n for n in graph_module.graph.nodes if n.op == "output")
+        self.position = {n: i for i, n in enumerate(self.nodes)}
+        for i, placeholder in enumerate(n for n in graph_module.graph.nodes if n.op == "placeholder"):
+            self.position[placeholder] = -1 - i
+        self.position[self.output] = len(self.nodes)
+        self._data = {}
+        self._scripted = {}
+        self.needs_grad = self._needs_grad()
+
+    def _needs_grad(self):
+        """Nodes whose value depends on a parameter that requires a gradient."""
+        result = set()
+        for node in self.nodes:
+            if node.op == "call_module":
+                own = any(p.requires_grad for p in self.gm.get_submodule(node.target).parameters())
+            elif node.op == "get_attr":
+                own = isinstance(self.values.get(node), torch.Tensor) and self.values[node].requires_grad
+            else:
+                own = False
+            if own or any(a in result for a in node.all_input_nodes):
+                result.add(node)
+        return result
+
+    def keys(self, node):
+        """The tensors a node's value holds: (node, path) per tensor leaf. Parameters are not handed over."""
+        if node.op == "get_attr":
+            return []
+        return [(node, path) for path, leaf in _leaves(self.values.get(node)) if isinstance(leaf, torch.Tensor)]
+
+    def tensor(self, key):
+        return _at(self.values[key[0]], key[1])
+
+    def describe(self, key):
+        value = self.tensor(key)
+        node = key[0]
+        entry = {"name": _key_name(key), "shape": list(value.shape), "dtype": _dtype_name(value.dtype),
+                 "requires_grad": bool(node in self.needs_grad and value.is_floating_point())}
+        entry["model_input"] = node in self.model_inputs
+        return entry
+
+    def depends_on_data(self, node):
+        """Whether a value that is not a tensor was computed from tensor data (then it cannot be baked in)."""
+        if node not in self._data:
+            if node.op in ("placeholder", "get_attr") or node in self.metadata:
+                self._data[node] = False
+            else:
+                self._data[node] = any(self.keys(a) or self.depends_on_data(a) for a in node.all_input_nodes)
+        return self._data[node]
+
+    def reads(self, members, consumers):
+        """The tensors `consumers` read from nodes outside `members`, in the model's order."""
+        found = set()
+        for consumer in consumers:
+            for read in consumer.all_input_nodes:
+                if read not in members:
+                    found.update(self.keys(read))
+        return sorted(found, key=self.order)
+
+    def order(self, key):
+        return self.position[key[0]], tuple(str(step) for step in key[1])
+
+    def build(self, members, inputs, outputs, what):
+        """A GraphModule computing `members` (fx nodes, in order) from `inputs` (keys) to `outputs` (keys)."""
+        graph = fx.Graph()
+        placeholders = {}
+        used_names = set()
+        for key in inputs:
+            name = re.sub(r"\W", "_", _key_name(key))
+            while name in used_names:
+                name += "_"
+            used_names.add(name)
+            placeholders[key] = graph.placeholder(name)
+        member_set = set(members)
+        env = {}
+
+        def reference(old):
+            if old in env:
+                return env[old]
+            if old.op == "get_attr":  # a parameter, buffer or constant: this module holds it too
+                env[old] = graph.get_attr(old.target)
+                return env[old]
+            value = self.values.get(old)
+            leaves = _leaves(value)
+            if not any(isinstance(leaf, torch.Tensor) for _, leaf in leaves):
+                if self.depends_on_data(old):
+                    raise CaptureError(f"{what}: '{old.name}' is a {type(value).__name__} computed from tensor data "
+                                       "in an earlier module, which cannot be handed over; move the cut")
+                env[old] = value  # shape arithmetic and constants: baked in
+                return value
+            if isinstance(value, torch.Tensor):
+                env[old] = placeholders[(old, ())]
+            else:
+                env[old] = _rebuild(value, (), lambda path: placeholders[(old, path)])
+            return env[old]
+
+        for node in members:
+            if node.op == "get_attr":
+                continue  # materialized where it is read
+            if node in self.inplace_nodes:
+                target = node.args[0]
+                if target not in member_set:
+                    raise CaptureError(f"{what}: '{node.name}' modifies '{target.name}' in place, which an earlier "
+                                       "module computes and a later operator reads; move the cut")
+            env[node] = graph.node_copy(node, reference)
+        results = []
+        for key in outputs:
+            if key in placeholders:
+                results.append(placeholders[key])
+                continue
+            node, path = key
+            result = env[node]
+            for step in path:
+                result = graph.call_function(operator.getitem, (result, step)) if isinstance(result, fx.Node) \
+                    else result[step]
+            results.append(result)
+        graph.output(tuple(results))
+        module = fx.GraphModule(self.gm, graph, "Chunk")
+        for node in graph.nodes:  # a module kept whole (data-dependent control flow) is scripted, not traced
+            if node.op == "call_module" and node.target in self.kept_whole:
+                self._script_into(module, node.target, what)
+        return module
+
+    def _script_into(self, module, target, what):
+        if target not in self._scripted:
+            original = self.gm.get_submodule(target)
+            try:
+                self._scripted[target] = torch.jit.script(original)
+            except Exception as error:  # TorchScript's frontend raises many kinds
+                first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise CaptureError(f"{what}: '{target}' ({type(original).__name__}) has data-dependent control flow "
+                                   f"(kept whole by the capture) and torch.jit.script cannot compile it: "
+                                   f"{first}") from None
+        parent, _, leaf = target.rpartition(".")
+        setattr(module.get_submodule(parent) if parent else module, leaf, self._scripted[target])
+
+    def state(self, module):
+        """Parameters and buffers of a built module: names in it, and the model's state_dict names."""
+        def entries(named, kind):
+            result = []
+            for name, tensor in named:
+                original = self.parameter_names.get(id(tensor), [])
+                entry = {"name": name, "shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype)}
+                entry["state_dict"] = original
+                entry["_id"] = id(tensor)
+                if kind == "parameter":
+                    entry["requires_grad"] = tensor.requires_grad
+                result.append(entry)
+            return result
+        return entries(module.named_parameters(), "parameter"), entries(module.named_buffers(), "buffer")
+
+
+def _rebuild(value, path, placeholder):
+    """The structure of `value` with its tensors replaced by placeholders (a tuple or list in fx args)."""
+    if isinstance(value, torch.Tensor):
+        return placeholder(path)
+    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
+        items = [_rebuild(item, path + (i,), placeholder) for i, item in enumerate(value)]
+        return type(value)(items) if type(value) in (tuple, list) else tuple(items)
+    if isinstance(value, dict):
+        return {key: _rebuild(item, path + (key,), placeholder) for key, item in value.items()}
+    return value
+
+
+_RANDOM_KINDS = {"aten::dropout", "aten::dropout_", "aten::feature_dropout", "aten::feature_dropout_",
+                 "aten::alpha_dropout", "aten::alpha_dropout_", "aten::feature_alpha_dropout", "aten::bernoulli",
+                 "aten::bernoulli_", "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like",
+                 "aten::randint", "aten::randint_like", "aten::randperm", "aten::native_dropout", "aten::normal",
+                 "aten::multinomial", "aten::rrelu", "aten::rrelu_with_noise"}
+
+
+def _draws_random_numbers(script_module):
+    """Whether the traced code draws from the random number generator (dropout with p > 0 in training,
+    ...): a recompute of it must replay the generator's state."""
+    def random(node):
+        kind = node.kind()
+        if kind not in _RANDOM_KINDS:
+            return False
+        if "dropout" in kind and kind != "aten::native_dropout":
+            arguments = [value.toIValue() for value in list(node.inputs())[1:3]]
+            if arguments and (arguments[0] == 0 or (len(arguments) > 1 and arguments[1] is False)):
+                return False
+        return True
+
+    def walk(block):
+        return any(random(node) or any(walk(inner) for inner in node.blocks()) for node in block.nodes())
+    return walk(script_module.inlined_graph)
+
+
+def _updates_buffers(module):
+    """Whether running the module changes its buffers (BatchNorm's running statistics in training)."""
+    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats
+               for m in module.modules())
+
+
+def _trace(module, example, what):
+    try:
+        return torch.jit.trace(module, tuple(example), check_trace=False)
+    except CaptureError:
+        raise
+    except Exception as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CaptureError(f"{what}: torch.jit.trace failed: {type(error).__name__}: {first}") from None
+
+
+# ---------------------------------------------------------------------------------------------------
+# The loss, as a scripted module: forward(outputs, target) -> scalar, as the capture applied it
+
+class CrossEntropyLoss(torch.nn.Module):
+    """Class scores in the output's last dimension, leading dimensions are samples; mean reduction."""
+
+    def forward(self, outputs: List[torch.Tensor], target: Optional[torch.Tensor] = None) -> torch.Tensor:
+        assert target is not None, "cross_entropy needs the target class indices"
+        output = outputs[0]
+        return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+
+
+class MseLoss(torch.nn.Module):
+    """Mean squared error against a target of the output's shape."""
+
+    def forward(self, outputs: List[torch.Tensor], target: Optional[torch.Tensor] = None) -> torch.Tensor:
+        assert target is not None, "mse needs a target of the output's shape"
+        return F.mse_loss(outputs[0], target)
+
+
+class OutputIsLoss(torch.nn.Module):
+    """The model returns its loss: a scalar as it is, anything else summed."""
+
+    def forward(self, outputs: List[torch.Tensor], target: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if len(outputs) == 1 and outputs[0].dim() == 0:
+            return outputs[0]
+        total = outputs[0].sum()
+        for i in range(1, len(outputs)):
+            total = total + outputs[i].sum()
+        return total
+
+
+_LOSS_MODULES = {"cross_entropy": CrossEntropyLoss, "mse": MseLoss, "none": OutputIsLoss}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pieces: runs of one memory decision
+
+def _pieces(chunk_nodes, names_to_layer, recompute, offload):
+    """Maximal runs of operators with the same decision; a recompute run ends at a layer boundary too
+    (the partitioner's recompute segments)."""
+    runs = []
+    for node in chunk_nodes:
+        if node.name in recompute:
+            key = ("recompute", names_to_layer.get(node.name))
+        elif node.name in offload:
+            key = ("offload", None)
+        else:
+            key = ("keep", None)
+        if runs and runs[-1][0] == key:
+            runs[-1][1].append(node)
+        else:
+            runs.append((key, [node]))
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------------
+# export()
+
+def export(graph, plan, out_dir, *, dtype=None, model=None, check=True):
+    """Cuts the captured model of `graph` (a cost graph written by capture: a path or the dict) at the
+    stage boundaries of `plan` (a partition plan: a path or the dict) into TorchScript modules written
+    to `out_dir` with `manifest.json` (docs/export.md), and returns the manifest.
+
+    `dtype` ("float64", ...) converts the model and its floating inputs before tracing (default: as
+    captured). `model` exports that instance (copied) instead of rebuilding it from the capture record's
+    FILE.py:FACTORY after torch.manual_seed(0). `check` runs the saved chunks once, chained, against
+    the model and raises when they disagree. Bad input raises one CaptureError."""
+    graph, graph_origin = _read_json(graph, "graph")
+    _check_graph(graph, graph_origin)
+    plan, plan_origin = _read_json(plan, "plan")
+    _check_plan(plan, plan_origin, graph)
+    record = graph["capture"]
+    if dtype is not None and (dtype not in DTYPES or not DTYPES[dtype].is_floating_point):
+        raise CaptureError(f"unknown floating-point data type '{dtype}'; known: "
+                           f"{', '.join(n for n, t in DTYPES.items() if t.is_floating_point)}")
+    with torch.random.fork_rng(devices=[]):
+        return _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, model, check)
+
+
+def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, model, check):
+    torch.manual_seed(SEED)
+    if model is None:
+        model = build_model(record["file"], record["factory"])
+    else:
+        import copy
+        model = copy.deepcopy(model)
+    inputs = [example_input(entry["shape"], entry.get("dtype", "float32"), seed)
+              for seed, entry in enumerate(record["inputs"])]
+    if dtype is not None:
+        model = model.to(DTYPES[dtype])
+        inputs = [x.to(DTYPES[dtype]) if x.is_floating_point() else x for x in inputs]
+    model.train()
+    initial = {name: tensor.detach().clone() for name, tensor in model.state_dict(keep_vars=True).items()}
+    parameter_names = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        parameter_names.setdefault(id(tensor), []).append(name)
+
+    graph_module, tracer, kept_whole = trace(model, inputs)
+    loss = record.get("loss", "none")
+    operators = [n for n in graph_module.graph.nodes if n.op not in ("placeholder", "output")]
+    traced_names = [n.name for n in operators] + ([LOSS_NODE] if loss != "none" else [])
+    graph_names = [n["name"] for n in graph["nodes"]]
+    if traced_names != graph_names:
+        where = next((i for i, (a, b) in enumerate(zip(graph_names, traced_names)) if a != b),
+                     min(len(graph_names), len(traced_names)))
+        captured = f"'{graph_names[where]}'" if where < len(graph_names) else "the end"
+        now = f"'{traced_names[where]}'" if where < len(traced_names) else "the end"
+        raise CaptureError(f"{graph_origin}: {record['file']}:{record['factory']} traced now differs from the "
+                           f"captured graph at operator {where}: {captured} in the graph, {now} traced "
+                           f"({len(graph_names)} and {len(traced_names)} operators); capture it again")
+    placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
+    model_inputs = {node: index for index, node in enumerate(placeholders[:len(inputs)])}
+    inplace_nodes = _make_out_of_place(graph_module, tracer.values)
+    cutter = _Cutter(graph_module, tracer, model_inputs, set(kept_whole), inplace_nodes, parameter_names)
+
+    # Stage k holds operators [starts[k], starts[k + 1]) of the graph's order (the loss is the last one).
+    starts = [0]
+    for stage in plan["stages"]:
+        starts.append(starts[-1] + stage["operators"])
+    count = len(plan["stages"])
+    input_keys = [key for node in model_inputs for key in cutter.keys(node)]
+    output_nodes = [leaf for _, leaf in _leaves(cutter.output.args[0]) if isinstance(leaf, fx.Node)]
+    output_keys = []
+    for node in output_nodes:
+        for key in cutter.keys(node):
+            if key not in output_keys:
+                output_keys.append(key)
+    if not output_keys:
+        raise CaptureError(f"{graph_origin}: the model returns no tensor")
+
+    def crossing(k):
+        """Tensors produced at or before stage k and read after it (by a later stage or as an output)."""
+        end = starts[k + 1]
+        found = set()
+        for node in list(model_inputs) + operators:
+            if cutter.position[node] >= end:
+                continue
+            for key in cutter.keys(node):
+                if key in output_keys or any(cutter.position[user] >= end for user in node.users):
+                    found.add(key)
+        return sorted(found, key=cutter.order)
+
+    os.makedirs(out_dir, exist_ok=True)
+    layer_of = {n["name"]: n.get("layer") for n in graph["nodes"]}
+    chunks, modules_state, files = [], [], []
+    boundary_in = input_keys
+    for k, stage in enumerate(plan["stages"]):
+        what = f"{plan_origin}: stage {k}"
+        members = operators[starts[k]:min(starts[k + 1], len(operators))]
+        boundary_out = crossing(k) if k < count - 1 else output_keys
+        module = cutter.build(members, boundary_in, boundary_out, what)
+        example = [cutter.tensor(key) for key in boundary_in]
+        traced = _trace(module, example, what)
+        file = f"stage_{k}.pt"
+        parameters, buffers = cutter.state(module)
+        modules_state.append((traced, parameters, buffers))
+        files.append(file)
+        first, last = graph["nodes"][starts[k]]["name"], graph["nodes"][starts[k + 1] - 1]["name"]
+        relays = [key for key in boundary_in if key in boundary_out]
+        chunk = {"index": k, "file": file, "operators": stage["operators"], "first": first, "last": last,
+                 "inputs": [cutter.describe(key) for key in boundary_in],
+                 "outputs": [cutter.describe(key) for key in boundary_out],
+                 "relays": [_key_name(key) for key in relays],
+                 "parameters": parameters, "buffers": buffers,
+                 "random": _draws_random_numbers(traced), "updates_buffers": _updates_buffers(module),
+                 "recompute": list(stage.get("recompute", [])), "offload": list(stage.get("offload", []))}
+        if stage.get("offload_checkpoints"):
+            chunk["offload_checkpoints"] = True
+        decided = set(chunk["recompute"]) | set(chunk["offload"])
+        decided.discard(LOSS_NODE)
+        if decided:
+            chunk["pieces"] = _export_pieces(cutter, members, boundary_in, boundary_out, layer_of,
+                                             set(chunk["recompute"]), set(chunk["offload"]), k, what, out_dir,
+                                             modules_state, files)
+        chunks.append(chunk)
+        boundary_in = boundary_out
+
+    # Parameters held by more than one module file of different chunks are tied: their gradients add up.
+    holders = {}
+    for chunk in chunks:
+        for entry in chunk["parameters"]:
+            holders.setdefault(entry["_id"], set()).add(chunk["index"])
+    for chunk in chunks:
+        for entry in chunk["parameters"] + chunk["buffers"]:
+            others = sorted(holders.get(entry["_id"], set()) - {chunk["index"]})
+            if others:
+                entry["tied_chunks"] = others
+        for piece in chunk.get("pieces", []):
+            for entry in piece["parameters"] + piece["buffers"]:
+                entry.pop("_id", None)
+    # The saved modules hold the model as built: tracing ran their forwards (BatchNorm statistics moved).
+    with torch.no_grad():
+        for name, tensor in model.state_dict(keep_vars=True).items():
+            tensor.copy_(initial[name])
+        for traced, parameters, buffers in modules_state:
+            own = dict(traced.named_parameters())
+            own.update(dict(traced.named_buffers()))
+            for entry in parameters + buffers:
+                if entry["state_dict"] and entry["name"] in own:
+                    own[entry["name"]].copy_(initial[entry["state_dict"][0]])
+    for (traced, _, _), file in zip(modules_state, files):
+        torch.jit.save(traced, os.path.join(out_dir, file))
+    for chunk in chunks:
+        for entry in chunk["parameters"] + chunk["buffers"]:
+            entry.pop("_id", None)
+
+    loss_module = torch.jit.script(_LOSS_MODULES[loss]())
+    torch.jit.save(loss_module, os.path.join(out_dir, "loss.pt"))
+    final = output_keys
+    target = None
+    if loss == "cross_entropy":
+        logits = cutter.tensor(final[0])
+        target = {"shape": list(logits.shape[:-1]), "dtype": "int64"}
+    elif loss == "mse":
+        value = cutter.tensor(final[0])
+        target = {"shape": list(value.shape), "dtype": _dtype_name(value.dtype)}
+    floating = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    manifest = {
+        "format": FORMAT, "version": VERSION,
+        "graph": graph.get("name"), "graph_operators": len(graph["nodes"]),
+        "model": {"file": record["file"], "factory": record["factory"], "seed": SEED},
+        "dtype": _dtype_name(floating),
+        "inputs": [cutter.describe(key) for key in input_keys],
+        "outputs": [cutter.describe(key) for key in output_keys],
+        "chunks": chunks,
+        "loss": {"kind": loss, "file": "loss.pt", "chunk": count - 1, "inputs": [_key_name(k) for k in final],
+                 "target": target, "reduction": "mean" if loss in ("cross_entropy", "mse") else "sum"},
+    }
+    if kept_whole:
+        manifest["scripted"] = sorted(kept_whole)
+    if check:
+        _check_against_model(manifest, out_dir, inputs, model, initial)
+    text = _json_text(manifest) + "\n"
+    path = os.path.join(out_dir, MANIFEST)
+    with open(path + ".partial", "w") as out:
+        out.write(text)
+    os.replace(path + ".partial", path)
+    return manifest
+
+
+def _json_text(value, indent=""):
+    """JSON with every object or array that holds no object on one line: a tensor, a parameter per line."""
+    def flat(v):
+        return not isinstance(v, (dict, list)) or (
+            all(flat(x) for x in (v.values() if isinstance(v, dict) else v))
+            and not any(isinstance(x, dict) for x in (v.values() if isinstance(v, dict) else v)))
+    if not isinstance(value, (dict, list)) or flat(value) or (
+            isinstance(value, dict) and all(flat(x) for x in value.values()) and len(json.dumps(value)) <= 120):
+        return json.dumps(value)
+    inner = indent + " "
+    if isinstance(value, list):
+        return "[\n" + ",\n".join(inner + _json_text(x, inner) for x in value) + "\n" + indent + "]"
+    return "{\n" + ",\n".join(f"{inner}{json.dumps(k)}: {_json_text(v, inner)}" for k, v in value.items()) + \
+        "\n" + indent + "}"
+
+
+def _export_pieces(cutter, members, chunk_inputs, chunk_outputs, layer_of, recompute, offload, k, what, out_dir,
+                   modules_state, files):
+    """The chunk as runs of one memory decision, each its own module: inputs from the chunk's inputs or
+    earlier pieces, outputs what later pieces or the chunk's outputs read."""
+    runs = _pieces(members, layer_of, recompute, offload)
+    pieces = []
+    member_sets = [set(nodes) for _, nodes in runs]
+    for index, ((decision, layer), nodes) in enumerate(runs):
+        produced = {key for node in nodes for key in cutter.keys(node)}
+        needed = set(chunk_outputs)
+        for later in range(index + 1, len(runs)):
+            needed.update(cutter.reads(member_sets[later], runs[later][1]))
+        outputs = sorted(produced & needed, key=cutter.order)
+        inputs = cutter.reads(member_sets[index], nodes)
+        if not outputs:
+            continue  # only parameters, shape arithmetic or dead code: nothing to hand on
+        piece_what = f"{what}, piece {len(pieces)}"
+        module = cutter.build(nodes, inputs, outputs, piece_what)
+        traced = _trace(module, [cutter.tensor(key) for key in inputs], piece_what)
+        file = f"stage_{k}_piece_{len(pieces)}.pt"
+        parameters, buffers = cutter.state(module)
+        modules_state.append((traced, parameters, buffers))
+        files.append(file)
+        piece = {"file": file, "memory": decision, "operators": len(nodes), "first": nodes[0].name,
+                 "last": nodes[-1].name}
+        if decision == "recompute":
+            piece["layer"] = layer
+        piece.update({"inputs": [cutter.describe(key) for key in inputs],
+                      "outputs": [cutter.describe(key) for key in outputs],
+                      "parameters": parameters, "buffers": buffers,
+                      "random": _draws_random_numbers(traced), "updates_buffers": _updates_buffers(module)})
+        pieces.append(piece)
+    return pieces
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running the saved modules (export's own check, and the tests)
+
+def load(out_dir):
+    """(manifest, {file: ScriptModule}) of an export directory."""
+    manifest, origin = _read_json(os.path.join(out_dir, MANIFEST), "manifest")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CaptureError(f"{origin}: not an export manifest (\"format\": \"{FORMAT}\")")
+    return manifest, load_modules(manifest, out_dir, origin)
+
+
+def load_modules(manifest, out_dir, origin=MANIFEST):
+    """{file: ScriptModule} of every module a manifest names."""
+    files = [chunk["file"] for chunk in manifest["chunks"]] + [manifest["loss"]["file"]]
+    files += [piece["file"] for chunk in manifest["chunks"] for piece in chunk.get("pieces", [])]
+    modules = {}
+    for file in files:
+        path = os.path.join(out_dir, file)
+        if not os.path.isfile(path):
+            raise CaptureError(f"{path}: no such file (named by {origin})")
+        modules[file] = torch.jit.load(path)
+    return modules
+
+
+def run_chunks(manifest, modules, inputs):
+    """The model's outputs computed by the chunks in order, each fed its inputs by name."""
+    values = {entry["name"]: x for entry, x in zip(manifest["inputs"], inputs)}
+    for chunk in manifest["chunks"]:
+        outputs = modules[chunk["file"]](*[values[entry["name"]] for entry in chunk["inputs"]])
+        values = {entry["name"]: y for entry, y in zip(chunk["outputs"], outputs)}
+    return [values[entry["name"]] for entry in manifest["outputs"]]
+
+
+def _check_against_model(manifest, out_dir, inputs, model, initial):
+    modules = load_modules(manifest, out_dir)
+    with torch.no_grad():
+        torch.manual_seed(SEED)
+        expected = [leaf for _, leaf in _leaves(model(*inputs)) if isinstance(leaf, torch.Tensor)]
+        torch.manual_seed(SEED)
+        got = run_chunks(manifest, modules, inputs)
+        for name, tensor in model.state_dict(keep_vars=True).items():
+            tensor.copy_(initial[name])
+    for entry, a, b in zip(manifest["outputs"], got, expected):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            difference = f"{_dtype_name(a.dtype)}{list(a.shape)} against {_dtype_name(b.dtype)}{list(b.shape)}"
+        elif a.numel() == 0:
+            continue
+        else:
+            largest = float((a - b).abs().max())
+            scale = max(1.0, float(b.abs().max())) if b.is_floating_point() else 0.0
+            if largest <= _CHECK_TOLERANCE.get(b.dtype, 0.0) * scale:
+                continue
+            difference = f"largest difference {largest:.3g}"
+        raise CaptureError(f"the exported chunks compute '{entry['name']}' differently from the model ({difference}); "
+                           "please report this model")
