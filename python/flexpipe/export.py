@@ -9,10 +9,12 @@ operator ranges select fx nodes. A cut may fall anywhere in that order: every va
 handed over as tensors; numbers computed from shapes are baked in as constants (the graph is
 specialized to the captured shapes anyway); parameters are never handed over: a chunk that reads one
 holds it."""
+import copy
 import json
 import operator
 import os
 import re
+import warnings
 from typing import List, Optional
 
 import torch
@@ -53,7 +55,7 @@ def _read_json(source, what):
         raise CaptureError(f"{path}:{error.lineno}:{error.colno}: {error.msg}") from None
 
 
-def _check_graph(graph, origin):
+def _check_graph(graph, origin, need_source=True):
     if not isinstance(graph, dict) or graph.get("format") != "flexpipe-cost-graph":
         raise CaptureError(f"{origin}: not a cost graph (\"format\": \"flexpipe-cost-graph\")")
     nodes = graph.get("nodes")
@@ -63,7 +65,7 @@ def _check_graph(graph, origin):
     if not isinstance(record, dict):
         raise CaptureError(f"{origin}: no capture record: export rebuilds the model from the file, factory and "
                            "inputs that `flexpipe capture` records")
-    missing = [key for key in ("file", "factory", "inputs") if key not in record]
+    missing = [key for key in (("file", "factory", "inputs") if need_source else ("inputs",)) if key not in record]
     if missing:
         raise CaptureError(f"{origin}: the capture record has no {', '.join(missing)}: export rebuilds the model "
                            "from FILE.py:FACTORY (a graph captured from Python names them with source=...)")
@@ -440,9 +442,10 @@ def _updates_buffers(module):
 
 def _trace(module, example, what):
     try:
-        return torch.jit.trace(module, tuple(example), check_trace=False)
-    except CaptureError:
-        raise
+        with warnings.catch_warnings():
+            # Shape checks and shape arithmetic become constants: the graph is specialized to these shapes.
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            return torch.jit.trace(module, tuple(example), check_trace=False)
     except Exception as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CaptureError(f"{what}: torch.jit.trace failed: {type(error).__name__}: {first}") from None
@@ -517,7 +520,7 @@ def export(graph, plan, out_dir, *, dtype=None, model=None, check=True):
     FILE.py:FACTORY after torch.manual_seed(0). `check` runs the saved chunks once, chained, against
     the model and raises when they disagree. Bad input raises one CaptureError."""
     graph, graph_origin = _read_json(graph, "graph")
-    _check_graph(graph, graph_origin)
+    _check_graph(graph, graph_origin, need_source=model is None)
     plan, plan_origin = _read_json(plan, "plan")
     _check_plan(plan, plan_origin, graph)
     record = graph["capture"]
@@ -530,11 +533,11 @@ def export(graph, plan, out_dir, *, dtype=None, model=None, check=True):
 
 def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, model, check):
     torch.manual_seed(SEED)
+    model_given = model
     if model is None:
         model = build_model(record["file"], record["factory"])
     else:
-        import copy
-        model = copy.deepcopy(model)
+        model = copy.deepcopy(model)  # its in-place flags and data type change
     inputs = [example_input(entry["shape"], entry.get("dtype", "float32"), seed)
               for seed, entry in enumerate(record["inputs"])]
     if dtype is not None:
@@ -556,7 +559,8 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
                      min(len(graph_names), len(traced_names)))
         captured = f"'{graph_names[where]}'" if where < len(graph_names) else "the end"
         now = f"'{traced_names[where]}'" if where < len(traced_names) else "the end"
-        raise CaptureError(f"{graph_origin}: {record['file']}:{record['factory']} traced now differs from the "
+        source = f"{record['file']}:{record['factory']}" if model_given is None else type(model).__name__
+        raise CaptureError(f"{graph_origin}: {source} traced now differs from the "
                            f"captured graph at operator {where}: {captured} in the graph, {now} traced "
                            f"({len(graph_names)} and {len(traced_names)} operators); capture it again")
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
@@ -669,7 +673,8 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
     manifest = {
         "format": FORMAT, "version": VERSION,
         "graph": graph.get("name"), "graph_operators": len(graph["nodes"]),
-        "model": {"file": record["file"], "factory": record["factory"], "seed": SEED},
+        "model": {"file": record.get("file"), "factory": record.get("factory"),
+                  "seed": SEED if model_given is None else None},
         "dtype": _dtype_name(floating),
         "inputs": [cutter.describe(key) for key in input_keys],
         "outputs": [cutter.describe(key) for key in output_keys],

@@ -8,6 +8,10 @@ def resnet50():
     return torchvision.models.resnet50(num_classes=10)
 
 
+def resnet18():
+    return torchvision.models.resnet18(num_classes=10)
+
+
 def vit_b16():
     # ViT-B/16's architecture (12 blocks, width 768, 12 heads, 16x16 patches) on a 32x32 image: 5 tokens.
     return torchvision.models.VisionTransformer(image_size=32, patch_size=16, num_layers=12, num_heads=12,
