@@ -261,6 +261,9 @@ class Exported(unittest.TestCase):
                     # As the seeded model was built: tracing ran forwards, the statistics were put back.
                     self.assertTrue(torch.equal(dict(module.state_dict())[entry["name"]], state[entry["name"]]))
             held.update(e["name"] for e in chunk["parameters"] + chunk["buffers"])
+            if "pieces" in chunk:  # the pieces hold what their chunk holds
+                self.assertEqual({e["name"] for p in chunk["pieces"] for e in p["parameters"] + p["buffers"]},
+                                 {e["name"] for e in chunk["parameters"] + chunk["buffers"]})
         self.assertEqual(held, set(state))
         self.assertTrue(manifest["chunks"][0]["updates_buffers"])
 
