@@ -158,23 +158,40 @@ _INPLACE_OPERATORS = {operator.iadd: operator.add, operator.isub: operator.sub, 
 
 
 def _mutated_input(node, module_of):
-    """The node whose tensor `node` modifies in place, or None."""
+    """The node whose tensor `node` modifies in place, or None: a module with `inplace=True`, a function
+    called with `inplace=True`, `operator.iadd` and the like, and PyTorch's NAME_ methods and functions."""
     first = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
     if first is None:
         return None
     if node.op == "call_module":
         return first if getattr(module_of(node), "inplace", False) is True else None
     if node.op == "call_method":
-        name = node.target
-        return first if name.endswith("_") and not name.startswith("_") and hasattr(torch.Tensor, name[:-1]) else None
+        return first if node.target.endswith("_") and not node.target.startswith("_") else None
     if node.op == "call_function":
         if node.kwargs.get("inplace") is True or node.target in _INPLACE_OPERATORS:
             return first
         name = getattr(node.target, "__name__", "")
-        if name.endswith("_") and not name.startswith("_") and getattr(torch, name, None) is node.target and \
-                hasattr(torch, name[:-1]):
+        if name.endswith("_") and not name.startswith("_") and getattr(torch, name, None) is node.target:
             return first
     return None
+
+
+def _out_of_place(node):
+    """Makes an in-place call node its out-of-place twin; False when there is none (`copy_`)."""
+    if node.op == "call_method":
+        if not callable(getattr(torch.Tensor, node.target[:-1], None)):
+            return False
+        node.target = node.target[:-1]
+    elif node.kwargs.get("inplace") is True:
+        node.kwargs = {**node.kwargs, "inplace": False}
+    elif node.target in _INPLACE_OPERATORS:
+        node.target = _INPLACE_OPERATORS[node.target]
+    else:
+        twin = getattr(torch, node.target.__name__[:-1], None)
+        if not callable(twin):
+            return False
+        node.target = twin
+    return True
 
 
 def _storage(value):
@@ -185,10 +202,11 @@ def _storage(value):
 
 
 def _make_out_of_place(graph_module, values):
-    """Every in-place operator whose input nothing reads afterwards (no later reader of that tensor or of
-    a view of it) becomes its out-of-place twin: the same numbers, and a chunk never modifies a tensor it
-    received (a leaf of the runtime's autograd graph, and possibly relayed further). Returns the nodes
-    left in place."""
+    """In-place operators become their out-of-place twins where nothing can tell the difference, so that
+    a chunk never modifies a tensor it received (a leaf of the runtime's autograd graph, possibly relayed
+    further). An in-place operator returns the tensor it modified, so every later reader of that tensor
+    reads the operator's result instead; then the twin computes the same numbers unless a later operator
+    reads another view of the same memory. Returns the nodes left in place."""
     nodes = [n for n in graph_module.graph.nodes]
     position = {n: i for i, n in enumerate(nodes)}
     modules = {}
@@ -201,6 +219,8 @@ def _make_out_of_place(graph_module, values):
         mutated = _mutated_input(node, module_of)
         if mutated is None:
             continue
+        for later in nodes[position[node] + 1:]:
+            later.replace_input_with(mutated, node)
         storage = _storage(values.get(mutated))
         safe = storage is not None and mutated.op != "get_attr"
         for later in nodes[position[node] + 1:]:
@@ -212,17 +232,8 @@ def _make_out_of_place(graph_module, values):
                     safe = False
         if node.op == "call_module":
             modules.setdefault(node.target, []).append((node, safe))
-            continue
-        if not safe:
+        elif not safe or not _out_of_place(node):
             left.add(node)
-        elif node.op == "call_method":
-            node.target = node.target[:-1]
-        elif node.kwargs.get("inplace") is True:
-            node.kwargs = {**node.kwargs, "inplace": False}
-        elif node.target in _INPLACE_OPERATORS:
-            node.target = _INPLACE_OPERATORS[node.target]
-        else:
-            node.target = getattr(torch, node.target.__name__[:-1])
     for target, calls in modules.items():
         if all(safe for _, safe in calls):
             graph_module.get_submodule(target).inplace = False
@@ -348,7 +359,7 @@ class _Cutter:
                 target = node.args[0]
                 if target not in member_set:
                     raise CaptureError(f"{what}: '{node.name}' modifies '{target.name}' in place, which an earlier "
-                                       "module computes and a later operator reads; move the cut")
+                                       "module computes (and another view of it is read later); move the cut")
             env[node] = graph.node_copy(node, reference)
         results = []
         for key in outputs:

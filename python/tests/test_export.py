@@ -298,6 +298,44 @@ class Exported(unittest.TestCase):
             self.assertTrue(torch.equal(out, model(x)), scale)
 
 
+class InPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.a(x)
+        z = y.clone()
+        z.mul_(2)  # read later as z: becomes mul
+        w = torch.sigmoid_(z * 1)  # becomes torch.sigmoid
+        y.add_(1)
+        v = y.view(8)
+        v.copy_(v * 3)  # no out-of-place twin, and y is read later through another view: stays
+        return self.b(y) + w
+
+
+class InPlaceOperators(unittest.TestCase):
+    def test_made_out_of_place_where_nothing_can_tell(self):
+        torch.manual_seed(0)
+        model = InPlace().double()
+        x = torch.randn(2, 4, dtype=torch.float64)
+        graph = capture(model, [x], "mse", time_operators=False)
+        for cuts in (["a"], ["clone"], ["mul_"], ["copy_"]):
+            with self.subTest(cuts), tempfile.TemporaryDirectory() as directory:
+                export(graph, plan_for(graph, cuts), directory, model=model)
+                manifest, modules = load(directory)
+                y = x.clone().requires_grad_()  # a received tensor: modifying it in place would fail
+                hidden = modules["stage_0.pt"](y)
+                received = [h.detach().requires_grad_(e["requires_grad"])
+                            for h, e in zip(hidden, manifest["chunks"][1]["inputs"])]
+                self.assertTrue(torch.equal(modules["stage_1.pt"](*received)[0], model(x)))
+        with tempfile.TemporaryDirectory() as directory, self.assertRaisesRegex(
+                CaptureError, r"^the plan: stage 1: 'copy_' modifies 'view' in place, which an earlier module "
+                              r"computes \(and another view of it is read later\); move the cut$"):
+            export(graph, plan_for(graph, ["view"]), directory, model=model)
+
+
 class BadInput(unittest.TestCase):
     def setUp(self):
         self.directory = tempfile.TemporaryDirectory()
