@@ -30,6 +30,7 @@ from .tracing import trace
 FORMAT = "flexpipe-export"
 VERSION = 1
 MANIFEST = "manifest.json"
+_EXPORTED_FILE = re.compile(r"stage_\d+(_piece_\d+)?\.pt")
 SEED = 0  # torch.manual_seed before the factory runs: the exported weights are the seeded model's
 
 # Relative tolerance of export's own check (the chained chunks against the model), per data type.
@@ -607,6 +608,9 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
         return sorted(found, key=cutter.order)
 
     os.makedirs(out_dir, exist_ok=True)
+    manifest_path = os.path.join(out_dir, MANIFEST)
+    if os.path.exists(manifest_path):  # never a manifest next to modules it does not describe
+        os.remove(manifest_path)
     layer_of = {n["name"]: n.get("layer") for n in graph["nodes"]}
     chunks, modules_state, files = [], [], []
     boundary_in = input_keys
@@ -635,16 +639,16 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
         decided = set(chunk["recompute"]) | set(chunk["offload"])
         decided.discard(LOSS_NODE)
         if decided:
-            chunk["pieces"] = _export_pieces(cutter, members, boundary_in, boundary_out, layer_of,
-                                             set(chunk["recompute"]), set(chunk["offload"]), k, what, out_dir,
+            chunk["pieces"] = _export_pieces(cutter, members, boundary_out, layer_of,
+                                             set(chunk["recompute"]), set(chunk["offload"]), k, what,
                                              modules_state, files)
         chunks.append(chunk)
         boundary_in = boundary_out
 
-    # Parameters held by more than one module file of different chunks are tied: their gradients add up.
+    # Parameters (buffers) held by several chunks are tied: their gradients add up (both move them).
     holders = {}
     for chunk in chunks:
-        for entry in chunk["parameters"]:
+        for entry in chunk["parameters"] + chunk["buffers"]:
             holders.setdefault(entry["_id"], set()).add(chunk["index"])
     for chunk in chunks:
         for entry in chunk["parameters"] + chunk["buffers"]:
@@ -697,11 +701,13 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
         manifest["scripted"] = sorted(kept_whole)
     if check:
         _check_against_model(manifest, out_dir, inputs, model, initial)
+    for stale in os.listdir(out_dir):  # modules of an earlier export into the same directory
+        if _EXPORTED_FILE.fullmatch(stale) and stale not in files:
+            os.remove(os.path.join(out_dir, stale))
     text = _json_text(manifest) + "\n"
-    path = os.path.join(out_dir, MANIFEST)
-    with open(path + ".partial", "w") as out:
+    with open(manifest_path + ".partial", "w") as out:
         out.write(text)
-    os.replace(path + ".partial", path)
+    os.replace(manifest_path + ".partial", manifest_path)
     return manifest
 
 
@@ -721,8 +727,7 @@ def _json_text(value, indent=""):
         "\n" + indent + "}"
 
 
-def _export_pieces(cutter, members, chunk_inputs, chunk_outputs, layer_of, recompute, offload, k, what, out_dir,
-                   modules_state, files):
+def _export_pieces(cutter, members, chunk_outputs, layer_of, recompute, offload, k, what, modules_state, files):
     """The chunk as runs of one memory decision, each its own module: inputs from the chunk's inputs or
     earlier pieces, outputs what later pieces or the chunk's outputs read."""
     runs = _pieces(members, layer_of, recompute, offload)

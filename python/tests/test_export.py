@@ -398,6 +398,7 @@ class BadInput(unittest.TestCase):
     def test_the_command(self):
         graph, plan = self.write("unet.graph.json", self.graph), self.write("plan.json", self.plan)
         out = os.path.join(self.directory.name, "out")
+        export(self.graph, plan_for(self.graph, ["relu", "bottom", "up2"]), out)  # its stage_2.pt, stage_3.pt go
         environment = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
         done = subprocess.run([sys.executable, "-m", "flexpipe", "export", graph, "--plan", plan, "-o", out],
                               capture_output=True, text=True, env=environment)
