@@ -298,6 +298,39 @@ class Exported(unittest.TestCase):
             self.assertTrue(torch.equal(out, model(x)), scale)
 
 
+class TiedLanguageModel(torch.nn.Module):
+    """The output layer reuses the embedding's weight: with a cut between them, both chunks hold it."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(10, 8)
+        self.hidden = torch.nn.Linear(8, 8)
+
+    def forward(self, tokens):
+        return F.linear(torch.tanh(self.hidden(self.embedding(tokens))), self.embedding.weight)
+
+
+class TiedParameters(unittest.TestCase):
+    def test_held_by_every_chunk_that_reads_them_and_their_gradients_add_up(self):
+        torch.manual_seed(0)
+        model = TiedLanguageModel().double()
+        tokens = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 0]])
+        graph = capture(model, [tokens], "cross_entropy", time_operators=False)
+        target = torch.tensor([[2, 3, 4, 5, 6], [7, 8, 9, 0, 1]])
+        with tempfile.TemporaryDirectory() as directory:
+            manifest = export(graph, plan_for(graph, ["hidden"]), directory, model=model)
+            self.assertEqual([[(e["name"], e.get("tied_chunks")) for e in c["parameters"]] for c in manifest["chunks"]],
+                             [[("embedding.weight", [1]), ("hidden.weight", None), ("hidden.bias", None)],
+                              [("embedding.weight", [0])]])
+            _, loss, gradients, _ = Pipeline(directory).step([tokens], target, self)
+        expected = F.cross_entropy(model(tokens).reshape(-1, 10), target.reshape(-1))
+        expected.backward()
+        self.assertEqual(float(loss), float(expected))
+        for name, parameter in model.named_parameters():
+            scale = float(parameter.grad.abs().max())
+            self.assertLessEqual(float((gradients[name] - parameter.grad).abs().max()), RELATIVE * scale, name)
+
+
 class InPlace(torch.nn.Module):
     def __init__(self):
         super().__init__()
