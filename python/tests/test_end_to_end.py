@@ -70,8 +70,16 @@ class FromModelToSchedule(unittest.TestCase):
     def test_transformer_encoder(self):
         self.partition_and_search(*self.capture("transformer_encoder", "2x10x64", "mse"))
 
-    def test_unet_skips_cross_the_cut(self):
-        self.partition_and_search(*self.capture("tiny_unet", "2x3x8x8", "mse"))
+    def test_unet_skips_cross_the_cut_and_exports(self):
+        path, graph = self.capture("tiny_unet", "2x3x8x8", "mse")
+        self.partition_and_search(path, graph)
+        out = os.path.join(self.directory.name, "exported")
+        done = flexpipe("export", path, "--plan", os.path.join(self.directory.name, "plan.json"), "-o", out)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(os.path.join(out, "manifest.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual([chunk["file"] for chunk in manifest["chunks"]], ["stage_0.pt", "stage_1.pt"])
+        self.assertTrue(all(os.path.exists(os.path.join(out, chunk["file"])) for chunk in manifest["chunks"]))
 
     def test_python_module_runs_the_same_command(self):
         path = os.path.join(self.directory.name, "unet.json")

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   flexpipe::cli::add_run_command(app, exit_code);
   flexpipe::cli::add_profile_command(app, exit_code);
   flexpipe::cli::add_capture_command(app, exit_code);
+  flexpipe::cli::add_export_command(app, exit_code);
   flexpipe::cli::add_partition_command(app, exit_code);
   flexpipe::cli::add_search_command(app, exit_code);
   flexpipe::cli::add_train_command(app, command_line, exit_code);

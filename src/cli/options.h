@@ -92,6 +92,7 @@ AppliedPlan apply_plan_file(const std::string& path, const Schedule& schedule, d
 // The subcommands. Each sets exit_code when it finishes with a finding rather than an error.
 void add_schedules_command(CLI::App& app, int& exit_code);
 void add_capture_command(CLI::App& app, int& exit_code);
+void add_export_command(CLI::App& app, int& exit_code);
 void add_show_command(CLI::App& app, int& exit_code);
 void add_simulate_command(CLI::App& app, int& exit_code);
 void add_check_command(CLI::App& app, int& exit_code);
