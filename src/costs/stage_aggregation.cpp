@@ -233,22 +233,33 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
     std::vector<int> next(first_edge.begin(), first_edge.end() - 1);
     for (size_t e = 0; e < graph.edges.size(); ++e) by_producer[next[graph.edges[e].from]++] = static_cast<int>(e);
   }
-  std::vector<double> checkpoint(stages, 0);
+  std::vector<double> checkpoint(stages, 0), input_held(stages, 0);
   std::vector<std::pair<int, double>> reads;  // (stage, bytes) one producer's recomputed consumers read
+  std::vector<double> limit(stages, 0);       // per stage: the most of the producer's output a checkpoint keeps
   for (int p = 0; p < n; ++p) {
     const int from_stage = stage_of[p];
     const double output = graph.nodes[p].output_bytes.at(b, s);
     int last_stage = from_stage;
     for (int j = first_edge[p]; j < first_edge[p + 1]; ++j)
       last_stage = std::max(last_stage, stage_of[graph.edges[by_producer[j]].to]);
-    // Every cut between the producer and its last consumer carries the part its later consumers read.
+    limit[from_stage] = output;
+    // Every cut between the producer and its last consumer carries the part its later consumers read,
+    // and every stage after the cut receives it: it is carried through the stages that do not read it.
     for (int cut = from_stage; cut < last_stage; ++cut) {
-      double crossing = 0;
+      double crossing = 0, read_saved = 0;
       for (int j = first_edge[p]; j < first_edge[p + 1]; ++j) {
         const TensorEdge& edge = graph.edges[by_producer[j]];
         if (stage_of[edge.to] > cut) crossing += edge.bytes.at(b, s);
+        if (stage_of[edge.to] == cut + 1) read_saved += graph.nodes[edge.to].saved_bytes.at(b, s);
       }
-      costs[cut].output_bytes += std::min(output, crossing);
+      const double received = std::min(output, crossing);
+      costs[cut].output_bytes += received;
+      // The runtime holds what a stage receives until the micro-batch's backward ends. A reader that
+      // saves bytes is taken to save what it reads (counted with its decision); the rest is held as
+      // the stage input, and a recompute checkpoint keeps at most the part the readers hold.
+      const double held = std::max(0.0, received - read_saved);
+      input_held[cut + 1] += held;
+      limit[cut + 1] = received - held;
     }
     // A recomputed consumer re-reads its inputs that its segment does not rebuild: each is
     // checkpointed once per stage that recomputes from it.
@@ -264,7 +275,7 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       else
         it->second += edge.bytes.at(b, s);
     }
-    for (const auto& [k, bytes] : reads) checkpoint[k] += std::min(output, bytes);
+    for (const auto& [k, bytes] : reads) checkpoint[k] += std::min(limit[k], bytes);
   }
 
   const double optimizer_rate = graph.hardware ? graph.hardware->byte_rate : 0;
@@ -272,14 +283,17 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
     StageCosts& stage = costs[k];
     StageDetails& details = result.details[k];
     stage.backward = stage.backward_input + stage.backward_weight;
+    details.held_input_bytes = input_held[k];
     if (recomputes[k]) {
-      // F keeps the checkpointed inputs and what kept operators save; R rebuilds the rest.
-      stage.checkpoint_bytes = checkpoint[k] + held[k];
+      // F keeps the checkpointed inputs, the stage input and what kept operators save; R rebuilds
+      // the rest.
+      stage.checkpoint_bytes = checkpoint[k] + input_held[k] + held[k];
       stage.activation_bytes = rebuilt[k];
       stage.freed_by_input = rebuilt_freed[k];
       stage.rebuilt_peak_bytes = largest_segment[k];
     } else {
-      stage.activation_bytes = held[k];
+      // The stage input stays until the backward ends (not freed by I).
+      stage.activation_bytes = held[k] + input_held[k];
       stage.freed_by_input = held_freed[k];
     }
     stage.workspace_bytes = details.workspace_bytes;
@@ -293,8 +307,9 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
     // OFFLOAD moves only what the operators decided Offload saved, and the checkpoints where the
     // stage offloads them; with none, the table keeps the simulator's default (everything the
     // micro-batch holds).
+    // The runtime moves the stage input with the checkpoints.
     if (recomputes[k] && !options.offload_checkpoints.empty() && options.offload_checkpoints[k]) {
-      details.offload_bytes += checkpoint[k];
+      details.offload_bytes += checkpoint[k] + input_held[k];
       offloads[k] = true;
     }
     if (offloads[k]) stage.offload_bytes = details.offload_bytes;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -147,8 +148,10 @@ class StageCost {
       if (v >= i && v < j && p_.ops.tied_to[v] >= i && p_.ops.tied_to[v] < j) parameters -= p_.ops.parameters[v];
     // What i shares with i - 1 is not shared within the range.
     const double shared = j > i ? shared_[j] - shared_[i + 1] : 0;
+    // Received tensors no reader's saved bytes hold (carried through, or read only by operators that
+    // save nothing) are held as the stage input.
     return parameters * p_.bytes_per_parameter + max_workspace(i, j) +
-           p_.in_flight[s] * (saved_[j] - saved_[i] - shared);
+           p_.in_flight[s] * (saved_[j] - saved_[i] - shared + held_input_bytes(p_.ops, i, j));
   }
 
   // c_s(i, j; T); kInfinity when the range cannot fit or already computes longer than `limit`.
@@ -162,6 +165,14 @@ class StageCost {
       return least_stage_memory(p_.ops, i, j, context(s, period)).memory <= p_.budget[s] ? base : kInfinity;
     const StageMemoryPlan plan = optimize_stage_memory(p_.ops, i, j, context(s, period), p_.solver);
     return plan.fits ? base + plan.added_time() : kInfinity;
+  }
+
+  // Whether [i, j) fits stage s at all (the least-memory program, cheaper than the solvers where
+  // nothing fits). c_s(i, j; T) is finite only where it does.
+  bool can_fit(int s, int i, int j) {
+    if (keep_all_memory(s, i, j) <= p_.budget[s]) return true;
+    ++evaluations_;
+    return least_stage_memory(p_.ops, i, j, context(s, kInfinity)).memory <= p_.budget[s];
   }
 
   StageResult stage(int s, int i, int j, double period, bool optimize) const {
@@ -254,6 +265,10 @@ PartitionResult finish(const PartitionProblem& problem, StageCost& cost, const s
 
 // ---- Dawn ----
 
+// Stage evaluations the search over every reachable cut may add to the bisection besides as many as
+// the greedies took (BinaryPartitioner::run).
+constexpr int64_t kReachEvaluations = 5000;
+
 class BinaryPartitioner {
  public:
   explicit BinaryPartitioner(const PartitionProblem& problem) : p_(problem), cost_(problem) {
@@ -275,31 +290,49 @@ class BinaryPartitioner {
   PartitionResult run() {
     const int n = cost_.size(), stages = p_.num_stages();
     std::vector<int> starts;
-    if (!feasible(kInfinity, starts)) {
+    if (!feasible_exactly(kInfinity, starts)) {
       if (p_.measure_shortfall) return cannot_fit();
       PartitionResult result;
       result.method = PartitionMethod::Dawn;
       result.evaluations = cost_.evaluations();
       return result;
     }
-    double lo = cost_.compute(0, n) / stages;
-    for (int v = 0; v < n; ++v) lo = std::max(lo, cost_.compute(v, v + 1));
+    const double least = std::max(cost_.compute(0, n) / stages, [&] {
+      double largest = 0;
+      for (int v = 0; v < n; ++v) largest = std::max(largest, cost_.compute(v, v + 1));
+      return largest;
+    }());
+    double lo = least;
     double hi = std::max(lo, 1e-300);
     std::vector<int> best;
     // Feasible at an infinite period means feasible at a finite one (transfers hide in long periods);
     // the cap only guards against a solver that cannot see it.
     int doublings = 0;
-    while (!feasible(hi, best)) {
+    while (!feasible_exactly(hi, best)) {
       if (++doublings > 200) throw Error("the partitioner found no finite period for a partition that fits");
       hi *= 2;
     }
-    for (int iteration = 0; iteration < 60 && hi - lo > 1e-12 * hi; ++iteration) {
-      if (p_.should_stop && p_.should_stop()) break;  // anytime: `best` is feasible at `hi`
-      const double mid = 0.5 * (lo + hi);
-      if (feasible(mid, starts))
-        hi = mid, best = starts;
-      else
-        lo = mid;
+    // Bisection with the greedies, then, where the search over every reachable cut meets the period
+    // the greedies could not, on with it: the greedies miss a partition only where a stage's cost
+    // is not monotone in its start (docs/partitioner.md), and the search costs a check per reachable
+    // start. It continues within a budget: as many stage evaluations again as the greedies took, and
+    // kReachEvaluations more (exact on small graphs; on large ones the best period found by then).
+    auto bisect = [&](bool exactly, int64_t budget) {
+      for (int iteration = 0; iteration < 60 && hi - lo > 1e-12 * hi; ++iteration) {
+        if (p_.should_stop && p_.should_stop()) return;  // anytime: `best` is feasible at `hi`
+        if (cost_.evaluations() > budget) return;
+        const double mid = 0.5 * (lo + hi);
+        if (exactly ? feasible_exactly(mid, starts) : feasible(mid, starts))
+          hi = mid, best = starts;
+        else
+          lo = mid;
+      }
+    };
+    bisect(false, std::numeric_limits<int64_t>::max());
+    const int64_t budget = 2 * cost_.evaluations() + kReachEvaluations;
+    if (lo < hi && !(p_.should_stop && p_.should_stop()) && feasible_by_reach(lo, starts)) {
+      hi = lo, best = starts, lo = least;
+      bisect(true, budget);
     }
     PartitionResult result;
     result.method = PartitionMethod::Dawn;
@@ -318,6 +351,81 @@ class BinaryPartitioner {
   // before would have worked; the greedy from the other end then finds it.
   bool feasible(double T, std::vector<int>& starts) {
     return feasible_from_the_first(T, starts) || feasible_from_the_last(T, starts);
+  }
+  bool feasible_exactly(double T, std::vector<int>& starts) {
+    return feasible(T, starts) || feasible_by_reach(T, starts);
+  }
+
+  // Every cut each stage can reach: exact whenever a stage's cost grows with its right end, without
+  // the greedies' need for it to fall as its left end moves right. On a DAG it need not: a stage
+  // that starts after an operator receives its output and holds it (or checkpoints it) until the
+  // backward, where a stage that starts at the operator sends it on. The reachable starts of stage
+  // s + 1 are the ends of affordable ranges from the reachable starts of stage s; a range from start
+  // i is affordable up to some end A(i) and no further, so one check per start says whether it
+  // reaches past the cuts reached so far, and a bisection how far.
+  bool feasible_by_reach(double T, std::vector<int>& starts) {
+    const int n = cost_.size(), stages = p_.num_stages();
+    const std::vector<double>& prefix = cost_.compute_prefix();
+    // from[s][j]: the start of stage s - 1 whose range ends at cut j; -1 where no stage s starts.
+    std::vector<std::vector<int>> from(stages, std::vector<int>(n + 1, -1));
+    std::vector<int> current{0};
+    for (int s = 0; s < stages; ++s) {
+      if (p_.should_stop && p_.should_stop()) return false;
+      // Most ranges this search tries cannot fit at all: the least-memory program says so first.
+      auto affordable = [&](int begin, int end) {
+        if (cost_.compute(begin, end) > T || (T < kInfinity && !cost_.can_fit(s, begin, end))) return false;
+        const double c = cost_.cost(s, begin, end, T, T);
+        return c < kInfinity && c <= T;
+      };
+      if (s == stages - 1) {
+        for (auto it = current.rbegin(); it != current.rend(); ++it) {
+          if (!affordable(*it, n)) continue;
+          starts.assign(stages + 1, n);
+          for (int t = s, j = *it; t > 0; --t) starts[t] = j, j = from[t][j];
+          starts[0] = 0;
+          return true;
+        }
+        return false;
+      }
+      const int later = stages - 1 - s;
+      const int spare = static_cast<int>(interior_cuts_.size()) - later;
+      if (spare < 0) return false;
+      // The stages after this one carry the rest at T each: compute(j, n) <= later * T.
+      const double need = prefix[n] - later * T;
+      const int lo_cut =
+          static_cast<int>(std::lower_bound(prefix.begin(), prefix.end(), need * (1 - 1e-15)) - prefix.begin());
+      std::vector<int> next;
+      int reached = 0;  // the last cut reached so far; the starts come in ascending order, and so do their first ends
+      for (int i : current) {
+        // Longest by compute alone, and leaving an allowed cut for each later boundary.
+        int hi = std::min(interior_cuts_[spare], static_cast<int>(std::upper_bound(prefix.begin() + i, prefix.end(),
+                                                                                   (prefix[i] + T) * (1 + 1e-15)) -
+                                                                  prefix.begin()) -
+                                                     1);
+        hi = allowed_at_or_before_[hi];
+        const int first_new = allowed_at_or_after_[std::max({i + 1, lo_cut, reached + 1})];
+        if (first_new > hi || !affordable(i, first_new)) continue;
+        int good = first_new, bad = hi + 1;
+        if (affordable(i, hi))
+          good = hi;
+        else
+          bad = hi;
+        while (bad - good > 1) {
+          const int mid = good + (bad - good) / 2;
+          (affordable(i, mid) ? good : bad) = mid;
+        }
+        good = allowed_at_or_before_[good];
+        for (int j = first_new; j <= good; ++j)
+          if (p_.cut_allowed.empty() || p_.cut_allowed[j]) {
+            from[s + 1][j] = i;
+            next.push_back(j);
+          }
+        reached = good;
+      }
+      if (next.empty()) return false;
+      current = std::move(next);
+    }
+    return false;
   }
 
   // Greedy: each stage in turn takes the longest range it can afford at period T, leaving one
@@ -445,7 +553,7 @@ class BinaryPartitioner {
       for (int s = 0; s < relaxed.num_stages(); ++s) relaxed.budget[s] = p_.budget[s] + extra;
       BinaryPartitioner trial(relaxed);
       std::vector<int> starts;
-      return trial.feasible(kInfinity, starts);
+      return trial.feasible_exactly(kInfinity, starts);
     };
     for (int doublings = 0; !fits_with(extra_hi); ++doublings) {
       // Unlimited memory always fits unless the allowed cuts leave too few places to cut.

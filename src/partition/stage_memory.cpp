@@ -85,7 +85,66 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
   }
   for (const TensorEdge& edge : graph.edges)
     ops.inputs[edge.to].push_back({edge.from, edge.bytes.at(shape.microbatch_size, shape.seq_len)});
+  index_tensors(ops);
   return ops;
+}
+
+void index_tensors(OperatorTable& ops) {
+  const int n = ops.size();
+  ops.consumers.assign(n, {});
+  for (int v = 0; v < n; ++v)
+    for (const OperatorTable::InEdge& in : ops.inputs[v]) ops.consumers[in.from].push_back({v, in.bytes});
+  // Producer u crosses the cuts u + 1 .. its last consumer.
+  std::vector<int> last(n, -1);
+  ops.live_start.assign(n + 2, 0);
+  for (int u = 0; u < n; ++u) {
+    for (const OperatorTable::OutEdge& out : ops.consumers[u]) last[u] = std::max(last[u], out.to);
+    for (int j = u + 1; j <= last[u]; ++j) ++ops.live_start[j + 1];
+  }
+  for (int j = 0; j <= n; ++j) ops.live_start[j + 1] += ops.live_start[j];
+  ops.live.assign(ops.live_start[n + 1], 0);
+  std::vector<int> next(ops.live_start.begin(), ops.live_start.end() - 1);
+  for (int u = 0; u < n; ++u)
+    for (int j = u + 1; j <= last[u]; ++j) ops.live[next[j]++] = u;
+}
+
+std::vector<ReceivedTensor> received_tensors(const OperatorTable& ops, int begin, int end) {
+  std::vector<ReceivedTensor> received;
+  auto bounded = [&](ReceivedTensor& r) {
+    if (!ops.output.empty()) r.bytes = std::min(r.bytes, ops.output[r.from]);
+  };
+  if (ops.indexed()) {
+    for (int i = ops.live_start[begin]; i < ops.live_start[begin + 1]; ++i) {
+      ReceivedTensor r{ops.live[i], 0, 0};
+      for (const OperatorTable::OutEdge& out : ops.consumers[r.from]) {
+        if (out.to < begin) continue;
+        r.bytes += out.bytes;
+        if (out.to < end) r.read_saved += ops.saved[out.to];
+      }
+      bounded(r);
+      received.push_back(r);
+    }
+    return received;
+  }
+  for (int v = begin; v < ops.size(); ++v)
+    for (const OperatorTable::InEdge& in : ops.inputs[v]) {
+      if (in.from >= begin) continue;
+      auto it =
+          std::find_if(received.begin(), received.end(), [&](const ReceivedTensor& r) { return r.from == in.from; });
+      if (it == received.end()) it = received.insert(received.end(), ReceivedTensor{in.from, 0, 0});
+      it->bytes += in.bytes;
+      if (v < end) it->read_saved += ops.saved[v];
+    }
+  for (ReceivedTensor& r : received) bounded(r);
+  std::sort(received.begin(), received.end(),
+            [](const ReceivedTensor& a, const ReceivedTensor& b) { return a.from < b.from; });
+  return received;
+}
+
+double held_input_bytes(const OperatorTable& ops, int begin, int end) {
+  double held = 0;
+  for (const ReceivedTensor& r : received_tensors(ops, begin, end)) held += r.held();
+  return held;
 }
 
 bool can_offload_checkpoints(const StageContext& context) {
@@ -102,6 +161,7 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
   StageMemoryPlan plan;
   plan.decisions = decisions;
   plan.static_memory = fixed.static_memory;
+  const detail::StageInputs inputs = detail::stage_inputs(ops, begin, end);
   double kept = 0, offloaded = 0, checkpoints = 0, rebuilt_all = 0, segment = 0, largest_segment = 0;
   int segment_start = begin;
   const bool sharing = !ops.shared.empty();
@@ -120,14 +180,17 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
         if (!continues) segment_start = v;
         largest_segment = std::max(largest_segment, segment);
         rebuilt_all += bytes;
-        checkpoints += detail::checkpoint_bytes(ops, v, segment_start);
+        checkpoints += detail::checkpoint_bytes(ops, inputs, v, segment_start);
         plan.recompute_time += ops.forward[v];
         break;
       }
     }
   }
   const double rebuilt = context.split_backward ? rebuilt_all : largest_segment;
-  double held = k * kept, moved = offloaded;
+  // The stage input: received tensors that no reader's saved bytes hold, on the device until the
+  // backward ends (the runtime also moves them to the host with offloaded checkpoints; the model
+  // keeps them here, which overstates such a stage's memory by at most k - 1 copies of them).
+  double held = k * (kept + inputs.held), moved = offloaded;
   detail::add_checkpoints(checkpoints, context, held, moved);
   // Split, the rebuild's share is not credited against the reload (the dynamic program cannot tell it).
   plan.activation_memory =
@@ -135,6 +198,7 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
   plan.memory = fixed.static_memory + fixed.workspace + plan.activation_memory;
   plan.offload_bytes = moved;
   plan.checkpoint_bytes = checkpoints;
+  plan.input_bytes = inputs.held;
   plan.offload_checkpoints = context.offload_checkpoints;
   plan.offload_time = detail::offload_penalty(moved, context);
   plan.fits = plan.memory <= context.budget && plan.offload_time < kInfinity;
@@ -143,7 +207,24 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
 
 namespace detail {
 
-double checkpoint_bytes(const OperatorTable& ops, int v, int segment_start) {
+StageInputs stage_inputs(const OperatorTable& ops, int begin, int end) {
+  StageInputs inputs;
+  inputs.begin = begin;
+  inputs.received = received_tensors(ops, begin, end);
+  for (const ReceivedTensor& r : inputs.received) inputs.held += r.held();
+  return inputs;
+}
+
+double StageInputs::checkpoint_limit(const OperatorTable& ops, int producer) const {
+  if (producer < begin) {
+    const auto it = std::lower_bound(received.begin(), received.end(), producer,
+                                     [](const ReceivedTensor& r, int from) { return r.from < from; });
+    if (it != received.end() && it->from == producer) return it->covered();
+  }
+  return ops.output.empty() ? kInfinity : ops.output[producer];
+}
+
+double checkpoint_bytes(const OperatorTable& ops, const StageInputs& inputs, int v, int segment_start) {
   double bytes = 0;
   for (const OperatorTable::InEdge& in : ops.inputs[v]) {
     if (in.from >= segment_start) continue;
@@ -151,8 +232,8 @@ double checkpoint_bytes(const OperatorTable& ops, int v, int segment_start) {
     for (int u = segment_start; u < v; ++u)
       for (const OperatorTable::InEdge& earlier : ops.inputs[u])
         if (earlier.from == in.from) read += earlier.bytes;
-    const double output = ops.output.empty() ? kInfinity : ops.output[in.from];
-    bytes += std::min(output, read + in.bytes) - std::min(output, read);
+    const double limit = inputs.checkpoint_limit(ops, in.from);
+    bytes += std::min(limit, read + in.bytes) - std::min(limit, read);
   }
   return bytes;
 }

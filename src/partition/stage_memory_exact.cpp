@@ -82,12 +82,13 @@ Point closed_step(const Point& base, double memory, double offload, MemoryDecisi
 
 // The two ways a recomputed operator v adds to a point: its checkpoints k times, and its saved bytes
 // either to every rebuilt byte (split backward) or to the open segment.
-Point recompute_step(const OperatorTable& ops, int begin, int v, const StageContext& context, const Point& base,
-                     bool previous_recomputed) {
+Point recompute_step(const OperatorTable& ops, const StageInputs& inputs, int v, const StageContext& context,
+                     const Point& base, bool previous_recomputed) {
+  const int begin = inputs.begin;
   const bool continues = continues_segment(ops, begin, v, previous_recomputed);
   Point p = base;
   p.start = continues ? base.start : v;
-  add_checkpoints(checkpoint_bytes(ops, v, p.start), context, p.memory, p.offload);
+  add_checkpoints(checkpoint_bytes(ops, inputs, v, p.start), context, p.memory, p.offload);
   const double bytes = continues ? ops.saved_once(begin, v) : ops.saved[v];
   if (context.split_backward) {
     p.memory += bytes;
@@ -102,15 +103,16 @@ Point recompute_step(const OperatorTable& ops, int begin, int v, const StageCont
 
 // The ways operator v extends the point `base` of Pareto set `base_set`: kept, recomputed where
 // allowed, offloaded where it can be; `push(point, set)` receives each with the set it joins.
-// Operators [begin, end) are the range the program walks; begin is the stage's first.
+// Operators up to end are the range the program walks; inputs.begin is the stage's first.
 template <class Push>
-void extend(const OperatorTable& ops, int begin, int end, int v, const StageContext& context, const Point& base,
-            int base_set, Push&& push) {
+void extend(const OperatorTable& ops, const StageInputs& inputs, int end, int v, const StageContext& context,
+            const Point& base, int base_set, Push&& push) {
+  const int begin = inputs.begin;
   push(closed_step(base, context.in_flight * held_bytes(ops, begin, v, base, MemoryDecision::Keep), 0,
                    MemoryDecision::Keep),
        kKeptSet);
   if (context.allow_recompute)
-    push(recompute_step(ops, begin, v, context, base, base_set == kRecomputedSet), kRecomputedSet);
+    push(recompute_step(ops, inputs, v, context, base, base_set == kRecomputedSet), kRecomputedSet);
   if (can_offload(ops, v, context)) {
     const bool next_shares = v + 1 < end && ops.shared_in_stage(begin, v + 1) > 0;
     push(closed_step(base, 0, held_bytes(ops, begin, v, base, MemoryDecision::Offload), MemoryDecision::Offload),
@@ -125,6 +127,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
   const int n = end - begin;
   const double k = context.in_flight;
   const FixedMemory fixed = fixed_memory(ops, begin, end, context);
+  const StageInputs inputs = stage_inputs(ops, begin, end);
   // A feasible answer bounds the objective; the least memory each remaining operator can add bounds
   // the memory (a recomputed operator adds at least nothing to k * kept, and one copy when split).
   const StageMemoryPlan greedy = solve_greedy(ops, begin, end, context);
@@ -139,7 +142,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
 
   bool exact = true;
   std::vector<Point> arena;
-  arena.push_back({fixed.static_memory + fixed.workspace, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep});
+  arena.push_back({fixed.static_memory + fixed.workspace + k * inputs.held, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep});
   std::vector<int> sets[kSets] = {{0}, {}, {}};
   for (int v = begin; v < end; ++v) {
     if (context.stopped()) {  // out of time: unfinished; the caller falls back to the least memory
@@ -160,7 +163,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
           arena.push_back(p);
           next[set].push_back(static_cast<int>(arena.size()) - 1);
         };
-        extend(ops, begin, end, v, context, base, previous, push);
+        extend(ops, inputs, end, v, context, base, previous, push);
       }
     for (int r = 0; r < kSets; ++r) {
       keep_pareto(next[r], arena);
@@ -203,7 +206,7 @@ struct LayerOption {
 // operator cannot continue a segment): fewer bytes against a smaller largest segment, ordered by
 // largest segment with memory strictly falling. The exact solver's points with time ignored;
 // offloaded copies are charged at once, as if transfers were fast.
-std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin, int begin, int end,
+std::vector<LayerOption> layer_options(const OperatorTable& ops, const StageInputs& inputs, int begin, int end,
                                        const StageContext& context) {
   const double o = std::min(context.in_flight, context.offload_checkpoints ? 1 : 3);
   thread_local std::vector<Point> arena;  // reused: the partitioner calls this for many ranges
@@ -222,7 +225,7 @@ std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin
           arena.push_back(p);
           next[set].push_back(static_cast<int>(arena.size()) - 1);
         };
-        extend(ops, stage_begin, end, v, context, base, previous, push);
+        extend(ops, inputs, end, v, context, base, previous, push);
       }
     for (int r = 0; r < kSets; ++r) {
       keep_pareto(next[r], arena);
@@ -246,8 +249,10 @@ std::vector<LayerOption> layer_options(const OperatorTable& ops, int stage_begin
 }
 
 // Whether the layers starting at a and b (n operators each) make the same least-memory choices: the
-// same saved bytes and the same inputs, relative to each operator, inside or outside the stage.
-bool same_shape(const OperatorTable& ops, int stage_begin, int a, int b, int n, const StageContext& context) {
+// same saved bytes and the same inputs, relative to each operator, inside or outside the stage (and
+// of a received input, the same part a checkpoint may keep).
+bool same_shape(const OperatorTable& ops, const StageInputs& inputs, int a, int b, int n, const StageContext& context) {
+  const int stage_begin = inputs.begin;
   for (int i = 0; i < n; ++i) {
     const int u = a + i, v = b + i;
     if (ops.saved[u] != ops.saved[v] || ops.saved_once(stage_begin, u) != ops.saved_once(stage_begin, v) ||
@@ -256,33 +261,33 @@ bool same_shape(const OperatorTable& ops, int stage_begin, int a, int b, int n, 
     for (size_t j = 0; j < ops.inputs[u].size(); ++j) {
       const OperatorTable::InEdge &x = ops.inputs[u][j], &y = ops.inputs[v][j];
       if (x.bytes != y.bytes || x.from - u != y.from - v || (x.from >= stage_begin) != (y.from >= stage_begin) ||
-          (!ops.output.empty() && ops.output[x.from] != ops.output[y.from]))
+          (!ops.output.empty() && ops.output[x.from] != ops.output[y.from]) ||
+          (x.from < stage_begin && inputs.checkpoint_limit(ops, x.from) != inputs.checkpoint_limit(ops, y.from)))
         return false;
     }
   }
   return true;
 }
 
-}  // namespace
-
 // Segments never span layers, so the layers of the range choose independently and meet only in the
 // largest segment: for each candidate largest segment C, every layer takes its least memory with
 // segments of at most C, and the best C wins.
-StageMemoryPlan least_memory_holding_checkpoints_one_way(const OperatorTable& ops, int begin, int end,
-                                                         const StageContext& context) {
+std::vector<MemoryDecision> least_memory_decisions(const OperatorTable& ops, int begin, int end,
+                                                   const StageContext& context) {
   // A model's transformer layers repeat: each distinct shape is solved once, and every layer of the
   // range points at its shape's options.
   std::vector<std::vector<LayerOption>> shapes;
   std::vector<std::pair<int, int>> shape_range;  // per shape: the first operator and size of its first layer
   std::vector<int> shape_of;                     // per layer of the range
+  const StageInputs inputs = stage_inputs(ops, begin, end);
   for (int first = begin; first < end;) {
     int last = first + 1;
     while (last < end && ops.same_layer(last - 1, last)) ++last;
     const auto twin = std::find_if(shape_range.begin(), shape_range.end(), [&](const std::pair<int, int>& r) {
-      return r.second == last - first && same_shape(ops, begin, r.first, first, last - first, context);
+      return r.second == last - first && same_shape(ops, inputs, r.first, first, last - first, context);
     });
     if (twin == shape_range.end()) {
-      shapes.push_back(layer_options(ops, begin, first, last, context));
+      shapes.push_back(layer_options(ops, inputs, first, last, context));
       shape_range.emplace_back(first, last - first);
       shape_of.push_back(static_cast<int>(shapes.size()) - 1);
     } else {
@@ -328,7 +333,27 @@ StageMemoryPlan least_memory_holding_checkpoints_one_way(const OperatorTable& op
     const LayerOption& option = options_of(l)[chosen[l]];
     decisions.insert(decisions.end(), option.decisions.begin(), option.decisions.end());
   }
-  return evaluate_stage_memory(ops, begin, end, context, decisions);
+  return decisions;
+}
+
+}  // namespace
+
+StageMemoryPlan least_memory_holding_checkpoints_one_way(const OperatorTable& ops, int begin, int end,
+                                                         const StageContext& context) {
+  const std::vector<MemoryDecision> decisions = least_memory_decisions(ops, begin, end, context);
+  StageMemoryPlan plan = evaluate_stage_memory(ops, begin, end, context, decisions);
+  // The layer program charges offloaded bytes as if their copies left at once. Where the copies that
+  // transfers and reloads keep on the device make offloading hold more than that (a reload right
+  // before R overlaps the newest copy's offload), the least memory without offloading an operator
+  // can be less: the answer is the better of the two.
+  if (std::find(decisions.begin(), decisions.end(), MemoryDecision::Offload) != decisions.end()) {
+    StageContext on_device = context;
+    on_device.allow_offload = false;
+    StageMemoryPlan without =
+        evaluate_stage_memory(ops, begin, end, context, least_memory_decisions(ops, begin, end, on_device));
+    if (without.memory < plan.memory) plan = std::move(without);
+  }
+  return plan;
 }
 
 }  // namespace flexpipe::detail

@@ -2,6 +2,7 @@
 // Internal: the terms of the stage memory model that both the model and its solvers price decisions with.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "flexpipe/partition/stage_memory.h"
 
@@ -14,11 +15,24 @@ inline bool continues_segment(const OperatorTable& ops, int begin, int v, bool p
   return previous_recomputed && v > begin && v < ops.size() && ops.same_layer(v - 1, v);
 }
 
+// The tensors the stage [begin, end) receives, and what of them it holds as its input
+// (received_tensors, held_input_bytes), found once per stage for the model's inner loops.
+struct StageInputs {
+  int begin = 0;
+  std::vector<ReceivedTensor> received;  // ascending by producer
+  double held = 0;                       // the sum of their held() parts
+  // The most of `producer`'s output a checkpoint may keep: a received tensor's covered() part (the
+  // rest is held as the stage input already), the whole output of an operator of the stage.
+  double checkpoint_limit(const OperatorTable& ops, int producer) const;
+};
+StageInputs stage_inputs(const OperatorTable& ops, int begin, int end);
+
 // What a recomputed v adds to the checkpoints of its segment, which starts at segment_start: the
 // tensors it reads that were produced before the segment, in the stage or received from an earlier
 // one, each kept once per segment and at most its producer's whole output (the segment's operators
-// may read slices of it). The segment rebuilds what it reads from itself.
-double checkpoint_bytes(const OperatorTable& ops, int v, int segment_start);
+// may read slices of it), or of a received tensor what the stage input does not hold already. The
+// segment rebuilds what it reads from itself.
+double checkpoint_bytes(const OperatorTable& ops, const StageInputs& inputs, int v, int segment_start);
 
 // Forwards arrive one per third of a period at most (a backward takes about twice a forward), so a
 // transfer of t spans ceil(t / (T/3)) forward slots: that many micro-batches' offloaded bytes are still

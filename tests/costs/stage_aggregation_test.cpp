@@ -70,10 +70,17 @@ TEST(StageAggregation, HandComputedContiguousRanges) {
   const StageCosts& s2 = result.table.stages[2];
   // Times double (b*s = 20 against 10); memory is per token (20 tokens).
   EXPECT_EQ(s0, (StageCosts{6, 2, 3, 5, 0, 0, 60, 0, 0, 220, 220, 1320, 160}));
-  EXPECT_EQ(s1, (StageCosts{10, 6, 0, 6, 0, 0, 100, 100, 0, 0, 0, 0, 80}));
-  // The head's tied copy of the embedding is held by the last stage.
-  EXPECT_EQ(s2, (StageCosts{6, 4, 4, 8, 0, 0, 60, 20, 0, 100, 100, 600, 0}));
+  // Stage 1 receives ln's output, which attn reads and saves (100 >= 80), and embed's, which only
+  // add reads and add saves nothing: the stage holds those 80 bytes as its input until the backward
+  // ends (not freed by I).
+  EXPECT_EQ(s1, (StageCosts{10, 6, 0, 6, 0, 0, 100 + 80, 100, 0, 0, 0, 0, 80}));
+  // The head's tied copy of the embedding is held by the last stage. It receives add's 80 bytes and
+  // saves 60, taken to be part of them: the other 20 are held as the stage input.
+  EXPECT_EQ(s2, (StageCosts{6, 4, 4, 8, 0, 0, 60 + 20, 20, 0, 100, 100, 600, 0}));
   EXPECT_EQ(result.details[1].input_bytes, 160);  // ln's output and the residual both cross cut 0
+  EXPECT_EQ(result.details[0].held_input_bytes, 0);
+  EXPECT_EQ(result.details[1].held_input_bytes, 80);
+  EXPECT_EQ(result.details[2].held_input_bytes, 20);
   for (const StageCosts& stage : result.table.stages) EXPECT_EQ(stage.workspace_bytes, 0);
   EXPECT_EQ(result.details[2].parameters, 50);
   EXPECT_EQ(result.details[0].forward_flops, (1 + 2) * 20);
@@ -94,7 +101,8 @@ TEST(StageAggregation, RecomputeKeepsCheckpointsAndOffloadCountsBytes) {
   EXPECT_EQ(s0.freed_by_input, 0);
   EXPECT_EQ(s0.checkpoint_bytes, 80 + 20);  // ln's input (embed's output) + embed's own saved bytes
   const StageCosts& s1 = result.table.stages[1];
-  EXPECT_EQ(s1.activation_bytes, 100);  // offloaded bytes are still allocated by F
+  // Offloaded bytes are still allocated by F; the residual add reads (80 bytes) is the stage input.
+  EXPECT_EQ(s1.activation_bytes, 100 + 80);
   EXPECT_EQ(result.details[1].offload_bytes, 100);
   EXPECT_EQ(result.details[1].offload_time, 0.5 + 100.0 / 50);
   EXPECT_EQ(result.details[0].offload_bytes, 0);
@@ -188,8 +196,10 @@ TEST(StageAggregation, TensorsTwoOperatorsSaveCountOnceWhereBothHoldThemAlike) {
     options.decisions = std::move(decisions);
     return aggregate_stages(g, partition, options);
   };
+  // The stage receives embed's 80 bytes; ln saves 40 of them, and the other 40 (read by add, on the
+  // next stage) are held as the stage input whatever ln and attn decide.
   const StageCosts kept = stage1({D::Keep, D::Keep, D::Keep, D::Keep, D::Keep}).table.stages[1];
-  EXPECT_EQ(kept.activation_bytes, (2 + 5 - 2) * 20);
+  EXPECT_EQ(kept.activation_bytes, (2 + 5 - 2) * 20 + 40);
   EXPECT_EQ(kept.freed_by_input, 3 * 20);  // attn's own; the shared 40 stay with ln until W
   const StageCosts rebuilt = stage1({D::Keep, D::Recompute, D::Recompute, D::Keep, D::Keep}).table.stages[1];
   EXPECT_EQ(rebuilt.activation_bytes, 100);
@@ -198,14 +208,15 @@ TEST(StageAggregation, TensorsTwoOperatorsSaveCountOnceWhereBothHoldThemAlike) {
   // Held two ways they are two tensors: ln keeps its 40, attn rebuilds its 100 from ln's output (80).
   const StageCosts mixed = stage1({D::Keep, D::Keep, D::Recompute, D::Keep, D::Keep}).table.stages[1];
   EXPECT_EQ(mixed.activation_bytes, 100);
-  EXPECT_EQ(mixed.checkpoint_bytes, 80 + 40);
+  EXPECT_EQ(mixed.checkpoint_bytes, 80 + 40 + 40);
   EXPECT_EQ(stage1({D::Keep, D::Offload, D::Offload, D::Keep, D::Keep}).details[1].offload_bytes, 100);
   // The partitioner's model agrees.
   const OperatorTable ops = make_operator_table(g, {2, 10});
   StageContext one;
   one.in_flight = 1;
-  EXPECT_EQ(evaluate_stage_memory(ops, 1, 3, one, {D::Keep, D::Keep}).activation_memory, 100);
-  EXPECT_EQ(evaluate_stage_memory(ops, 1, 3, one, {D::Recompute, D::Recompute}).activation_memory, 80 + 100);
+  EXPECT_EQ(evaluate_stage_memory(ops, 1, 3, one, {D::Keep, D::Keep}).activation_memory, 100 + 40);
+  // Rebuilt, ln checkpoints the part of embed's output the stage input does not hold already (40).
+  EXPECT_EQ(evaluate_stage_memory(ops, 1, 3, one, {D::Recompute, D::Recompute}).activation_memory, 40 + 40 + 100);
 }
 
 // A stage's workspace is its largest operator's: operators run one at a time.

@@ -62,7 +62,11 @@ struct StageDetails {
   int operators = 0;
   double parameters = 0;  // held by the stage (a tied copy counts where it is used)
   double forward_flops = 0;
-  double input_bytes = 0;      // what the previous stage sends (its output_bytes)
+  double input_bytes = 0;  // what the previous stage sends (its output_bytes)
+  // Part of input_bytes the stage holds until the backward ends besides what its operators save:
+  // tensors it carries through to later stages, or whose readers here save nothing (counted in
+  // activation_bytes, or in checkpoint_bytes where the stage recomputes)
+  double held_input_bytes = 0;
   double workspace_bytes = 0;  // largest transient buffer of one operator
   double offload_bytes = 0;    // saved bytes of operators decided Offload, per micro-batch, and the
                                // checkpoints where the stage offloads them

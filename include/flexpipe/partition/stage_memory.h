@@ -25,13 +25,24 @@ struct OperatorTable {
     int from = 0;
     double bytes = 0;
   };
+  struct OutEdge {
+    int to = 0;
+    double bytes = 0;
+  };
   std::vector<double> forward, backward, saved, workspace, parameters;
   std::vector<double> shared;               // per node, saved bytes shared with node - 1; empty: none
   std::vector<double> output;               // per node, its output's bytes; empty: unbounded
   std::vector<std::vector<InEdge>> inputs;  // per node, its producers (an edge each)
   std::vector<int> tied_to;                 // kNotTied or the owner node
   std::vector<int> layer;                   // per node; empty: every node in one layer
+  // An index of the edges for finding what crosses a cut fast (index_tensors; make_operator_table
+  // builds it). Per node its consumers, ascending; per cut position j (0..n) the producers before j
+  // that some operator at or after j reads, ascending: live[live_start[j] .. live_start[j + 1]).
+  // Empty: the functions that need it read `inputs` instead, in time linear in the edges.
+  std::vector<std::vector<OutEdge>> consumers;
+  std::vector<int> live_start, live;
   int size() const { return static_cast<int>(forward.size()); }
+  bool indexed() const { return static_cast<int>(live_start.size()) == size() + 2; }
   bool same_layer(int u, int v) const { return layer.empty() || layer[u] == layer[v]; }
   // The saved bytes v shares with v - 1 when v - 1 is in the stage (v > begin).
   double shared_in_stage(int begin, int v) const { return v > begin && !shared.empty() ? shared[v] : 0; }
@@ -40,6 +51,30 @@ struct OperatorTable {
   double saved_once(int begin, int v) const { return saved[v] - shared_in_stage(begin, v); }
 };
 OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape);
+// Builds the table's edge index (consumers, live) from its inputs: for tables built by hand, after
+// their edges, where the partitioner's inner loops are to find the received tensors fast.
+void index_tensors(OperatorTable& ops);
+
+// A tensor the stage [begin, end) receives: produced before begin and read at or after it, whether
+// by the stage or only by a later one (then the stage carries it through: it receives it and sends
+// it on). `bytes`: what crosses the cut at begin from that producer (its edges to operators at or
+// after begin, at most its output); `read_saved`: what the stage's operators that read it save.
+// The runtime holds every tensor a stage receives until the micro-batch's backward ends. The model
+// assumes a reader that saves bytes saves (part of) what it reads, so those bytes are counted once,
+// with the reader's decision (kept, offloaded, or a checkpoint where it is recomputed), and the
+// rest, `held()`, is held as the stage input, k times: all of a tensor carried through unread, or
+// read only by operators that save nothing (a residual add, a concatenation).
+struct ReceivedTensor {
+  int from = 0;
+  double bytes = 0;
+  double read_saved = 0;
+  double held() const { return bytes > read_saved ? bytes - read_saved : 0; }
+  double covered() const { return bytes - held(); }  // what the readers' saved bytes hold
+};
+// Ascending by producer.
+std::vector<ReceivedTensor> received_tensors(const OperatorTable& ops, int begin, int end);
+// The sum of held() over the received tensors: bytes per micro-batch the stage holds as its input.
+double held_input_bytes(const OperatorTable& ops, int begin, int end);
 
 // What a stage's memory and time depend on besides its operators.
 struct StageContext {
@@ -89,6 +124,7 @@ struct StageMemoryPlan {
   double recompute_time = 0;         // per micro-batch
   double offload_bytes = 0;          // per micro-batch, checkpoints included when they are offloaded
   double checkpoint_bytes = 0;       // per micro-batch: what the recompute segments read from before them
+  double input_bytes = 0;            // per micro-batch, held k times: received tensors no reader holds
   bool offload_checkpoints = false;  // the context this plan was made for
   double offload_time = 0;           // per micro-batch, beyond what the compute hides
   bool fits = false;                 // memory <= budget
@@ -97,14 +133,16 @@ struct StageMemoryPlan {
 };
 
 // The memory of [begin, end) with the given decisions (one per operator of the range), by the model:
-//   static + max workspace + k*(kept + checkpoints) + rebuilt + copies(offloaded) * offloaded,
+//   static + max workspace + k*(kept + checkpoints + held inputs) + rebuilt + copies(offloaded) * offloaded,
 // with tensors two neighbouring operators both save counted once where both keep them, both offload
 // them or both rebuild them in one segment,
 // where rebuilt is the largest recompute segment of one micro-batch (whole backward) or all its
-// recomputed operators (split backward), and checkpoints are, per segment, the stage's tensors it
-// reads from before it (each once, at most its producer's output). With context.offload_checkpoints
-// the checkpoints count as offloaded instead, and copies and penalty are those of a reload right
-// before R.
+// recomputed operators (split backward), checkpoints are, per segment, the stage's tensors it
+// reads from before it (each once, at most its producer's output; of a received tensor, at most
+// its covered() part), and held inputs are held_input_bytes (received tensors carried through or
+// read only by operators that save nothing). With context.offload_checkpoints the checkpoints count
+// as offloaded instead, and copies and penalty are those of a reload right before R; the held
+// inputs stay on the device either way (the model does not plan their offload).
 StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& context,
                                       const std::vector<MemoryDecision>& decisions);
 // The decisions with the least added time that fit the budget; `fits` is false when none does (then
