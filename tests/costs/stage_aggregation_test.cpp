@@ -1,9 +1,11 @@
-// Per-stage aggregation on a hand-computed graph and on zoo graphs.
+// Per-stage aggregation on hand-computed graphs (a chain with a residual, a ResNet block, a U-Net)
+// and on zoo graphs.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "dag_graphs.h"
 #include "flexpipe/costs/model_zoo.h"
 #include "flexpipe/costs/stage_aggregation.h"
 #include "flexpipe/partition/stage_memory.h"
@@ -250,6 +252,89 @@ TEST(StageAggregation, EmptyStagesPassTensorsThrough) {
   EXPECT_EQ(result.table.stages[1].forward, 0);
   EXPECT_EQ(result.table.stages[0].output_bytes, 40);
   EXPECT_EQ(result.table.stages[1].output_bytes, 40);
+}
+
+// A ResNet block (tests/common/dag_graphs.h) cut inside: stage 1 holds relu1 .. add. The residual
+// stem -> add crosses the cut next to bn1's output; add, its only reader there, saves nothing, so
+// the stage holds it as its input until the backward ends.
+TEST(StageAggregation, AResidualCutInsideItsBlockIsHeldByTheStageThatJoinsIt) {
+  const CostGraph g = test::residual_block_graph();
+  AggregationOptions options;
+  const StageAggregate inside = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{3, 4, 2}), options);
+  // Cut 0: bn1's 6 bytes (to relu1) and the residual's 10 (to add); cut 1: add's 10.
+  EXPECT_EQ(inside.table.stages[0].output_bytes, 6 + 10);
+  EXPECT_EQ(inside.table.stages[1].output_bytes, 10);
+  EXPECT_EQ(inside.details[1].input_bytes, 16);
+  // relu1 saves the 6 bytes it reads; relu2 the 10.
+  EXPECT_EQ(inside.details[0].held_input_bytes, 0);
+  EXPECT_EQ(inside.details[1].held_input_bytes, 10);
+  EXPECT_EQ(inside.details[2].held_input_bytes, 0);
+  EXPECT_EQ(inside.table.stages[0].activation_bytes, 3 + 10 + 6);
+  EXPECT_EQ(inside.table.stages[1].activation_bytes, 6 + 6 + 10 + 0 + 10);
+  EXPECT_EQ(inside.table.stages[1].freed_by_input, 6);  // relu1's; the residual stays until W
+  EXPECT_EQ(inside.table.stages[2].activation_bytes, 10 + 10);
+  // Recomputing stage 1 whole: relu1 .. add are one segment. It checkpoints bn1's output, the residual
+  // is the stage input it holds anyway: together what the stage received.
+  options.decisions.assign(9, MemoryDecision::Keep);
+  for (int v = 3; v <= 6; ++v) options.decisions[v] = MemoryDecision::Recompute;
+  const StageCosts rebuilt =
+      aggregate_stages(g, partition_from_sizes(g, std::vector<int>{3, 4, 2}), options).table.stages[1];
+  EXPECT_EQ(rebuilt.checkpoint_bytes, 6 + 10);
+  EXPECT_EQ(rebuilt.activation_bytes, 6 + 6 + 10);
+  EXPECT_EQ(rebuilt.rebuilt_peak_bytes, 22);
+  // Cut at the block's edges instead, the residual's one 10-byte tensor crosses once and conv1 saves it.
+  const StageAggregate between =
+      aggregate_stages(g, partition_from_sizes(g, std::vector<int>{1, 7, 1}), AggregationOptions{});
+  EXPECT_EQ(between.table.stages[0].output_bytes, 10);
+  EXPECT_EQ(between.details[1].held_input_bytes, 0);
+  EXPECT_EQ(between.table.stages[1].activation_bytes, 10 + 6 + 6 + 6 + 10 + 0 + 10);
+}
+
+// A U-Net (tests/common/dag_graphs.h) in three stages: in enc1 down1 | enc2 down2 mid up2 | cat2 ..
+// head. The skip enc1 -> cat1 crosses both cuts: each sends it, stage 1 carries it through without
+// reading it, and both later stages hold it. Hand-computed per stage.
+TEST(StageAggregation, ASkipAcrossTwoCutsIsSentOverBothAndHeldByEveryStageItReaches) {
+  const CostGraph g = test::unet_graph();
+  const Partition partition = partition_from_sizes(g, std::vector<int>{3, 4, 6});
+  const StageAggregate kept = aggregate_stages(g, partition, AggregationOptions{});
+  // Cut 0: down1's 4 bytes (to enc2) and enc1's 8 (to cat1). Cut 1: up2's 4 and enc2's 4 (both to
+  // cat2) and enc1's 8 again.
+  EXPECT_EQ(kept.table.stages[0].output_bytes, 4 + 8);
+  EXPECT_EQ(kept.table.stages[1].output_bytes, 4 + 4 + 8);
+  EXPECT_EQ(kept.table.stages[2].output_bytes, 0);
+  EXPECT_EQ(kept.details[0].input_bytes, 0);
+  EXPECT_EQ(kept.details[1].input_bytes, 12);
+  EXPECT_EQ(kept.details[2].input_bytes, 16);
+  // Stage 1: enc2 saves the 4 bytes of down1 it reads; enc1's 8 are carried through. Stage 2: the
+  // concatenations save nothing, so all 16 bytes it receives are its input until the backward ends.
+  EXPECT_EQ(kept.details[1].held_input_bytes, 8);
+  EXPECT_EQ(kept.details[2].held_input_bytes, 16);
+  EXPECT_EQ(kept.table.stages[0].activation_bytes, 2 + 8 + 8);
+  EXPECT_EQ(kept.table.stages[1].activation_bytes, 4 + 4 + 2 + 2 + 8);
+  EXPECT_EQ(kept.table.stages[2].activation_bytes, 0 + 8 + 4 + 0 + 16 + 8 + 16);
+  // Released at I: the saved bytes of operators without parameters; never the stage input.
+  EXPECT_EQ(kept.table.stages[1].freed_by_input, 4 + 2);
+  EXPECT_EQ(kept.table.stages[2].freed_by_input, 4);
+
+  // Everything recomputed, segment by segment within the layers: stage 1 is {enc2} {down2 mid up2},
+  // stage 2 {cat2 dec2} {up1 cat1 dec1 head}. Checkpoints: stage 1 keeps down1's output for enc2 and
+  // enc2's for down2; stage 2 keeps dec2's for up1, and reads everything else from its input.
+  AggregationOptions recomputed;
+  recomputed.decisions.assign(13, MemoryDecision::Recompute);
+  recomputed.offload_checkpoints = {0, 1, 0};
+  const StageAggregate rebuilt = aggregate_stages(g, partition, recomputed);
+  const StageCosts& s1 = rebuilt.table.stages[1];
+  const StageCosts& s2 = rebuilt.table.stages[2];
+  EXPECT_EQ(s1.checkpoint_bytes, 4 + 4 + 8);
+  EXPECT_EQ(s1.rebuilt_peak_bytes, 4 + 2 + 2);
+  EXPECT_EQ(s1.activation_bytes, 12);
+  EXPECT_EQ(s2.checkpoint_bytes, 4 + 16);
+  EXPECT_EQ(s2.rebuilt_peak_bytes, 4 + 0 + 16 + 8);
+  // Stage 1 offloads its checkpoints: OFFLOAD moves them with the carried skip (the runtime moves the
+  // stage's inputs with them).
+  EXPECT_EQ(s1.offload_bytes, 4 + 4 + 8);
+  EXPECT_EQ(rebuilt.details[1].offload_bytes, 16);
+  EXPECT_EQ(s2.offload_bytes, kInfinity);
 }
 
 TEST(StageAggregation, ErrorsNameWhatIsWrong) {

@@ -4,8 +4,10 @@
 
 #include <optional>
 #include <random>
+#include <tuple>
 #include <vector>
 
+#include "dag_graphs.h"
 #include "flexpipe/partition/stage_memory.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/support/error.h"
@@ -234,6 +236,76 @@ TEST(StageMemory, AStoppedSolverFallsBackToTheLeastMemoryDecisions) {
     EXPECT_GT(stopped.added_time(), cheapest.added_time());
     EXPECT_EQ(stopped.decisions, least_stage_memory(chain(), 0, 4, c).decisions);
   }
+}
+
+// What a stage receives on a DAG, and what of it the stage holds as its input: the U-Net of
+// tests/common/dag_graphs.h, whose skips enc1 -> cat1 (8 bytes) and enc2 -> cat2 (4) cross every
+// cut between them; the concatenations save nothing.
+TEST(StageMemory, ReceivedTensorsNoReaderSavesAreHeldAsTheStageInput) {
+  const OperatorTable ops = make_operator_table(test::unet_graph(), {1, 1});
+  auto received = [&](int begin, int end) {
+    std::vector<std::tuple<int, double, double>> out;
+    for (const ReceivedTensor& r : received_tensors(ops, begin, end)) out.emplace_back(r.from, r.bytes, r.read_saved);
+    return out;
+  };
+  using T = std::tuple<int, double, double>;
+  // down2 mid (operators 4, 5): enc2's output, which down2 reads and saves, and enc1's, carried
+  // through unread.
+  EXPECT_EQ(received(4, 6), (std::vector<T>{{1, 8, 0}, {3, 4, 4}}));
+  EXPECT_DOUBLE_EQ(held_input_bytes(ops, 4, 6), 8);
+  // up2 cat2 dec2 (6 .. 8): mid's output (up2 saves its 2 bytes), and both skips, which cat2 reads
+  // and saves nothing of.
+  EXPECT_EQ(received(6, 9), (std::vector<T>{{1, 8, 0}, {3, 4, 0}, {5, 2, 2}}));
+  EXPECT_DOUBLE_EQ(held_input_bytes(ops, 6, 9), 8 + 4);
+  // A stage that starts at enc2 sends its output on: only enc1's skip is held.
+  EXPECT_DOUBLE_EQ(held_input_bytes(ops, 3, 9), 8);
+  EXPECT_DOUBLE_EQ(held_input_bytes(ops, 0, 13), 0);
+  // A table built by hand without the edge index finds the same.
+  OperatorTable unindexed = ops;
+  unindexed.consumers.clear();
+  unindexed.live_start.clear();
+  unindexed.live.clear();
+  for (int begin = 0; begin <= 13; ++begin)
+    for (int end = begin; end <= 13; ++end)
+      EXPECT_DOUBLE_EQ(held_input_bytes(unindexed, begin, end), held_input_bytes(ops, begin, end)) << begin << end;
+
+  // The stage down2 mid up2 cat2 dec2 (4 .. 8) at k = 2 keeps everything: its operators save
+  // 4 + 2 + 2 + 0 + 8, and it holds enc1's 8 bytes; enc2's 4 are down2's saved input. Static:
+  // mid's and dec2's 2 parameters each, 16 bytes per parameter; the largest workspace is 0.
+  const StageMemoryPlan kept = evaluate_stage_memory(ops, 4, 9, context(2), {K, K, K, K, K});
+  EXPECT_DOUBLE_EQ(kept.input_bytes, 8);
+  EXPECT_DOUBLE_EQ(kept.activation_memory, 2 * (16 + 8));
+  EXPECT_DOUBLE_EQ(kept.memory, 4 * 16 + 2 * 24);
+  // mid and up2 recomputed (one segment of the bottom layer, down2 kept): the segment checkpoints
+  // down2's output (2) and rebuilds 4 bytes.
+  const StageMemoryPlan bottom = evaluate_stage_memory(ops, 4, 9, context(2), {K, R, R, K, K});
+  EXPECT_DOUBLE_EQ(bottom.checkpoint_bytes, 2);
+  EXPECT_DOUBLE_EQ(bottom.activation_memory, 2 * (4 + 0 + 8 + 2 + 8) + 4);
+  // cat2 recomputed alone (the next layer): it checkpoints up2's output (4) and, of enc2's output,
+  // the part its readers here save (down2's 4); the carried skip is the stage input already.
+  const StageMemoryPlan joined = evaluate_stage_memory(ops, 4, 9, context(2), {K, K, K, R, K});
+  EXPECT_DOUBLE_EQ(joined.checkpoint_bytes, 4 + 4);
+  EXPECT_DOUBLE_EQ(joined.activation_memory, 2 * (4 + 2 + 2 + 8 + 8 + 8) + 0);
+}
+
+// A received tensor whose readers save less than it: the part they save is counted with them, the
+// rest as the stage input; a recompute checkpoint keeps at most the part the readers hold.
+TEST(StageMemory, AReceivedTensorIsCountedOnceBetweenItsReadersAndTheStageInput) {
+  // a -> b (8 bytes), a -> d (8 bytes): the chain above, with a's output bounded to 8 bytes.
+  OperatorTable ops = chain();
+  ops.output = {8, 6, 9, 1};
+  index_tensors(ops);
+  // A stage of c and d: d reads a's 8 bytes and saves 20, taken to include them.
+  EXPECT_DOUBLE_EQ(held_input_bytes(ops, 2, 4), 0);
+  // d saving 5 of them: 3 are held besides. Kept: k * (30 + 5 + 3). Recomputed, d checkpoints c's
+  // output (9, in the stage) and the 5 bytes of a's its own saved bytes covered.
+  ops.saved[3] = 5;
+  index_tensors(ops);
+  EXPECT_DOUBLE_EQ(held_input_bytes(ops, 2, 4), 3);
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 2, 4, context(2), {K, K}).activation_memory, 2 * (30 + 5 + 3));
+  const StageMemoryPlan rebuilt = evaluate_stage_memory(ops, 2, 4, context(2), {K, R});
+  EXPECT_DOUBLE_EQ(rebuilt.checkpoint_bytes, 9 + 5);
+  EXPECT_DOUBLE_EQ(rebuilt.activation_memory, 2 * (30 + 14 + 3) + 5);
 }
 
 TEST(StageMemory, RejectsMismatchedDecisions) {
