@@ -157,6 +157,7 @@ PartitionPlan CheckedPlanner::make_plan(const CheckedPlan& out, const PartitionP
                     {"activation_memory", r.memory.activation_memory},
                     {"offload_bytes", r.memory.offload_bytes},
                     {"checkpoint_bytes", r.memory.checkpoint_bytes},
+                    {"held_input_bytes", r.memory.input_bytes},
                     {"fits", r.memory.fits},
                     {"exact", r.memory.exact}};
     plan.stages.push_back(std::move(stage));
