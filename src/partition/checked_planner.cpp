@@ -95,9 +95,9 @@ CheckedPlan CheckedPlanner::attempt(PartitionMethod method, int microbatch_size,
 
 // Dawn's plan is the fastest in simulation of three candidates that pass the simulation check: the
 // binary search's cuts; the compute-balanced cuts with per-operator decisions; and those cuts with
-// whole-layer decisions (vPipe's). The search optimizes the partitioner's model, which leaves out
-// the received inputs that recomputed operators read; the simulation charges them and has the last
-// word on fit and time.
+// whole-layer decisions (vPipe's). The search optimizes the partitioner's model; the simulation,
+// whose transfers queue on the host link and whose warm-up and cool-down the model leaves out, has
+// the last word on fit and time.
 CheckedPlan CheckedPlanner::attempt(PartitionMethod method, int microbatch_size) const {
   CheckedPlan out =
       attempt(method, microbatch_size, [&](const PartitionProblem& p) { return partition_model(p, method); });

@@ -532,7 +532,10 @@ class BinaryPartitioner {
     return true;
   }
 
-  // Nothing fits: the least extra memory per device that would make a partition exist.
+  // Nothing fits: the least extra memory per device with which the greedies find a partition. The
+  // search over every reachable cut might need less, but it is too slow to repeat at every step of
+  // this bisection on large graphs: the shortfall is an upper bound where a stage's cost is not
+  // monotone in its start.
   PartitionResult cannot_fit() {
     PartitionResult result;
     result.method = PartitionMethod::Dawn;
@@ -553,7 +556,7 @@ class BinaryPartitioner {
       for (int s = 0; s < relaxed.num_stages(); ++s) relaxed.budget[s] = p_.budget[s] + extra;
       BinaryPartitioner trial(relaxed);
       std::vector<int> starts;
-      return trial.feasible_exactly(kInfinity, starts);
+      return trial.feasible(kInfinity, starts);
     };
     for (int doublings = 0; !fits_with(extra_hi); ++doublings) {
       // Unlimited memory always fits unless the allowed cuts leave too few places to cut.
