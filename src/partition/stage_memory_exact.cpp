@@ -22,6 +22,9 @@ struct Point {
   double offload;  // bytes; their copies depend on the total, so they are charged at the end
   int parent;      // index into the arena, -1 at the start
   MemoryDecision decision;
+  // Whether the assignment recomputes anything, tracked where checkpoints are offloaded: without a
+  // recompute there is nothing to reload right before R, and the plan runs as plain offloading.
+  bool recomputed = true;
 };
 
 double objective(const Point& p, const StageContext& context) {
@@ -32,17 +35,25 @@ double objective(const Point& p, const StageContext& context) {
 // than q. Final memory is memory + max(largest, S) for the largest segment S still to come (S grows
 // with open), which is no more for p at every S when p holds no more now (memory + largest) and no
 // more besides its segments (memory).
+// A point that has not recomputed yet does not dominate one that has: it may not end as it does.
 bool dominates(const Point& p, const Point& q) {
-  return p.start == q.start && p.memory <= q.memory && p.memory + p.largest <= q.memory + q.largest &&
-         p.open <= q.open && p.recompute <= q.recompute && p.offload <= q.offload;
+  return p.start == q.start && p.recomputed >= q.recomputed && p.memory <= q.memory &&
+         p.memory + p.largest <= q.memory + q.largest && p.open <= q.open && p.recompute <= q.recompute &&
+         p.offload <= q.offload;
 }
 
 // Removes points another point of the same set dominates; sorts by the memory they hold so far.
 void keep_pareto(std::vector<int>& set, const std::vector<Point>& arena) {
   auto key = [&](int i) {
     const Point& p = arena[i];
-    return std::array<double, 7>{double(p.start), p.memory + p.largest, p.memory, p.largest,
-                                 p.open,          p.recompute,          p.offload};
+    return std::array<double, 8>{double(p.start),
+                                 p.recomputed ? 0.0 : 1.0,
+                                 p.memory + p.largest,
+                                 p.memory,
+                                 p.largest,
+                                 p.open,
+                                 p.recompute,
+                                 p.offload};
   };
   // Only points of one open segment compare; within one, lexicographic order puts every dominating
   // point before the points it dominates.
@@ -98,6 +109,7 @@ Point recompute_step(const OperatorTable& ops, const StageInputs& inputs, int v,
   }
   p.recompute += ops.forward[v];
   p.decision = MemoryDecision::Recompute;
+  p.recomputed = true;
   return p;
 }
 
@@ -130,8 +142,13 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
   const StageInputs inputs = stage_inputs(ops, begin, end);
   // A feasible answer bounds the objective; the least memory each remaining operator can add bounds
   // the memory (a recomputed operator adds at least nothing to k * kept, and one copy when split).
+  // With checkpoints offloaded only assignments that recompute count (the others are plain
+  // offloading, which the caller solves as such): the greedy bounds the time only where it is one.
   const StageMemoryPlan greedy = solve_greedy(ops, begin, end, context);
-  const double bound = greedy.fits ? greedy.added_time() : kInfinity;
+  const bool greedy_counts =
+      greedy.fits && (!context.offload_checkpoints || std::find(greedy.decisions.begin(), greedy.decisions.end(),
+                                                                MemoryDecision::Recompute) != greedy.decisions.end());
+  const double bound = greedy_counts ? greedy.added_time() : kInfinity;
   std::vector<double> least_rest(n + 1, 0);
   for (int v = end - 1; v >= begin; --v) {
     double least = k * ops.saved_once(begin, v);
@@ -142,7 +159,8 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
 
   bool exact = true;
   std::vector<Point> arena;
-  arena.push_back({fixed.static_memory + fixed.workspace + k * inputs.held, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep});
+  arena.push_back({fixed.static_memory + fixed.workspace + k * inputs.held, 0, 0, -1, 0, 0, -1, MemoryDecision::Keep,
+                   !context.offload_checkpoints});
   std::vector<int> sets[kSets] = {{0}, {}, {}};
   for (int v = begin; v < end; ++v) {
     if (context.stopped()) {  // out of time: unfinished; the caller falls back to the least memory
@@ -180,6 +198,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
   for (int r = 0; r < kSets; ++r)
     for (int i : sets[r]) {
       const Point& p = arena[i];
+      if (!p.recomputed) continue;
       if (p.memory + p.largest + offloaded_held(p.offload, context, p.largest) > context.budget) continue;
       if (best < 0 || objective(p, context) < objective(arena[best], context)) best = i;
     }
@@ -187,7 +206,7 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
   std::vector<MemoryDecision> decisions(n);
   for (int i = best, v = end - 1; i > 0; i = arena[i].parent, --v) decisions[v - begin] = arena[i].decision;
   StageMemoryPlan plan = evaluate_stage_memory(ops, begin, end, context, decisions);
-  if (greedy.fits && greedy.added_time() < plan.added_time()) plan = greedy;  // rounding ties
+  if (greedy_counts && greedy.added_time() < plan.added_time()) plan = greedy;  // rounding ties
   plan.exact = exact;
   return plan;
 }
@@ -340,8 +359,17 @@ std::vector<MemoryDecision> least_memory_decisions(const OperatorTable& ops, int
 
 StageMemoryPlan least_memory_holding_checkpoints_one_way(const OperatorTable& ops, int begin, int end,
                                                          const StageContext& context) {
+  // With checkpoints offloaded, decisions that recompute nothing run as plain offloading: priced so.
+  auto price = [&](const std::vector<MemoryDecision>& decisions) {
+    StageContext as_run = context;
+    as_run.offload_checkpoints = context.offload_checkpoints && std::find(decisions.begin(), decisions.end(),
+                                                                          MemoryDecision::Recompute) != decisions.end();
+    StageMemoryPlan plan = evaluate_stage_memory(ops, begin, end, as_run, decisions);
+    plan.offload_checkpoints = context.offload_checkpoints;
+    return plan;
+  };
   const std::vector<MemoryDecision> decisions = least_memory_decisions(ops, begin, end, context);
-  StageMemoryPlan plan = evaluate_stage_memory(ops, begin, end, context, decisions);
+  StageMemoryPlan plan = price(decisions);
   // The layer program charges offloaded bytes as if their copies left at once. Where the copies that
   // transfers and reloads keep on the device make offloading hold more than that (a reload right
   // before R overlaps the newest copy's offload), the least memory without offloading an operator
@@ -349,8 +377,7 @@ StageMemoryPlan least_memory_holding_checkpoints_one_way(const OperatorTable& op
   if (std::find(decisions.begin(), decisions.end(), MemoryDecision::Offload) != decisions.end()) {
     StageContext on_device = context;
     on_device.allow_offload = false;
-    StageMemoryPlan without =
-        evaluate_stage_memory(ops, begin, end, context, least_memory_decisions(ops, begin, end, on_device));
+    StageMemoryPlan without = price(least_memory_decisions(ops, begin, end, on_device));
     if (without.memory < plan.memory) plan = std::move(without);
   }
   return plan;

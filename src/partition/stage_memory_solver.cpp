@@ -1,4 +1,5 @@
 // The choice among the stage memory solvers, for both ways of holding checkpoints (docs/partitioner.md).
+#include <algorithm>
 #include <utility>
 
 #include "flexpipe/partition/stage_memory.h"
@@ -54,15 +55,24 @@ bool better_plan(const StageMemoryPlan& a, const StageMemoryPlan& b) {
   return a.fits ? a.added_time() < b.added_time() : a.memory < b.memory;
 }
 
-// The better of the two ways of holding checkpoints; exact when both answers are.
+// The better of the two ways of holding checkpoints; exact when both answers are. An answer of the
+// second way that recomputes nothing has no checkpoints to offload: the plan file, the aggregation
+// and the runtime run it as plain offloading (its RELOAD a compute action ahead of the backward, not
+// right before R), so it is priced that way (the first way's answer is then at least as good).
 template <typename Solve>
-StageMemoryPlan either_way(const StageContext& context, const Solve& solve) {
+StageMemoryPlan either_way(const OperatorTable& ops, int begin, int end, const StageContext& context,
+                           const Solve& solve) {
   StageMemoryPlan plan = solve(context);
   if (context.offload_checkpoints || !can_offload_checkpoints(context) || (plan.fits && plan.added_time() == 0))
     return plan;
   StageContext offloading = context;
   offloading.offload_checkpoints = true;
   StageMemoryPlan other = solve(offloading);
+  if (std::find(other.decisions.begin(), other.decisions.end(), MemoryDecision::Recompute) == other.decisions.end()) {
+    const bool exact = other.exact;
+    other = evaluate_stage_memory(ops, begin, end, context, other.decisions);
+    other.exact = exact;
+  }
   const bool exact = plan.exact && other.exact;
   if (better_plan(other, plan)) plan = std::move(other);
   plan.exact = exact;
@@ -73,7 +83,7 @@ StageMemoryPlan either_way(const StageContext& context, const Solve& solve) {
 
 StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& stage_context) {
   const StageContext context = detail::checked_stage_context(ops, begin, end, stage_context);
-  return either_way(context, [&](const StageContext& c) {
+  return either_way(ops, begin, end, context, [&](const StageContext& c) {
     return detail::least_memory_holding_checkpoints_one_way(ops, begin, end, c);
   });
 }
@@ -81,7 +91,7 @@ StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end,
 StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& stage_context,
                                       MemorySolver solver) {
   const StageContext context = detail::checked_stage_context(ops, begin, end, stage_context);
-  return either_way(context, [&](const StageContext& c) {
+  return either_way(ops, begin, end, context, [&](const StageContext& c) {
     return optimize_holding_checkpoints_one_way(ops, begin, end, c, solver);
   });
 }

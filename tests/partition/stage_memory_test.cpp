@@ -2,6 +2,7 @@
 // solver against brute force over every keep / recompute / offload assignment.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <optional>
 #include <random>
 #include <tuple>
@@ -190,6 +191,30 @@ TEST(StageMemory, OffloadedCheckpointsKeepTwoCopiesAndWaitForTheWholeReload) {
   EXPECT_TRUE(can_offload_checkpoints(context(2, kInfinity, 10, 30)));
 }
 
+// Offloading checkpoints needs something recomputed: a plan that offloads operators and recomputes
+// nothing runs as plain offloading (the plan file drops the flag, RELOAD comes a compute action ahead
+// of the backward), so the solvers price it that way. k = 6, 50 bytes per unit, period 30, budget
+// 260: everything offloaded (100 bytes) holds 3 copies as plain offloading (355 in all), where a
+// reload right before R would hold 2 (255, within the budget).
+TEST(StageMemory, OffloadingCheckpointsNeedsSomethingRecomputed) {
+  const StageContext plain = context(6, 260, 50, 30);
+  StageContext before_r = plain;
+  before_r.offload_checkpoints = true;
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(chain(), 0, 4, plain, {O, O, O, O}).memory, 48 + 7 + 3 * 100);
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(chain(), 0, 4, before_r, {O, O, O, O}).memory, 48 + 7 + 2 * 100);
+  for (MemorySolver solver : {MemorySolver::Exact, MemorySolver::Greedy}) {
+    const StageMemoryPlan plan = optimize_stage_memory(chain(), 0, 4, plain, solver);
+    const bool recomputes = std::find(plan.decisions.begin(), plan.decisions.end(), R) != plan.decisions.end();
+    EXPECT_TRUE(recomputes || !plan.offload_checkpoints) << memory_solver_name(solver);
+    StageContext as_run = plain;
+    as_run.offload_checkpoints = plan.offload_checkpoints;
+    EXPECT_DOUBLE_EQ(evaluate_stage_memory(chain(), 0, 4, as_run, plan.decisions).memory, plan.memory);
+  }
+  const StageMemoryPlan least = least_stage_memory(chain(), 0, 4, plain);
+  EXPECT_TRUE(std::find(least.decisions.begin(), least.decisions.end(), R) != least.decisions.end() ||
+              !least.offload_checkpoints);
+}
+
 TEST(StageMemory, TiedCopyCountsOnceWhenItsOwnerIsInTheStage) {
   OperatorTable ops = chain();
   ops.parameters[3] = 1;
@@ -345,7 +370,7 @@ double least_memory_brute_force(const OperatorTable& ops, int begin, int end, co
 }
 
 // The least added time over all 3^n assignments that fit, with checkpoints kept or (where
-// can_offload_checkpoints) offloaded, or infinity.
+// can_offload_checkpoints, and something is recomputed) offloaded, or infinity.
 double brute_force(const OperatorTable& ops, int begin, int end, const StageContext& context) {
   const int n = end - begin;
   std::vector<D> d(n, K);
@@ -356,6 +381,8 @@ double brute_force(const OperatorTable& ops, int begin, int end, const StageCont
     c.offload_checkpoints = offload_checkpoints;
     auto visit = [&](auto&& self, int i) -> void {
       if (i == n) {
+        // Offloading checkpoints needs something recomputed; without, it is the first pass's plan.
+        if (offload_checkpoints && std::find(d.begin(), d.end(), R) == d.end()) return;
         const StageMemoryPlan p = evaluate_stage_memory(ops, begin, end, c, d);
         if (p.fits) best = std::min(best, p.added_time());
         return;
