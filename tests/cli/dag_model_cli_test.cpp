@@ -75,6 +75,23 @@ TEST_F(DagModel, PartitionFindsTheExhaustiveOptimumAndSimulateReproducesIt) {
   }
 }
 
+// From the least memory that fits to ample: Dawn's bottleneck is exhaustive search's, and its plan
+// passes the simulation check in the first round (the model and the simulation agree on the DAG).
+TEST_F(DagModel, AtEveryLimitDawnEqualsExhaustiveSearchAndTheSimulationAgrees) {
+  for (const char* limit : {"90e6", "95e6", "100e6", "110e6"}) {
+    const std::string args = "partition --model " + graph_ + " -p 4 -m 8 --memory-limit " + limit + " --json";
+    const Outcome dawn = flexpipe(args), exhaustive = flexpipe(args + " --method exhaustive");
+    ASSERT_EQ(dawn.exit_code, 0) << limit << dawn.err;
+    ASSERT_EQ(exhaustive.exit_code, 0) << limit << exhaustive.err;
+    const nlohmann::json d = nlohmann::json::parse(dawn.out), e = nlohmann::json::parse(exhaustive.out);
+    EXPECT_TRUE(d["fits"].get<bool>()) << limit;
+    EXPECT_TRUE(e["fits"].get<bool>()) << limit;
+    EXPECT_EQ(d["rounds"].get<int>(), 1) << limit;
+    EXPECT_NEAR(d["bottleneck"].get<double>(), e["bottleneck"].get<double>(), 1e-9 * e["bottleneck"].get<double>())
+        << limit;
+  }
+}
+
 // search partitions the DAG too: its answer fits, and the program and cost table it writes simulate
 // to the makespan it reports.
 TEST_F(DagModel, SearchAnswersWithAScheduleThatFitsAndSimulatesToItsMakespan) {
