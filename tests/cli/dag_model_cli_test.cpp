@@ -92,6 +92,28 @@ TEST_F(DagModel, AtEveryLimitDawnEqualsExhaustiveSearchAndTheSimulationAgrees) {
   }
 }
 
+// What `flexpipe capture` wrote for a real U-Net (python/tests/models.py): at a limit where the
+// first stage must recompute, and at one where everything is kept, Dawn equals exhaustive search
+// and its plan passes the simulation check at once.
+TEST_F(DagModel, OnACapturedUNetDawnEqualsExhaustiveSearch) {
+  const std::string captured = std::string(FLEXPIPE_TEST_DATA) + "/captured/tiny_unet.graph.json";
+  for (const char* limit : {"7e4", "1e5"}) {
+    const std::string args =
+        "partition --model " + captured + " -p 2 -m 4 --microbatch-size 2 --memory-limit " + limit + " --json";
+    const Outcome dawn = flexpipe(args), exhaustive = flexpipe(args + " --method exhaustive");
+    ASSERT_EQ(dawn.exit_code, 0) << limit << dawn.err;
+    ASSERT_EQ(exhaustive.exit_code, 0) << limit << exhaustive.err;
+    const nlohmann::json d = nlohmann::json::parse(dawn.out), e = nlohmann::json::parse(exhaustive.out);
+    EXPECT_TRUE(d["fits"].get<bool>()) << limit;
+    EXPECT_EQ(d["rounds"].get<int>(), 1) << limit;
+    EXPECT_NEAR(d["bottleneck"].get<double>(), e["bottleneck"].get<double>(), 1e-9 * e["bottleneck"].get<double>())
+        << limit;
+  }
+  const Outcome tight =
+      flexpipe("partition --model " + captured + " -p 2 -m 4 --microbatch-size 2 --memory-limit 7e4 --json");
+  EXPECT_FALSE(nlohmann::json::parse(tight.out)["stages"][0]["recompute"].empty());
+}
+
 // search partitions the DAG too: its answer fits, and the program and cost table it writes simulate
 // to the makespan it reports.
 TEST_F(DagModel, SearchAnswersWithAScheduleThatFitsAndSimulatesToItsMakespan) {
