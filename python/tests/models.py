@@ -80,3 +80,23 @@ def partly_traceable():
 
 def not_a_module():
     return 42
+
+
+class TransformerClassifier(torch.nn.Module):
+    """A small nn.TransformerEncoder classifier: tokens embedded, two encoder layers, the mean over the
+    sequence, a linear head. Without dropout, so that a pipelined run can equal single-process training."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(16, 32)
+        layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
+                                                 batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, num_layers=2)
+        self.head = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embed(x)).mean(dim=1))
+
+
+def transformer_classifier():
+    return TransformerClassifier()

@@ -19,6 +19,7 @@
 #include "flexpipe/support/files.h"
 #include "launcher.h"
 #include "number_checks.h"
+#include "python_package.h"
 #include "runtime_loader.h"
 #include "training_options.h"
 
@@ -164,10 +165,47 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   if (best.name == "search") drop_schedule_shape(o, command_line);
 }
 
+// train --model GRAPH.json: the captured model's graph, and its export for the plan, made here
+// (once, before any rank starts) unless this process is a rank of a job, which finds it made.
+void prepare_captured_model(TrainOptions& o, bool launcher) {
+  runtime::RunRequest& request = o.command.request;
+  const std::string& model = o.command.captured_model;
+  request.captured_graph = load_cost_graph(model);
+  if (!request.captured_graph.capture)
+    throw Error(
+        fmt::format("--model {}: not a captured model (no capture record): write one with `flexpipe "
+                    "capture FILE.py:FACTORY --input SHAPE -o {}`",
+                    model, model));
+  if (o.command.plan.empty())
+    throw Error(
+        fmt::format("--model {}: a captured model trains with the plan it is cut by: add --plan PLAN.json "
+                    "(flexpipe partition --model {} -p P -m M -o PLAN.json)",
+                    model, model));
+  if (request.verify)
+    throw Error(
+        "--verify trains the built-in model in one process to compare; compare a captured model with PyTorch "
+        "itself: --export-weights FILE.pt, then model.load_state_dict(torch.load(FILE.pt)) (docs/export.md)");
+  if (o.schedule == "auto") throw Error("--schedule auto: not yet for a captured model; name a schedule");
+  if (request.export_dir.empty())
+    request.export_dir = std::filesystem::path(model).replace_extension(".export").string();
+  if (!launcher) return;
+  std::vector<std::string> arguments = {"export", model, "--plan", o.command.plan, "-o", request.export_dir};
+  if (request.training.dtype == "float64") arguments.insert(arguments.end(), {"--dtype", "float64"});
+  if (const int code = run_python_package(arguments); code != 0)
+    throw Error(fmt::format("--model {}: exporting it for {} into {} failed (exit code {})", model, o.command.plan,
+                            request.export_dir, code));
+}
+
 void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_code) {
   runtime::RunRequest& request = o.command.request;
   if (request.data_parallel < 1) throw Error(fmt::format("--dp {}: at least one copy", request.data_parallel));
-  if (!request.training.data.empty()) {
+  if (o.command.captured_model.empty() && (!request.export_weights.empty() || !request.export_dir.empty()))
+    throw Error("--export-weights and --export-dir are for a captured model: add --model GRAPH.json");
+  if (!o.command.captured_model.empty()) {
+    prepare_captured_model(o, std::getenv("WORLD_SIZE") == nullptr);
+    if (!request.training.data.empty() && !std::filesystem::is_regular_file(request.training.data))
+      throw Error(fmt::format("--data {}: no such file", request.training.data));
+  } else if (!request.training.data.empty()) {
     if (!std::filesystem::is_regular_file(request.training.data))
       throw Error(fmt::format("--data {}: no such file", request.training.data));
     o.command.model.vocab = 256;  // byte-level tokens
@@ -219,7 +257,16 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")
       ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
-                      "A text file to train on, as byte-level tokens (vocabulary 256) [synthetic sequences]");
+                      "A text file to train on, as byte-level tokens (vocabulary 256); with a captured --model, a "
+                      "torch.save'd dict {\"inputs\": ..., \"targets\": ...} [synthetic]");
+  command->add_option("--model", o->command.captured_model,
+                      "A captured PyTorch model (flexpipe capture -o GRAPH.json), trained with --plan's cuts "
+                      "instead of the GPT-style model [the GPT-style model of --layers, --hidden, ...]");
+  command->add_option("--export-dir", o->command.request.export_dir,
+                      "With --model: where its modules for the plan are written (flexpipe export) [GRAPH.export]");
+  command->add_option("--export-weights", o->command.request.export_weights,
+                      "With --model: write the trained weights by their state_dict names, for "
+                      "model.load_state_dict(torch.load(FILE))");
   command->add_option("--warmup", o->command.request.training.warmup_steps, "Warm-up steps [10]")
       ->check(whole_number_at_least(0));
   command

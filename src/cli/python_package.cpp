@@ -1,8 +1,10 @@
 #include "python_package.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -44,6 +46,25 @@ void exec_python_package(const std::vector<std::string>& arguments) {
       fmt::format("cannot run {}: {} (install python3-torch with scripts/setup.sh, or set FLEXPIPE_PYTHON "
                   "to a Python that has PyTorch)",
                   interpreter, std::strerror(errno)));
+}
+
+int run_python_package(const std::vector<std::string>& arguments) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t child = fork();
+  if (child < 0) throw Error(fmt::format("cannot start {}: {}", python_interpreter(), std::strerror(errno)));
+  if (child == 0) {
+    try {
+      exec_python_package(arguments);
+    } catch (const Error& e) {
+      fmt::print(stderr, "error: {}\n", e.what());
+    }
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) throw Error(fmt::format("waiting for {}: {}", python_interpreter(), std::strerror(errno)));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 }  // namespace flexpipe::cli

@@ -16,4 +16,7 @@ std::string python_package_dir();
 // interpreter and how to install it.
 [[noreturn]] void exec_python_package(const std::vector<std::string>& arguments);
 
+// Runs `python3 -m flexpipe ARGS...` as a child (its output is this process's) and returns its exit code.
+int run_python_package(const std::vector<std::string>& arguments);
+
 }  // namespace flexpipe::cli

@@ -99,7 +99,14 @@ void prepare_request(TrainingCommand& o, const runtime::RankEnv& env) {
     throw Error(fmt::format("--dp {}: the job's {} ranks do not split into {} equal pipelines", request.data_parallel,
                             request.env.world_size, request.data_parallel));
   const int pipeline_ranks = request.env.world_size / request.data_parallel;
-  const CostGraph graph = trainable_graph(request.model, request.training.microbatch_size);
+  const bool captured = !request.export_dir.empty();
+  const CostGraph graph =
+      captured ? request.captured_graph : trainable_graph(request.model, request.training.microbatch_size);
+  if (captured && o.plan.empty())
+    throw Error(
+        fmt::format("--model {}: a captured model trains with the plan it was exported for: add --plan "
+                    "PLAN.json (flexpipe partition --model {} ... -o PLAN.json)",
+                    o.captured_model, o.captured_model));
   for (const std::string& spec : o.schedules) {
     ScheduleOptions options = o.schedule;
     options.spec = spec;

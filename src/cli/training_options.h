@@ -17,7 +17,8 @@ struct TrainingCommand {
   ScheduleOptions schedule;  // -p, -m, -v, -D for every schedule
   ModelSize model;
   std::string partition;
-  std::string plan;  // a partition plan file (--plan)
+  std::string plan;            // a partition plan file (--plan)
+  std::string captured_model;  // train --model: a cost graph from `flexpipe capture` (trained through its export)
   runtime::RunRequest request;
   std::vector<std::string> hooks;
 };

@@ -44,6 +44,10 @@ Executor::State::State(const Schedule& s, const ModelPlan& p, Transport& t, cons
     }
     hooks.push_back(hook);
   }
+  if (plan.scripted) {
+    build_scripted_stages();
+    return;
+  }
   const int nodes = static_cast<int>(plan.graph.nodes.size());
   const std::vector<MemoryDecision>& decisions = options.memory_decisions;
   if (!decisions.empty() && static_cast<int>(decisions.size()) != nodes)
@@ -92,10 +96,46 @@ Executor::State::State(const Schedule& s, const ModelPlan& p, Transport& t, cons
     local.recv_backward.resize(microbatches);
     locals.push_back(std::move(local));
   }
+  mark_recomputed_and_stepped();
+}
+
+void Executor::State::mark_recomputed_and_stepped() {
   for (const Action& a : schedule.device_actions[rank]) {
     if (a.kind == ActionKind::R) locals[local_of_stage[a.stage]].recompute[a.microbatch] = 1;
     if (a.kind == ActionKind::Opt) locals[local_of_stage[a.stage]].has_opt_action = true;
   }
+}
+
+// A captured model: what crosses each cut is the manifest's, the chunks are its modules, and what R
+// and OFFLOAD act on are its pieces (docs/export.md), not per-operator decisions.
+void Executor::State::build_scripted_stages() {
+  const ExportManifest& manifest = *plan.scripted;
+  for (int k = 0; k < plan.num_chunks(); ++k) {
+    crossing_shapes.emplace_back();
+    if (k > 0)
+      for (const TensorSpec& t : manifest.chunks[k].inputs) crossing_shapes[k].push_back(t.shape);
+  }
+  local_of_stage.assign(schedule.num_stages(), -1);
+  const std::vector<char> split_stages = split_backward_stages(schedule);
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    if (schedule.stage_device[s] != rank) continue;
+    local_of_stage[s] = static_cast<int>(locals.size());
+    Local local;
+    local.stage = s;
+    local.split_backward = split_stages[s];
+    local.chunk = schedule.chunk_of_stage(s);
+    local.offload_checkpoints = !options.offload_checkpoints.empty() && options.offload_checkpoints[local.chunk];
+    local.scripted = std::make_unique<ScriptedChunk>(load_scripted_chunk(manifest, local.chunk));
+    for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline)
+      local.replicas.push_back(pipeline * schedule.stages_per_pipeline + local.chunk);
+    local.optimizer = std::make_unique<Optimizer>(options.optimizer, local.scripted->parameters);
+    local.recompute.assign(microbatches, 0);
+    local.micro.resize(microbatches);
+    local.recv_forward.resize(microbatches);
+    local.recv_backward.resize(microbatches);
+    locals.push_back(std::move(local));
+  }
+  mark_recomputed_and_stepped();
 }
 
 std::string Executor::State::where(const Action& a) const {
@@ -193,6 +233,7 @@ std::vector<int> Executor::local_stages() const {
 std::vector<std::pair<int, std::vector<at::Tensor>>> Executor::stage_parameters(int stage) const {
   std::vector<std::pair<int, std::vector<at::Tensor>>> result;
   const auto& l = state_->locals[state_->local_of_stage[stage]];
+  if (l.scripted) return result;
   for (int node = l.module.begin; node < l.module.end; ++node)
     result.emplace_back(node, l.module.operators[node - l.module.begin]->parameters());
   return result;
@@ -202,6 +243,14 @@ std::vector<std::pair<std::string, at::Tensor>> Executor::state() {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (auto& l : state_->locals) {
     const std::string stage = fmt::format("stage{}", l.stage);
+    if (l.scripted) {
+      const ScriptedChunk& c = *l.scripted;
+      for (size_t i = 0; i < c.parameters.size(); ++i)
+        tensors.emplace_back(fmt::format("{}.{}", stage, c.parameter_names[i]), c.parameters[i]);
+      // BatchNorm's running statistics: a resumed run must normalise as the uninterrupted one.
+      for (size_t i = 0; i < c.buffers.size(); ++i)
+        tensors.emplace_back(fmt::format("{}.buffer.{}", stage, c.buffer_names[i]), c.buffers[i]);
+    }
     for (int node = l.module.begin; node < l.module.end; ++node) {
       auto& params = l.module.op(node).parameters();
       for (size_t i = 0; i < params.size(); ++i)

@@ -2,6 +2,7 @@
 // Executor::State, what one rank's executor holds across actions and steps, shared by the files that run it.
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,8 @@
 #include <ATen/core/Tensor.h>
 
 #include "executor.h"
+#include "saved_tensor_hooks.h"
+#include "scripted_model.h"
 
 namespace flexpipe::runtime {
 
@@ -35,6 +38,16 @@ at::Tensor pack(const std::vector<at::Tensor>& tensors);
 std::vector<at::Tensor> unpack(const at::Tensor& buffer, const std::vector<std::vector<int64_t>>& shapes);
 
 struct Executor::State {
+  // One piece of a captured model's chunk (scripted_compute.cpp) for one micro-batch: an autograd
+  // graph of its own, from leaves made of its inputs to its outputs.
+  struct PieceRun {
+    std::vector<at::Tensor> inputs;   // the leaves; while dropped, the checkpoints a rebuild starts from
+    std::vector<at::Tensor> outputs;  // attached to the graph; empty while dropped or after its backward
+    SavedTensors saved;
+    bool dropped = false;                   // F ran it without autograd: R, or its backward, rebuilds it
+    at::Tensor rng_state;                   // the generator before F ran it (random pieces), replayed by the rebuild
+    std::vector<at::Tensor> seeded, seeds;  // split backward: the outputs and gradients W differentiates again
+  };
   struct Micro {
     std::vector<at::Tensor> inputs;
     std::vector<Saved> saved;
@@ -46,7 +59,8 @@ struct Executor::State {
     // Recompute: outputs of in-chunk operators that feed a recomputed operator of another segment, kept
     // from F until the backward ends (per operator of the chunk; undefined elsewhere).
     std::vector<at::Tensor> checkpoints;
-    std::vector<char> rebuilt;  // per operator of the chunk: its segment has been rebuilt since F
+    std::vector<char> rebuilt;     // per operator of the chunk: its segment has been rebuilt since F
+    std::vector<PieceRun> pieces;  // captured models: one per piece of the chunk, then the loss on the last
     double loss = 0;
     int64_t saved_bytes = 0;      // on the device: saved tensors not offloaded, and checkpoints
     int64_t offloaded_bytes = 0;  // on the host
@@ -61,7 +75,8 @@ struct Executor::State {
     int stage = 0;
     int chunk = 0;
     ChunkModule module;
-    std::vector<int> replicas;  // stages computing the same chunk, in pipeline order (itself included)
+    std::unique_ptr<ScriptedChunk> scripted;  // a captured model's chunk instead of the operators
+    std::vector<int> replicas;                // stages computing the same chunk, in pipeline order (itself included)
     std::unique_ptr<Optimizer> optimizer;
     bool has_opt_action = false;
     bool stepped = false;
@@ -102,6 +117,9 @@ struct Executor::State {
   // Checks the schedule against the job and builds this rank's stages (executor.cpp).
   State(const Schedule& s, const ModelPlan& p, Transport& t, const HookRegistry& registry, ExecutorOptions o);
 
+  void build_scripted_stages();
+  void mark_recomputed_and_stepped();
+
   Local& local(int stage) { return locals[local_of_stage[stage]]; }
 
   // The step's dispatch (executor.cpp).
@@ -133,6 +151,19 @@ struct Executor::State {
   void release(const Local& l, Micro& m);
   void track(int64_t delta_saved, int64_t delta_offloaded);
   void account(const Local& l, Micro& m);
+
+  // The same for a captured model's chunk, run piece by piece through autograd (scripted_compute.cpp).
+  void scripted_forward(Local& l, int mb);
+  void scripted_backward(Local& l, int mb, const std::vector<at::Tensor>& output_grads, bool split);
+  void scripted_weight(Local& l, int mb);
+  void scripted_recompute(Local& l, int mb);
+  void scripted_transfer(Local& l, int mb, bool to_host);
+  void scripted_account(const Local& l, Micro& m);
+  void run_piece(Local& l, Micro& m, int piece, std::map<std::string, at::Tensor>& values, bool dropped);
+  void rebuild_piece(Local& l, Micro& m, int piece);
+  void differentiate(Local& l, PieceRun& run, const std::vector<std::string>& input_names,
+                     const std::vector<int>& parameters, std::map<std::string, at::Tensor>& grads,
+                     const std::vector<std::string>& output_names, bool split);
 
   // The gradients of every copy of a stage summed, and clipped, before the optimizer steps (gradient_sync.cpp).
   bool steps_at_opt() const;

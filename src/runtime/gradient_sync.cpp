@@ -14,6 +14,7 @@ bool Executor::State::steps_at_opt() const {
 }
 
 std::vector<at::Tensor> Executor::State::gradients_of(Local& l) {
+  if (l.scripted) return l.scripted->gradients;
   std::vector<at::Tensor> grads;
   for (auto& op : l.module.operators)
     for (at::Tensor& g : op->gradients()) grads.push_back(g);

@@ -42,6 +42,48 @@ ModelPlan make_model_plan(const ModelConfig& config, const Partition& partition,
   return plan;
 }
 
+ModelPlan make_scripted_plan(const CostGraph& graph, const Partition& partition, const std::string& export_dir,
+                             at::ScalarType dtype, uint64_t seed) {
+  auto manifest = std::make_shared<ExportManifest>(read_export_manifest(export_dir));
+  const std::string where = export_dir + "/manifest.json";
+  if (manifest->graph != graph.name || manifest->graph_operators != static_cast<int>(graph.nodes.size()))
+    throw Error(fmt::format("{}: exported from '{}' with {} operators, but the model is '{}' with {}: export again",
+                            where, manifest->graph, manifest->graph_operators, graph.name, graph.nodes.size()));
+  if (partition.stage_of_node.size() != graph.nodes.size())
+    throw Error(fmt::format("partition covers {} operators but {} has {}", partition.stage_of_node.size(), graph.name,
+                            graph.nodes.size()));
+  if (static_cast<int>(manifest->chunks.size()) != partition.num_stages)
+    throw Error(fmt::format("{}: {} chunks, but the plan has {} stages: export again with this plan", where,
+                            manifest->chunks.size(), partition.num_stages));
+  const std::vector<int> starts = chunk_starts(partition);
+  for (int k = 0; k < partition.num_stages; ++k) {
+    const ChunkSpec& c = manifest->chunks[k];
+    const int begin = starts[k], end = starts[k + 1];
+    if (c.operators != end - begin || graph.nodes[begin].name != c.first || graph.nodes[end - 1].name != c.last)
+      throw Error(
+          fmt::format("{}: chunk {} holds {} operators, {} to {}, but the plan's stage {} holds {}, {} to {}: "
+                      "export again with this plan",
+                      where, k, c.operators, c.first, c.last, k, end - begin, graph.nodes[begin].name,
+                      graph.nodes[end - 1].name));
+  }
+  if (manifest->dtype != dtype)
+    throw Error(fmt::format("{}: exported in {}, but training runs in {}: export with --dtype {} (or train in {})",
+                            where, c10::toString(manifest->dtype), c10::toString(dtype),
+                            dtype == at::kDouble ? "float64" : "float32",
+                            manifest->dtype == at::kDouble ? "float64" : "float32"));
+  ModelPlan plan;
+  plan.graph = graph;
+  plan.partition = partition;
+  plan.starts = starts;
+  plan.crossing.resize(partition.num_stages);
+  plan.microbatch_size = graph.reference.microbatch_size;
+  plan.seq_len = 1;
+  plan.dtype = dtype;
+  plan.seed = seed;
+  plan.scripted = std::move(manifest);
+  return plan;
+}
+
 ChunkModule make_chunk_module(const ModelPlan& plan, int chunk) {
   ChunkModule module;
   module.chunk = chunk;

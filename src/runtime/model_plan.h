@@ -12,6 +12,7 @@
 #include "flexpipe/costs/model_zoo.h"
 #include "flexpipe/costs/stage_aggregation.h"
 #include "operators.h"
+#include "scripted_model.h"
 
 namespace flexpipe::runtime {
 
@@ -26,6 +27,9 @@ struct ModelPlan {
   int seq_len = 1;
   at::ScalarType dtype = at::kFloat;
   uint64_t seed = 0;
+  // A captured model (flexpipe capture, flexpipe export): the graph is its cost graph, the partition
+  // the plan's, and the chunks are these TorchScript modules instead of the runtime's operators.
+  std::shared_ptr<const ExportManifest> scripted;
 
   int num_chunks() const { return partition.num_stages; }
   int loss_node() const { return static_cast<int>(graph.nodes.size()) - 1; }
@@ -34,6 +38,11 @@ struct ModelPlan {
 // Throws Error when the model is not trainable or the partition does not fit the graph.
 ModelPlan make_model_plan(const ModelConfig& config, const Partition& partition, int microbatch_size,
                           at::ScalarType dtype, uint64_t seed);
+
+// A captured model exported into `export_dir` for `partition` of `graph` (the plan's operator ranges):
+// throws Error when the export is for another graph, plan or dtype.
+ModelPlan make_scripted_plan(const CostGraph& graph, const Partition& partition, const std::string& export_dir,
+                             at::ScalarType dtype, uint64_t seed);
 
 // The operators of one chunk, nodes [begin, end): one copy per stage holding the chunk.
 struct ChunkModule {

@@ -18,10 +18,12 @@
 
 namespace flexpipe::runtime {
 
-// The data of one micro-batch: token ids and next-token targets, [b, s] int64.
+// The data of one micro-batch: token ids and next-token targets, [b, s] int64; for a captured model,
+// its inputs in `forward`'s order and the loss's target (undefined when the loss takes none).
 struct MicroBatchData {
   at::Tensor tokens;
   at::Tensor targets;
+  std::vector<at::Tensor> inputs;
 };
 
 // A tensor's data in bytes; 0 when it is undefined.

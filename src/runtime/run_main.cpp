@@ -10,7 +10,9 @@
 #include <string_view>
 
 #include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
 #include <fmt/format.h>
+#include <torch/serialize.h>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.h"
@@ -28,6 +30,7 @@
 #include "flexpipe/train/measured_timeline.h"
 #include "flexpipe/views/views.h"
 #include "reference_model.h"
+#include "tensor_data.h"
 #include "transport.h"
 
 namespace flexpipe::runtime {
@@ -87,9 +90,19 @@ class RankJob {
     if (request.training.dtype != "float32" && request.training.dtype != "float64")
       throw Error(fmt::format("dtype '{}': use float32 or float64", request.training.dtype));
     dtype_ = request.training.dtype == "float64" ? at::kDouble : at::kFloat;
-    data_ = request.training.data.empty() ? DataSource::synthetic(request.model.vocab, request.training.seed)
-                                          : DataSource::text_file(request.training.data, request.training.seed);
-    if (data_.vocab() > request.model.vocab)
+    if (captured()) {
+      if (request.verify)
+        throw Error(
+            "--verify trains the built-in model in one process to compare; a captured model is compared with "
+            "PyTorch itself: --export-weights, then load_state_dict (docs/export.md)");
+      manifest_ = read_export_manifest(request.export_dir);
+      tensors_ = request.training.data.empty() ? TensorData::synthetic(*manifest_, request.training.seed)
+                                               : TensorData::from_file(request.training.data, *manifest_);
+    } else {
+      data_ = request.training.data.empty() ? DataSource::synthetic(request.model.vocab, request.training.seed)
+                                            : DataSource::text_file(request.training.data, request.training.seed);
+    }
+    if (!captured() && data_.vocab() > request.model.vocab)
       throw Error(fmt::format("{} has {} token values but the model's vocabulary is {}", data_.description(),
                               data_.vocab(), request.model.vocab));
     if (request.training.lr_schedule) {
@@ -110,8 +123,11 @@ class RankJob {
     std::vector<int> group;
     for (int d = 0; d < devices; ++d) group.push_back(replica * devices + d);
     const std::unique_ptr<Transport> pipeline = make_group_view(world_, group);
-    const ModelPlan plan = make_model_plan(request_.model, run.partition, request_.training.microbatch_size, dtype_,
-                                           request_.training.seed);
+    const ModelPlan plan = captured()
+                               ? make_scripted_plan(request_.captured_graph, run.partition, request_.export_dir, dtype_,
+                                                    request_.training.seed)
+                               : make_model_plan(request_.model, run.partition, request_.training.microbatch_size,
+                                                 dtype_, request_.training.seed);
     ExecutorOptions options;
     options.optimizer = optimizer_;
     options.timeout = timeout_;
@@ -123,7 +139,7 @@ class RankJob {
     options.memory_decisions = request_.memory_decisions;
     options.offload_checkpoints = request_.offload_checkpoints;
     Executor executor(schedule, plan, *pipeline, hooks, options);
-    const nlohmann::json identity = {{"model", request_.model.name},
+    const nlohmann::json identity = {{"model", captured() ? request_.captured_graph.name : request_.model.name},
                                      {"schedule", schedule.name},
                                      {"seed", request_.training.seed},
                                      {"devices", devices},
@@ -140,15 +156,19 @@ class RankJob {
     j["data_parallel"] = replicas;
     j["microbatches"] = m;
     j["stages"] = schedule.num_stages();
-    j["data"] = data_.description();
+    j["data"] = captured() ? tensors_->description() : data_.description();
     j["first_step"] = first_step;
     j["steps"] = nlohmann::json::array();
-    const double tokens_per_step = double(m) * replicas * request_.training.microbatch_size * request_.model.seq_len;
+    // A captured model counts samples: its inputs need not be token sequences.
+    const double tokens_per_step = double(m) * replicas * plan.microbatch_size * plan.seq_len;
     StepReport last;
     std::vector<std::vector<MeasuredAction>> devices_trace;
     for (int step = first_step; step < request_.training.steps; ++step) {
       const double rate = lr_ ? learning_rate(*lr_, step) : -1;
-      last = executor.run_step(step, data_.batch(step, replica * m, m, plan.microbatch_size, plan.seq_len), rate);
+      last = executor.run_step(step,
+                               captured() ? tensors_->batch(step, replica * m, m, m * replicas)
+                                          : data_.batch(step, replica * m, m, plan.microbatch_size, plan.seq_len),
+                               rate);
       std::vector<double> seconds, peak, overhead;
       collective(step, "gathering every rank's time and memory of the step", [&] {
         seconds = gather(world_, last.seconds, timeout_);
@@ -190,6 +210,7 @@ class RankJob {
         save(executor, identity, step + 1);
     }
     if (!j["steps"].empty()) describe_last_step(executor, run, plan, last, j);
+    if (!request_.export_weights.empty() && !outcome.diverged) export_weights(executor, schedule, replica);
     if (world_.rank() == 0 && !request_.curve_path.empty() && !j["steps"].empty()) {
       std::vector<double> losses;
       for (const auto& entry : j["steps"])
@@ -197,16 +218,86 @@ class RankJob {
       const std::string data = request_.training.data.empty()
                                    ? std::string("synthetic data")
                                    : std::filesystem::path(request_.training.data).filename().string();
-      const std::string title =
-          fmt::format("{} with {} on {} devices, {}", request_.model.name, schedule.name, schedule.num_devices, data);
+      const std::string title = fmt::format("{} with {} on {} devices, {}", identity["model"].get<std::string>(),
+                                            schedule.name, schedule.num_devices, data);
+      const std::string axis = captured() ? fmt::format("loss ({})", manifest_->loss.kind)
+                                          : std::string("loss (mean next-token cross-entropy)");
       write_text_file(output_path(request_.curve_path, schedule.name),
-                      render_curve_svg(title, "loss (mean next-token cross-entropy)", losses, first_step));
+                      render_curve_svg(title, axis, losses, first_step));
     }
     if (request_.verify && !outcome.diverged) outcome.verified = verify(plan, executor, schedule, j);
     return outcome;
   }
 
  private:
+  bool captured() const { return !request_.export_dir.empty(); }
+
+  // The trained parameters and buffers of every chunk, by the original model's state_dict names, in
+  // one file rank 0 writes with torch::pickle_save (torch.load reads it into a dict for
+  // load_state_dict). Every rank adds what it holds of replica 0's pipeline into one buffer of all
+  // of them, summed over the job: the others add zeros, so the values arrive exactly.
+  void export_weights(Executor& executor, const Schedule& schedule, int replica) {
+    struct Entry {
+      std::vector<std::string> names;
+      at::Tensor value;  // where this rank holds it
+      std::vector<int64_t> shape;
+      at::ScalarType dtype;
+      int64_t offset = 0;
+    };
+    std::vector<Entry> entries;
+    std::map<std::string, size_t> by_state_name;
+    int64_t total = 0;
+    for (const ChunkSpec& chunk : manifest_->chunks) {
+      auto add = [&](const std::vector<TensorSpec>& specs, const std::vector<std::vector<std::string>>& names) {
+        for (size_t i = 0; i < specs.size(); ++i) {
+          if (names[i].empty() || by_state_name.count(names[i][0])) continue;
+          by_state_name[names[i][0]] = entries.size();
+          entries.push_back({names[i], at::Tensor(), specs[i].shape, specs[i].dtype, total});
+          total += c10::multiply_integers(specs[i].shape);
+        }
+      };
+      add(chunk.parameters, chunk.parameter_state_names);
+      add(chunk.buffers, chunk.buffer_state_names);
+    }
+    at::Tensor flat = at::zeros({total}, at::TensorOptions().dtype(at::kDouble));
+    for (const auto& [name, tensor] : executor.state()) {
+      // "stage{S}.{name}" or "stage{S}.buffer.{name}"; pipeline 0 of replica 0 contributes.
+      const size_t dot = name.find('.');
+      const int stage = std::stoi(name.substr(5, dot - 5));
+      if (replica != 0 || stage >= schedule.stages_per_pipeline) continue;
+      std::string key = name.substr(dot + 1);
+      if (key.starts_with("buffer.")) key = key.substr(7);
+      if (key.starts_with("adam_")) continue;
+      for (const ChunkSpec& chunk : manifest_->chunks) {
+        auto match = [&](const std::vector<TensorSpec>& specs, const std::vector<std::vector<std::string>>& names) {
+          for (size_t i = 0; i < specs.size(); ++i)
+            if (specs[i].name == key && !names[i].empty()) {
+              Entry& e = entries[by_state_name.at(names[i][0])];
+              flat.narrow(0, e.offset, tensor.numel()).copy_(tensor.detach().reshape({-1}));
+              return true;
+            }
+          return false;
+        };
+        if (chunk.file == manifest_->chunks[schedule.chunk_of_stage(stage)].file &&
+            (match(chunk.parameters, chunk.parameter_state_names) || match(chunk.buffers, chunk.buffer_state_names)))
+          break;
+      }
+    }
+    collective(request_.training.steps - 1, "gathering the trained weights",
+               [&] { world_.all_reduce_sum(flat, timeout_); });
+    if (world_.rank() != 0) return;
+    c10::Dict<std::string, at::Tensor> weights;
+    for (const Entry& e : entries) {
+      const at::Tensor value = flat.narrow(0, e.offset, c10::multiply_integers(e.shape)).reshape(e.shape).to(e.dtype);
+      for (const std::string& n : e.names) weights.insert(n, value);
+    }
+    const std::vector<char> bytes = torch::pickle_save(c10::IValue(weights));
+    write_text_file(request_.export_weights, std::string(bytes.begin(), bytes.end()));
+    if (!request_.json)
+      fmt::print("weights: {} tensors by their state_dict names in {} (torch.load, then model.load_state_dict)\n",
+                 weights.size(), request_.export_weights);
+  }
+
   // Runs bookkeeping collectives; a peer that fails them is reported with the rank, the step and what
   // was being gathered, as the executor reports its own.
   void collective(int step, std::string_view what, const std::function<void()>& body) {
@@ -407,6 +498,8 @@ class RankJob {
   OptimizerConfig optimizer_;
   at::ScalarType dtype_ = at::kFloat;
   DataSource data_ = DataSource::synthetic(2, 0);
+  std::optional<ExportManifest> manifest_;  // a captured model's
+  std::optional<TensorData> tensors_;
   std::optional<LrSchedule> lr_;
   std::map<int, ReferenceRun> references_;
 };

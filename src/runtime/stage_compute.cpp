@@ -42,6 +42,9 @@ void Executor::State::forward(const Action& a, int stage, int mb) {
 void Executor::State::recompute(const Action& a, int stage, int mb) {
   Local& l = local(stage);
   Micro& m = l.micro[mb];
+  if (l.scripted && m.pieces.empty())
+    throw Error(fmt::format("{}: recompute before the forward of stage {} micro-batch {}", where(a), stage, mb));
+  if (l.scripted && !m.offloaded) return scripted_recompute(l, mb);
   if (m.saved.empty() || (l.chunk > 0 && m.inputs.empty()))
     throw Error(fmt::format("{}: recompute before the forward of stage {} micro-batch {}", where(a), stage, mb));
   if (m.offloaded)
@@ -75,6 +78,12 @@ void Executor::State::backward(const Action& a, int stage, int mb, bool split) {
   if (m.offloaded)
     throw Error(fmt::format("{}: the activations of stage {} micro-batch {} are offloaded; RELOAD them first", where(a),
                             stage, mb));
+  if (l.scripted) {
+    std::vector<at::Tensor> out;
+    if (k + 1 < plan.num_chunks()) out = output_gradients(a, l, mb);
+    scripted_backward(l, mb, out, split);
+    return;
+  }
   std::vector<at::Tensor> grads(mod.end - mod.begin);
   std::vector<at::Tensor> input_grads(plan.crossing[k].size());
   auto target = [&](int node) -> at::Tensor& {
@@ -128,6 +137,7 @@ void Executor::State::weight(const Action& a, int stage, int mb) {
   if (m.offloaded)
     throw Error(fmt::format("{}: the activations of stage {} micro-batch {} are offloaded; RELOAD them first", where(a),
                             stage, mb));
+  if (l.scripted) return scripted_weight(l, mb);
   for (const auto& [node, g] : m.pending_weight) {
     ComputeTimer timer{compute_ns};
     l.module.op(node).backward_weight(g, m.saved[node - l.module.begin]);
@@ -154,6 +164,7 @@ const at::Tensor& Executor::State::input_value(const Local& l, const Micro& m, c
 // Recompute save nothing, and the outputs of the in-chunk operators they read from outside their
 // own segment are kept as checkpoints for the rebuild.
 void Executor::State::run_forward(Local& l, int mb) {
+  if (l.scripted) return scripted_forward(l, mb);
   const ChunkModule& mod = l.module;
   const int k = l.chunk;
   Micro& m = l.micro[mb];
@@ -237,6 +248,7 @@ void Executor::State::transfer_saved(const Action& a, int stage, int mb, bool to
   if (m.offloaded == to_host)
     throw Error(fmt::format("{}: stage {} micro-batch {} is already {}", where(a), stage, mb,
                             to_host ? "offloaded" : "on the device"));
+  if (l.scripted) return scripted_transfer(l, mb, to_host);
   std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> moved;
   auto move = [&](at::Tensor& t) {
     if (!t.defined()) return;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "flexpipe/costs/cost_graph.h"
 #include "flexpipe/costs/model_zoo.h"
 #include "flexpipe/costs/stage_aggregation.h"
 #include "flexpipe/ir/schedule.h"
@@ -48,6 +49,11 @@ struct RunRequest {
   std::vector<ScheduledRun> runs;  // trained one after another, each from the same initial weights
   int data_parallel = 1;           // D copies of the pipeline; the job has D x devices ranks
   ModelConfig model;               // a GPT-style decoder (runtime_model.h lists what is supported)
+  // Or a captured PyTorch model (flexpipe capture): its cost graph and the directory `flexpipe export`
+  // cut it into for the runs' partition (docs/export.md). training.data is then a torch.save'd dict.
+  CostGraph captured_graph;
+  std::string export_dir;      // "": the GPT-style model above
+  std::string export_weights;  // write the trained weights by their state_dict names (torch.load reads it); "" none
   TrainingOptions training;
   RankEnv env;
   double timeout_seconds = 60;  // a peer silent this long fails the job

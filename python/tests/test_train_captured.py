@@ -1,0 +1,169 @@
+"""`flexpipe train --model GRAPH.json --plan PLAN.json`: a captured PyTorch model trained by the C++
+runtime under pipeline schedules equals single-process PyTorch training of the same model.
+
+Each case captures a model, cuts it with a plan (cuts inside blocks, skips and residuals that cross
+cuts, recompute and offload decisions), trains it for three steps in float64 on the user's data
+(`--data`, a dict saved with torch.save) on 2 or 4 ranks, and reads the trained weights back with
+torch.load (`--export-weights`). The reference is the same seeded model trained in this process,
+micro-batch by micro-batch with the losses averaged (what a pipeline computes), with torch.optim at the
+learning rate the run reports for each step. Losses of every step and every entry of the state_dict
+(BatchNorm's statistics included) agree within 1e-9 relative."""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import torch
+import torch.nn.functional as F
+
+import models
+from test_export import graph_of, plan_for
+
+BINARY = os.environ.get("FLEXPIPE_BINARY", "")
+RELATIVE = 1e-9
+SAMPLES = 10  # not a multiple of a step's batch: the data wraps around
+STEPS = 3
+
+# factory: (input shape, loss, cuts for 2 chunks, cuts for 4 chunks, recomputed and offloaded operators of
+# the 4-chunk plan)
+CASES = {
+    "tiny_unet": ((2, 3, 8, 8), "mse", ["relu_2"], ["relu", "bottom", "up2"], ["down2", "relu_1"], ["up1"]),
+    "transformer_classifier": ((2, 6, 16), "cross_entropy", ["encoder_layers_0_linear1"],
+                               ["encoder_layers_0_self_attn", "encoder_layers_0_norm2", "encoder_layers_1_linear2"],
+                               ["encoder_layers_0_linear1", "encoder_layers_0_activation"],
+                               ["encoder_layers_1_self_attn"]),
+    "resnet18": ((2, 3, 32, 32), "cross_entropy", ["layer2_0_bn1"],
+                 ["layer1_0_bn1", "layer2_0_downsample_0", "layer3_1_conv2"],
+                 ["layer2_0_conv1", "layer2_0_bn1", "layer2_0_relu"], ["layer3_1_conv1", "layer3_1_bn1"]),
+}
+
+
+def loss_of(kind, output, target):
+    if kind == "mse":
+        return F.mse_loss(output, target)
+    return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+
+
+def reference(factory, data, microbatches, rates, optimizer):
+    """Single-process PyTorch training: the seeded model, a step's batch as consecutive micro-batches."""
+    torch.manual_seed(0)
+    model = getattr(models, factory)().double().train()
+    kind = CASES[factory][1]
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=rates[0])
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=rates[0], weight_decay=0.0, eps=1e-8)
+    inputs, targets = data["inputs"], data["targets"]
+    b = CASES[factory][0][0]
+    losses = []
+    for step, rate in enumerate(rates):
+        opt.zero_grad()
+        total = 0.0
+        for j in range(microbatches):
+            rows = torch.tensor([(step * microbatches * b + j * b + i) % SAMPLES for i in range(b)])
+            loss = loss_of(kind, model(inputs[rows]), targets[rows])
+            (loss / microbatches).backward()
+            total += loss.item() / microbatches
+        for group in opt.param_groups:
+            group["lr"] = rate
+        opt.step()
+        losses.append(total)
+    return losses, model.state_dict()
+
+
+@unittest.skipUnless(BINARY, "FLEXPIPE_BINARY names the flexpipe binary (ctest sets it)")
+class TrainCaptured(unittest.TestCase):
+    def setUp(self):
+        self.directory = tempfile.TemporaryDirectory()
+        self.addCleanup(self.directory.cleanup)
+
+    def path(self, name):
+        return os.path.join(self.directory.name, name)
+
+    def prepare(self, factory, chunks):
+        shape, kind, two, four, recompute, offload = CASES[factory]
+        graph = graph_of_case(factory)
+        plan = plan_for(graph, two) if chunks == 2 else plan_for(graph, four, recompute, offload)
+        with open(self.path("model.graph.json"), "w") as f:
+            json.dump(graph, f)
+        with open(self.path("plan.json"), "w") as f:
+            json.dump(plan, f)
+        generator = torch.Generator().manual_seed(7)
+        inputs = torch.randn([SAMPLES, *shape[1:]], generator=generator, dtype=torch.float64)
+        output = graph["outputs"] if "outputs" in graph else None
+        if kind == "mse":
+            torch.manual_seed(0)
+            out_shape = getattr(models, factory)()(torch.zeros(shape)).shape
+            targets = torch.randn([SAMPLES, *out_shape[1:]], generator=generator, dtype=torch.float64)
+        else:
+            torch.manual_seed(0)
+            out_shape = getattr(models, factory)().eval()(torch.zeros(shape)).shape
+            targets = torch.randint(0, out_shape[-1], [SAMPLES, *out_shape[1:-1]], generator=generator)
+        data = {"inputs": inputs, "targets": targets}
+        torch.save(data, self.path("data.pt"))
+        return data
+
+    def train(self, schedule, devices, microbatches, optimizer, extra=()):
+        done = subprocess.run(
+            [BINARY, "train", "--model", self.path("model.graph.json"), "--plan", self.path("plan.json"),
+             "--schedule", schedule, "-p", str(devices), "-m", str(microbatches), "--steps", str(STEPS),
+             "--dtype", "float64", "--optimizer", optimizer, "--lr", "0.05", "--warmup", "1", "--clip", "0",
+             "--weight-decay", "0", "--data", self.path("data.pt"), "--export-weights", self.path("weights.pt"),
+             "--timeout", "120", "--json", *extra],
+            capture_output=True, text=True, timeout=600)
+        self.assertEqual(done.returncode, 0, done.stdout[-2000:] + done.stderr[-3000:])
+        report = json.loads(done.stdout[done.stdout.index("{"):])["runs"][0]
+        return report, torch.load(self.path("weights.pt"))
+
+    def check(self, factory, chunks, schedule, devices, microbatches, optimizer="sgd", extra=()):
+        data = self.prepare(factory, chunks)
+        report, weights = self.train(schedule, devices, microbatches, optimizer, extra)
+        rates = [s["learning_rate"] for s in report["steps"]]
+        losses, state = reference(factory, data, microbatches, rates, optimizer)
+        for step, (got, want) in enumerate(zip([s["loss"] for s in report["steps"]], losses)):
+            self.assertLessEqual(abs(got - want), RELATIVE * abs(want), f"{schedule}: loss of step {step}")
+        self.assertEqual(sorted(weights), sorted(state), "the state_dict's names")
+        for name, want in state.items():
+            got = weights[name]
+            self.assertEqual(got.dtype, want.dtype, name)
+            scale = max(want.double().abs().max().item(), 1e-300)
+            difference = (got.double() - want.double()).abs().max().item()
+            self.assertLessEqual(difference, RELATIVE * scale, f"{schedule}: {name}")
+        return report
+
+    def test_unet_skips_across_cuts_under_gpipe_1f1b_and_zb_h1(self):
+        for schedule in ("gpipe", "1f1b", "zb-h1"):
+            with self.subTest(schedule=schedule):
+                self.check("tiny_unet", 2, schedule, 2, 4)
+
+    def test_unet_recompute_and_offload_interleaved_and_on_four_ranks(self):
+        self.check("tiny_unet", 4, "interleaved-1f1b", 2, 4, "adamw", ["-v", "2"])
+        report = self.check("tiny_unet", 4, "1f1b", 4, 4, "adamw")
+        self.assertEqual(len(report["memory"]), 4)
+
+    def test_transformer_classifier_zb_v_and_1f1b(self):
+        self.check("transformer_classifier", 4, "zb-v", 2, 4, "adamw")
+        self.check("transformer_classifier", 2, "1f1b", 2, 4)
+
+    def test_resnet18_batchnorm_statistics(self):
+        self.check("resnet18", 2, "1f1b", 2, 2)
+
+
+GRAPHS = {}
+
+
+def graph_of_case(factory):
+    if factory not in GRAPHS:
+        from flexpipe import capture
+        from flexpipe.loading import example_input
+        shape, kind = CASES[factory][:2]
+        torch.manual_seed(0)
+        model = getattr(models, factory)()
+        GRAPHS[factory] = capture(model, [example_input(list(shape), "float32", 0)], kind, time_operators=False,
+                                  source={"file": models.__file__, "factory": factory})
+    return GRAPHS[factory]
+
+
+if __name__ == "__main__":
+    unittest.main()
