@@ -146,8 +146,90 @@ class TrainCaptured(unittest.TestCase):
         self.check("transformer_classifier", 4, "zb-v", 2, 4, "adamw")
         self.check("transformer_classifier", 2, "1f1b", 2, 4)
 
+    def test_checkpoint_and_resume_equal_an_uninterrupted_run(self):
+        self.prepare("resnet18", 2)
+        checkpoints = ["--checkpoint", self.path("checkpoints")]
+        _, straight = self.train("1f1b", 2, 2, "adamw", [*checkpoints, "--save-every", "2"])
+        with open(self.path("checkpoints/latest"), "w") as f:  # back to the checkpoint after step 2
+            f.write("2\n")
+        report, resumed = self.train("1f1b", 2, 2, "adamw", [*checkpoints, "--resume"])
+        self.assertEqual(report["first_step"], 2)
+        for name, want in straight.items():
+            self.assertTrue(torch.equal(resumed[name], want), name)
+
     def test_resnet18_batchnorm_statistics(self):
         self.check("resnet18", 2, "1f1b", 2, 2)
+
+
+@unittest.skipUnless(BINARY, "FLEXPIPE_BINARY names the flexpipe binary (ctest sets it)")
+class BadInput(unittest.TestCase):
+    """One error line naming the file, and exit code 2, before any rank trains."""
+
+    def setUp(self):
+        self.directory = tempfile.TemporaryDirectory()
+        self.addCleanup(self.directory.cleanup)
+        graph = graph_of_case("tiny_unet")
+        self.graph = self.path("model.graph.json")
+        self.write("model.graph.json", graph)
+        self.write("plan2.json", plan_for(graph, ["relu_2"]))
+        self.write("plan1.json", plan_for(graph, []))
+
+    def path(self, name):
+        return os.path.join(self.directory.name, name)
+
+    def write(self, name, document):
+        with open(self.path(name), "w") as f:
+            json.dump(document, f)
+
+    def train(self, *arguments, rank=False):
+        # As a rank of a job (WORLD_SIZE set) the export is not made again: it must be there.
+        environment = dict(os.environ, WORLD_SIZE="1", RANK="0", LOCAL_RANK="0") if rank else None
+        done = subprocess.run([BINARY, "train", "--model", self.graph, "--steps", "1", *arguments],
+                              capture_output=True, text=True, timeout=600, env=environment)
+        self.assertEqual(done.returncode, 2, done.stdout + done.stderr)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        self.assertEqual(len(errors), 1, done.stderr)
+        return errors[0]
+
+    def test_data_whose_samples_do_not_match_the_inputs(self):
+        torch.save({"inputs": torch.randn(5, 3, 9, 8), "targets": torch.randn(5, 2, 8, 8)}, self.path("data.pt"))
+        self.assertEqual(
+            self.train("--plan", self.path("plan2.json"), "-p", "2", "--data", self.path("data.pt")),
+            f"error: {self.path('data.pt')}: inputs[0] (x) has shape [5, 3, 9, 8]; the model takes samples of "
+            "shape [3, 8, 8] along dimension 0 (N x 3 x 8 x 8)")
+        torch.save([1, 2], self.path("list.pt"))
+        self.assertIn("holds a GenericList, not a dict",
+                      self.train("--plan", self.path("plan2.json"), "-p", "2", "--data", self.path("list.pt")))
+
+    def test_a_plan_for_another_model(self):
+        plan = plan_for(graph_of_case("tiny_unet"), ["relu_2"])
+        plan["graph"] = "Other"
+        self.write("other.json", plan)
+        error = self.train("--plan", self.path("other.json"), "-p", "2")
+        self.assertIn("made for 'Other'", error)
+
+    def test_an_export_for_another_plan_a_missing_module_and_one_from_another_model(self):
+        export = self.path("model.export")
+        done = subprocess.run([BINARY, "export", self.graph, "--plan", self.path("plan2.json"), "-o", export,
+                               "--no-check"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        one_rank = ["-p", "1", "--export-dir", export]
+        self.assertEqual(self.train("--plan", self.path("plan1.json"), *one_rank, rank=True),
+                         f"error: rank 0: {export}/manifest.json: 2 chunks, but the plan has 1 stages: export again "
+                         "with this plan")
+        done = subprocess.run([BINARY, "export", self.graph, "--plan", self.path("plan1.json"), "-o", export,
+                               "--no-check"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        os.rename(os.path.join(export, "stage_0.pt"), self.path("stage_0.pt"))
+        self.assertIn(f"{export}/stage_0.pt: missing", self.train("--plan", self.path("plan1.json"), *one_rank,
+                                                                    rank=True))
+        torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), os.path.join(export, "stage_0.pt"))
+        self.assertIn("holds parameter weight, which chunk 0's manifest entry does not list",
+                      self.train("--plan", self.path("plan1.json"), *one_rank, rank=True))
+
+    def test_options_a_captured_model_needs(self):
+        self.assertIn("add --plan PLAN.json", self.train("-p", "2"))
+        self.assertIn("--verify", self.train("--plan", self.path("plan2.json"), "-p", "2", "--verify"))
 
 
 GRAPHS = {}

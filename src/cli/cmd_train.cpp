@@ -167,7 +167,8 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
 
 // train --model GRAPH.json: the captured model's graph, and its export for the plan, made here
 // (once, before any rank starts) unless this process is a rank of a job, which finds it made.
-void prepare_captured_model(TrainOptions& o, bool launcher) {
+// Returns 0, or the failed export's exit code.
+int prepare_captured_model(TrainOptions& o, bool launcher) {
   runtime::RunRequest& request = o.command.request;
   const std::string& model = o.command.captured_model;
   request.captured_graph = load_cost_graph(model);
@@ -188,12 +189,11 @@ void prepare_captured_model(TrainOptions& o, bool launcher) {
   if (o.schedule == "auto") throw Error("--schedule auto: not yet for a captured model; name a schedule");
   if (request.export_dir.empty())
     request.export_dir = std::filesystem::path(model).replace_extension(".export").string();
-  if (!launcher) return;
+  if (!launcher) return 0;
   std::vector<std::string> arguments = {"export", model, "--plan", o.command.plan, "-o", request.export_dir};
   if (request.training.dtype == "float64") arguments.insert(arguments.end(), {"--dtype", "float64"});
-  if (const int code = run_python_package(arguments); code != 0)
-    throw Error(fmt::format("--model {}: exporting it for {} into {} failed (exit code {})", model, o.command.plan,
-                            request.export_dir, code));
+  // The export names what is wrong itself (one error line); its exit code is the command's.
+  return run_python_package(arguments);
 }
 
 void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_code) {
@@ -202,7 +202,10 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   if (o.command.captured_model.empty() && (!request.export_weights.empty() || !request.export_dir.empty()))
     throw Error("--export-weights and --export-dir are for a captured model: add --model GRAPH.json");
   if (!o.command.captured_model.empty()) {
-    prepare_captured_model(o, std::getenv("WORLD_SIZE") == nullptr);
+    if (const int code = prepare_captured_model(o, std::getenv("WORLD_SIZE") == nullptr); code != 0) {
+      exit_code = code;
+      return;
+    }
     if (!request.training.data.empty() && !std::filesystem::is_regular_file(request.training.data))
       throw Error(fmt::format("--data {}: no such file", request.training.data));
   } else if (!request.training.data.empty()) {
@@ -226,6 +229,11 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
     runtime::RankEnv env;
     env.world_size = env.local_world_size = ranks;
     prepare_request(as_rank_zero, env);
+    if (!request.export_dir.empty())
+      if (const int code = check_runtime_request(as_rank_zero.request); code != 0) {
+        exit_code = code;
+        return;
+      }
     LaunchOptions launch_options;
     launch_options.ranks = ranks;
     launch_options.command = command_line;

@@ -42,4 +42,6 @@ int run_runtime(const runtime::RunRequest& request) { return call("flexpipe_runt
 
 int profile_runtime(const runtime::ProfileRequest& request) { return call("flexpipe_runtime_profile", request); }
 
+int check_runtime_request(const runtime::RunRequest& request) { return call("flexpipe_runtime_check", request); }
+
 }  // namespace flexpipe::cli

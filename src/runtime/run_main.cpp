@@ -583,3 +583,20 @@ extern "C" int flexpipe_runtime_main(const flexpipe::runtime::RunRequest* reques
   if (code != flexpipe::kExitSuccess) std::_Exit(code);
   return code;
 }
+
+extern "C" int flexpipe_runtime_check(const flexpipe::runtime::RunRequest* request) {
+  using namespace flexpipe::runtime;
+  try {
+    if (request->export_dir.empty()) return flexpipe::kExitSuccess;
+    const at::ScalarType dtype = request->training.dtype == "float64" ? at::kDouble : at::kFloat;
+    for (const ScheduledRun& run : request->runs) {
+      const ModelPlan plan = make_scripted_plan(request->captured_graph, run.partition, request->export_dir, dtype,
+                                                request->training.seed);
+      for (int k = 0; k < plan.num_chunks(); ++k) load_scripted_chunk(*plan.scripted, k);
+      if (!request->training.data.empty()) TensorData::from_file(request->training.data, *plan.scripted);
+    }
+  } catch (const std::exception& e) {
+    return flexpipe::report_exception(e, "");
+  }
+  return flexpipe::kExitSuccess;
+}

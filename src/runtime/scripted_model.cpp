@@ -222,11 +222,14 @@ ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk) {
       c.parameter_names.push_back(p.name);
       c.parameters.emplace_back();
     }
-  for (const TensorSpec& b : spec.buffers) {
-    buffer_index[b.name] = static_cast<int>(c.buffer_names.size());
-    c.buffer_names.push_back(b.name);
-    c.buffers.emplace_back();
-  }
+  // Frozen parameters (requires_grad=False) are kept like buffers: checkpointed and exported, never trained.
+  for (const std::vector<TensorSpec>* list : {&spec.buffers, &spec.parameters})
+    for (const TensorSpec& b : *list) {
+      if (list == &spec.parameters && b.requires_grad) continue;
+      buffer_index[b.name] = static_cast<int>(c.buffer_names.size());
+      c.buffer_names.push_back(b.name);
+      c.buffers.emplace_back();
+    }
   const std::string where = (std::filesystem::path(manifest.directory) / "manifest.json").string();
   for (const PieceSpec& piece : spec.pieces) {
     torch::jit::Module module = load_module(manifest, piece.file);
@@ -234,11 +237,15 @@ ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk) {
     for (const auto& named : module.named_parameters(/*recurse=*/true)) {
       auto it = parameter_index.find(named.name);
       if (it == parameter_index.end()) {
-        if (named.value.requires_grad())
+        if (named.value.requires_grad() || !buffer_index.count(named.name))
           throw Error(
               fmt::format("{}: {} holds parameter {}, which chunk {}'s manifest entry does not list: the "
                           "module is from another export",
                           where, piece.file, named.name, chunk));
+        at::Tensor& frozen = c.buffers[buffer_index.at(named.name)];
+        if (!frozen.defined()) frozen = named.value.detach();
+        set_module_tensor(module, named.name, frozen);
+        buffers.push_back(buffer_index.at(named.name));
         continue;
       }
       at::Tensor& shared = c.parameters[it->second];

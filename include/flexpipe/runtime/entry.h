@@ -9,3 +9,7 @@ extern "C" int flexpipe_runtime_main(const flexpipe::runtime::RunRequest* reques
 // Measures the request's model operator by operator and writes the measured cost graph; returns the
 // exit code (flexpipe/support/exit_status.h).
 extern "C" int flexpipe_runtime_profile(const flexpipe::runtime::ProfileRequest* request);
+
+// Checks what needs torch before any rank starts: a captured model's export against each run's
+// partition, its module files and its data. Prints one error and returns its exit code, or 0.
+extern "C" int flexpipe_runtime_check(const flexpipe::runtime::RunRequest* request);
