@@ -384,6 +384,73 @@ TEST(Partitioner, BaselinesOnHandComputedLayers) {
   EXPECT_DOUBLE_EQ(pipedream.stages[1].memory.memory, 60 + 0.5 * 16);
 }
 
+// The compute- and parameter-balanced baselines before they bisected: every last cut scanned,
+// O(S U^2). The reference their answers, ties included, must equal.
+std::vector<int> balance_by_scanning(const std::vector<double>& weights, int stages) {
+  const int units = static_cast<int>(weights.size());
+  std::vector<double> prefix(units + 1, 0);
+  for (int u = 0; u < units; ++u) prefix[u + 1] = prefix[u] + weights[u];
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(units + 1, kInfinity));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(units + 1, 0));
+  best[0][0] = 0;
+  for (int s = 1; s <= stages; ++s)
+    for (int u = s; u <= units; ++u)
+      for (int c = s - 1; c < u; ++c) {
+        const double value = std::max(best[s - 1][c], prefix[u] - prefix[c]);
+        if (value < best[s][u]) best[s][u] = value, cut[s][u] = c;
+      }
+  std::vector<int> starts(stages + 1, units);
+  for (int s = stages, u = units; s > 0; --s) {
+    u = cut[s][u];
+    starts[s - 1] = u;
+  }
+  return starts;
+}
+
+// What PipeDream's and the parameter balance's partitions are by the scanning program: layers as
+// units (operators when there are fewer layers than stages), each weighing its operators' sum.
+std::vector<int> scanned_partition(const PartitionProblem& problem, const std::vector<double>& per_operator) {
+  const int n = problem.ops.size();
+  std::vector<int> units = problem.layer_starts;
+  if (static_cast<int>(units.size()) < problem.num_stages()) {
+    units.clear();
+    for (int v = 0; v < n; ++v) units.push_back(v);
+  }
+  std::vector<double> weights;
+  for (size_t u = 0; u < units.size(); ++u) {
+    double w = 0;
+    for (int v = units[u]; v < (u + 1 < units.size() ? units[u + 1] : n); ++v) w += per_operator[v];
+    weights.push_back(w);
+  }
+  const std::vector<int> split = balance_by_scanning(weights, problem.num_stages());
+  std::vector<int> starts;
+  for (size_t s = 0; s + 1 < split.size(); ++s) starts.push_back(units[split[s]]);
+  starts.push_back(n);
+  return starts;
+}
+
+TEST(Partitioner, BalancedBaselinesEqualTheScanningProgramTiesIncluded) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 60);
+    OperatorTable ops = random_ops(rng, n);
+    // Whole-number times and many zero-parameter layers: ties everywhere.
+    for (int v = 0; v < n; ++v) {
+      if (trial % 2 == 0) ops.forward[v] = static_cast<double>(rng() % 3), ops.backward[v] = 0;
+      if (rng() % 3 == 0) ops.parameters[v] = 0;
+    }
+    const int stages = 1 + static_cast<int>(rng() % std::min(n, 9));
+    PartitionProblem problem = problem_of(std::move(ops), std::vector<int>(stages, 1), 1e12, 0, 1 + rng() % 4);
+    std::vector<double> compute(n);
+    for (int v = 0; v < n; ++v) compute[v] = problem.ops.forward[v] + problem.ops.backward[v];
+    EXPECT_EQ(partition_model(problem, PartitionMethod::PipeDream).starts(), scanned_partition(problem, compute))
+        << "trial " << trial;
+    EXPECT_EQ(partition_model(problem, PartitionMethod::Params).starts(),
+              scanned_partition(problem, problem.ops.parameters))
+        << "trial " << trial;
+  }
+}
+
 TEST(Partitioner, VPipeRecomputesWholeLayersWherePipeDreamDoesNotFit) {
   // Budget 70: PipeDream's stage 0 (layer 0, k = 8) needs 8 x 20 + 1.6; its stage 1 needs 68.
   const PartitionProblem problem = problem_of(layered(), {8, 1}, 70, 0, 2);
