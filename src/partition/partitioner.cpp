@@ -250,6 +250,7 @@ PartitionResult finish(const PartitionProblem& problem, StageCost& cost, const s
     best = build(hi);
   }
   for (int iteration = 0; iteration < 60 && hi - lo > 1e-12 * hi; ++iteration) {
+    if (problem.should_stop && problem.should_stop()) break;  // anytime: `best` holds at `hi`
     const double mid = 0.5 * (lo + hi);
     std::vector<StageResult> trial = build(mid);
     if (worst(trial) <= mid)

@@ -138,7 +138,7 @@ class AnytimeSearch {
   std::string what_would_fit() const;
 
   // worker_pool.cpp: threads, time, progress.
-  void parallel(size_t count, const std::function<void(size_t)>& work, bool timed = true);
+  void parallel(size_t count, const std::function<void(size_t)>& work, size_t untimed = 0);
   double elapsed() const;
   double share(double fraction) const;
   bool out_of_time() const;
