@@ -137,7 +137,7 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
       PartitionProblem pp =
           make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
       pp.solver = solver;
-      pp.should_stop = [this] { return out_of_time(); };
+      pp.should_stop = [this] { return partitioner_should_stop(); };
       pp.measure_shortfall = false;  // a placement that cannot fit is skipped
       const PartitionResult r = partition_model(pp, PartitionMethod::Dawn);
       if (!r.fits) return std::nullopt;
@@ -161,7 +161,7 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
       if (reference) {
         PartitionProblem pp =
             make_partition_problem(problem_.graph, shape, *reference, problem_.memory_limit, host_bandwidth);
-        pp.should_stop = [this] { return out_of_time(); };
+        pp.should_stop = [this] { return partitioner_should_stop(); };
         std::vector<int> starts(1, 0);
         for (int v = 1; v < static_cast<int>(s.partition.stage_of_node.size()); ++v)
           if (s.partition.stage_of_node[v] != s.partition.stage_of_node[v - 1]) starts.push_back(v);

@@ -85,12 +85,17 @@ void AnytimeSearch::record_improvement_locked(const std::string& family) {
   }
 }
 
-void AnytimeSearch::maybe_report() {
+void AnytimeSearch::maybe_report() const {
   if (!options_.progress || elapsed() - last_report_ < 0.5) return;
   std::lock_guard lock(mutex_);
   if (elapsed() - last_report_ < 0.5) return;
   last_report_ = elapsed();
   options_.progress(progress());
+}
+
+bool AnytimeSearch::partitioner_should_stop() const {
+  maybe_report();
+  return out_of_time();
 }
 
 }  // namespace flexpipe::search_detail
