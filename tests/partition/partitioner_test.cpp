@@ -3,6 +3,7 @@
 // the answer when nothing fits, and the largest micro-batch on zoo models.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -298,6 +299,53 @@ TEST(Partitioner, StopsEarlyWithAFeasiblePartition) {
   for (const StageResult& stage : early.stages) EXPECT_TRUE(stage.memory.fits);
 }
 
+// Progress comes phase by phase in the documented order, each phase's steps counting up, and the
+// answer is the one found without listening.
+TEST(Partitioner, ReportsItsPhasesInOrder) {
+  const std::vector<std::string> order = {"a partition that fits", "what would fit",
+                                          "a period that fits",    "bisection",
+                                          "every reachable cut",   "bisection over every reachable cut",
+                                          "stage decisions"};
+  auto phases_of = [&](PartitionProblem problem) {
+    std::vector<std::string> phases;
+    int64_t evaluations = 0;
+    int step = -1;
+    problem.progress = [&](const PartitionProgress& p) {
+      EXPECT_GE(p.evaluations, evaluations);
+      evaluations = p.evaluations;
+      if (!phases.empty() && phases.back() == p.phase) {
+        EXPECT_GE(p.step, step) << p.phase;
+      } else {
+        phases.push_back(p.phase);
+      }
+      step = p.step;
+    };
+    const PartitionResult result = partition_model(problem, PartitionMethod::Dawn);
+    problem.progress = nullptr;
+    const PartitionResult quiet = partition_model(problem, PartitionMethod::Dawn);
+    EXPECT_EQ(result.starts(), quiet.starts());
+    EXPECT_EQ(result.bottleneck, quiet.bottleneck);
+    EXPECT_EQ(result.evaluations, evaluations);
+    return phases;
+  };
+  std::mt19937 rng(3);
+  for (double share : {0.6, 0.01}) {  // memory decisions matter; nothing fits
+    OperatorTable ops = random_ops(rng, 24);
+    double total = 0;
+    for (double saved : ops.saved) total += saved;
+    const std::vector<std::string> phases = phases_of(problem_of(std::move(ops), one_f_one_b(3), total * share + 8));
+    ASSERT_GE(phases.size(), 2u);
+    EXPECT_EQ(phases.front(), "a partition that fits");
+    EXPECT_EQ(phases.back(), share > 0.5 ? "stage decisions" : "what would fit");
+    size_t at = 0;  // each phase comes later in the order than the one before
+    for (const std::string& phase : phases) {
+      const auto it = std::find(order.begin() + at, order.end(), phase);
+      ASSERT_NE(it, order.end()) << phase;
+      at = it - order.begin() + 1;
+    }
+  }
+}
+
 // A tensor two operators save counts once, and only where both are in the stage: in the plans the
 // search answers with, and in its keep-everything shortcut, which solves no stage where keeping
 // everything fits (evaluations count the stages it had to solve).
@@ -465,6 +513,10 @@ TEST(Partitioner, VPipeRecomputesWholeLayersWherePipeDreamDoesNotFit) {
   const PartitionResult dawn = partition_model(problem, PartitionMethod::Dawn);
   ASSERT_TRUE(dawn.fits);
   EXPECT_LE(dawn.bottleneck, vpipe.bottleneck);
+  // Told to stop, it makes no move: the stage stays over its budget.
+  PartitionProblem stopped = problem;
+  stopped.should_stop = [] { return true; };
+  EXPECT_FALSE(partition_model(stopped, PartitionMethod::VPipe).fits);
 }
 
 TEST(Partitioner, VPipeRecomputesPastALayerThatAloneSavesNothing) {
