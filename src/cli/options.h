@@ -76,7 +76,7 @@ void add_model_shape_options(CLI::App* command, ModelOptions& options);
 // set, hears a line before and after reading a file: a large graph takes seconds.
 CostGraph load_model_graph(const ModelOptions& options, const std::function<void(const std::string&)>& progress = {});
 // A progress line on stderr, "[  1.25 s] TEXT" with the seconds since `start`: the form of search's
-// and partition's (cmd_search.cpp).
+// and partition's (options.cpp).
 void print_progress_line(std::chrono::steady_clock::time_point start, const std::string& text);
 // A rate per second in the graph's time unit (zoo models and measured graphs use milliseconds);
 // throws Error for a unit it cannot convert (cmd_model.cpp).

@@ -27,8 +27,9 @@ AnytimeSearch::AnytimeSearch(const SearchProblem& problem, const SearchOptions& 
 
 SearchResult AnytimeSearch::run() {
   // Cheap structures first and a first local search on them, so that a short budget still sees
-  // every placement (but for huge graphs, where the budget may end first); DawnPiper's plans (a partitioner run per
-  // placement, slow on tight budgets) after them, cheapest placements first, then a second local search.
+  // every placement (on huge graphs the budget may end after the first); DawnPiper's plans (a
+  // partitioner run per placement, slow on tight budgets) after them, cheapest placements first,
+  // then a second local search.
   prepare_structures(false);
   report_builtins();
   phase("generated schedules");
