@@ -165,13 +165,18 @@ void add_model_shape_options(CLI::App* command, ModelOptions& options) {
                     "Zoo models with fused attention (no s^2 activations)");
 }
 
-CostGraph load_model_graph(const ModelOptions& options) {
+CostGraph load_model_graph(const ModelOptions& options, const std::function<void(const std::string&)>& progress) {
   const HardwareProfile& hardware = find_hardware(options.hardware);
   // Zoo names contain dots ("gpt3-1.3b"): a name the zoo knows wins, then an existing file.
   bool in_zoo = false;
   for (const ModelConfig& config : model_zoo()) in_zoo |= config.name == options.model;
-  if (!in_zoo && (std::filesystem::exists(options.model) || options.model.ends_with(".json")))
-    return load_cost_graph(options.model);
+  if (!in_zoo && (std::filesystem::exists(options.model) || options.model.ends_with(".json"))) {
+    if (progress) progress(fmt::format("reading {}", options.model));
+    CostGraph graph = load_cost_graph(options.model);
+    if (progress)
+      progress(fmt::format("read {}: {} operators, {} edges", options.model, graph.nodes.size(), graph.edges.size()));
+    return graph;
+  }
   return build_model_graph(find_model(options.model), hardware,
                            {.flash_attention = options.flash_attention,
                             .microbatch_size = options.microbatch_size,

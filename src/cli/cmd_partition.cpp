@@ -1,5 +1,8 @@
 // flexpipe partition: memory-aware stage boundaries at operator granularity (docs/partitioner.md).
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <string>
 #include <utility>
 
 #include <fmt/format.h>
@@ -36,14 +39,41 @@ struct PartitionOptions {
   std::string output;
   std::string svg;
   bool json = false;
+  double time_budget = 0;  // seconds, reading included; 0: none
+  bool quiet = false;
 };
 
-// The planner for the options, once they are checked: the model built and the schedule loaded.
-CheckedPlanner make_planner(const PartitionOptions& o) {
+// Progress lines on stderr for the long phases: what the planner is doing, at most one a second,
+// so that a partition done within a second prints none (-q: none at all).
+class ProgressLines {
+ public:
+  using Clock = std::chrono::steady_clock;
+  ProgressLines(Clock::time_point start, bool quiet) : start_(start), last_(start), quiet_(quiet) {}
+  void say(const std::string& text) {
+    now_ = text;
+    tick();
+  }
+  void tick() {
+    if (quiet_ || now_.empty() || Clock::now() - last_ < std::chrono::seconds(1)) return;
+    print_progress_line(start_, now_);
+    last_ = Clock::now();
+  }
+
+ private:
+  Clock::time_point start_, last_;
+  bool quiet_;
+  std::string now_;
+};
+
+// The planner for the options, once they are checked: the model built and the schedule loaded. Its
+// progress goes to `lines`; past the time budget (counted from `start`) its searches answer with the
+// best plan found by then.
+CheckedPlanner make_planner(const PartitionOptions& o, std::chrono::steady_clock::time_point start,
+                            ProgressLines& lines) {
   if (!(o.memory_limit > 0)) throw Error("--memory-limit must be a positive number of bytes per device");
   if (o.model.microbatch_size != std::floor(o.model.microbatch_size))
     throw Error(fmt::format("--microbatch-size {}: the partitioner plans whole samples", o.model.microbatch_size));
-  CostGraph graph = load_model_graph(o.model);
+  CostGraph graph = load_model_graph(o.model, [&lines](const std::string& text) { lines.say(text); });
   const HardwareProfile& hardware = find_hardware(o.model.hardware);
   Schedule schedule = load_checked_schedule(o.schedule);
   if (schedule.stages_per_pipeline > static_cast<int>(graph.nodes.size()))
@@ -63,6 +93,11 @@ CheckedPlanner make_planner(const PartitionOptions& o) {
                                            : MemorySolver::Auto;
   settings.max_batch = o.max_batch;
   settings.max_batch_limit = o.max_batch_limit;
+  settings.progress = [&lines](const std::string& text) { lines.say(text); };
+  settings.should_stop = [&lines, start, budget = o.time_budget] {
+    lines.tick();
+    return budget > 0 && std::chrono::steady_clock::now() - start >= std::chrono::duration<double>(budget);
+  };
   return CheckedPlanner(std::move(graph), hardware, std::move(schedule), std::move(settings));
 }
 
@@ -87,9 +122,10 @@ void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const Par
     fmt::print("{}\n", does_not_fit(out, planner, o));
     return;
   }
-  fmt::print("method {}: bottleneck {:.4g} {} per micro-batch, simulated step {:.4g} {} ({} in {:.3f} s)\n",
+  fmt::print("method {}: bottleneck {:.4g} {} per micro-batch, simulated step {:.4g} {} ({} in {:.3f} s{})\n",
              partition_method_name(out.method), out.result.bottleneck, unit, out.simulated.makespan, unit,
-             out.simulated.fits ? "fits" : "DOES NOT FIT in simulation", out.seconds);
+             out.simulated.fits ? "fits" : "DOES NOT FIT in simulation", out.seconds,
+             out.stopped ? "; time budget reached: the best plan found by then" : "");
   // O counts offloaded operators; "+ckpt": the recompute checkpoints are offloaded too.
   fmt::print("{:<5} {:<44} {:>5} {:>4} {:>10} {:>10} {:>10} {:>10} {:>11} {:>5} {:>8}\n", "stage", "operators", "ops",
              "k", "compute", "+recomp", "+offload", "time", "memory", "R", "O");
@@ -116,7 +152,10 @@ MemoryBarPanel memory_bar_panel(std::string title, const PartitionResult& result
 }
 
 void run(const PartitionOptions& o, int& exit_code) {
-  const CheckedPlanner planner = make_planner(o);
+  // The budget counts from here: reading a large model is part of the wait.
+  const auto started = std::chrono::steady_clock::now();
+  ProgressLines lines(started, o.quiet);
+  const CheckedPlanner planner = make_planner(o, started, lines);
   if (o.compare) {
     std::vector<CheckedPlan> outcomes;
     for (PartitionMethod m : {PartitionMethod::Uniform, PartitionMethod::Params, PartitionMethod::PipeDream,
@@ -144,6 +183,8 @@ void run(const PartitionOptions& o, int& exit_code) {
                  out.simulated_ok ? fmt::format("{:.4g} {}", out.simulated.makespan, unit) : "-",
                  out.simulated_ok ? gigabytes(peak) : "-");
     }
+    if (std::any_of(outcomes.begin(), outcomes.end(), [](const CheckedPlan& out) { return out.stopped; }))
+      fmt::print("time budget reached: each method's plan is the best it found by then\n");
     return;
   }
   const CheckedPlan out = planner.plan(parse_partition_method(o.method));
@@ -219,6 +260,12 @@ void add_partition_command(CLI::App& app, int& exit_code) {
   command->add_flag("--compare", o->compare, "Run every method (not exhaustive) and print one line each");
   command->add_option("-o,--output", o->output, "Write the plan (JSON, docs/partition-plan.md)");
   command->add_flag("--json", o->json, "Print the plan as JSON");
+  command
+      ->add_option("--time-budget", o->time_budget,
+                   "Seconds the partitioner may take, reading the model included; then it answers with the best plan "
+                   "found by then [no limit]")
+      ->check(positive_number());
+  command->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr (printed at most once a second)");
   command->add_option("--svg", o->svg, "Write per-stage memory, before (compute-balanced, all kept) and after, as SVG");
   command->callback([o, &exit_code] { run(*o, exit_code); });
 }

@@ -1,6 +1,7 @@
 // flexpipe search: the automated scheduler (docs/search.md). Prints the best schedule found next to
 // every built-in under the same costs and memory limit, and writes it as a program of the language.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <thread>
@@ -111,11 +112,15 @@ void print_table(const SearchResult& r, const std::string& unit) {
 }
 
 void run(const SearchCommand& o, int& exit_code) {
+  // The budget counts from here: reading and preparing a large model is part of the wait.
+  const auto started = std::chrono::steady_clock::now();
   if (o.devices < 1) throw Error("search: -p (devices) must be at least 1");
   if (o.time_budget <= 0) throw Error(fmt::format("search: --time-budget {}: must be positive", o.time_budget));
   const HardwareProfile& hardware = find_hardware(o.model.hardware);
   SearchProblem problem;
-  problem.graph = load_model_graph(o.model);
+  std::function<void(const std::string&)> reading;
+  if (!o.quiet) reading = [started](const std::string& text) { print_progress_line(started, text); };
+  problem.graph = load_model_graph(o.model, reading);
   problem.devices = o.devices;
   problem.batches = batch_splits(o);
   if (problem.batches.empty())
@@ -152,6 +157,7 @@ void run(const SearchCommand& o, int& exit_code) {
 
   SearchOptions options;
   options.time_budget = o.time_budget;
+  options.start = started;
   options.threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   options.local_search = !o.no_local_search;
   options.exact = !o.no_exact;

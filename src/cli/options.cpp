@@ -159,4 +159,9 @@ CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
   return costs;
 }
 
+void print_progress_line(std::chrono::steady_clock::time_point start, const std::string& text) {
+  fmt::print(stderr, "[{:6.2f} s] {}\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), text);
+}
+
 }  // namespace flexpipe::cli

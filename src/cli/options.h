@@ -1,6 +1,8 @@
 #pragma once
 // Options shared by the subcommands that take a schedule and costs.
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -70,8 +72,12 @@ struct CostOptions {
 void add_cost_options(CLI::App* command, CostOptions& options);
 // Adds --hardware, --microbatch-size, --seq-len and --flash-attention (cmd_model.cpp).
 void add_model_shape_options(CLI::App* command, ModelOptions& options);
-// A zoo model built on the profile, or a cost-graph file (.json) (cmd_model.cpp).
-CostGraph load_model_graph(const ModelOptions& options);
+// A zoo model built on the profile, or a cost-graph file (.json) (cmd_model.cpp). `progress`, when
+// set, hears a line before and after reading a file: a large graph takes seconds.
+CostGraph load_model_graph(const ModelOptions& options, const std::function<void(const std::string&)>& progress = {});
+// A progress line on stderr, "[  1.25 s] TEXT" with the seconds since `start`: the form of search's
+// and partition's (options.cpp).
+void print_progress_line(std::chrono::steady_clock::time_point start, const std::string& text);
 // A rate per second in the graph's time unit (zoo models and measured graphs use milliseconds);
 // throws Error for a unit it cannot convert (cmd_model.cpp).
 double per_time_unit(const CostGraph& graph, double per_second);

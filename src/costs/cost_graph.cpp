@@ -143,41 +143,43 @@ void validate_cost_graph(const CostGraph& graph, const std::string& origin) {
       fail(fmt::format("layers[{}]: layer '{}' is defined twice", i, graph.layers[i].name));
 
   std::unordered_map<std::string, int> index;
+  index.reserve(n);
   for (int i = 0; i < n; ++i) {
     const OperatorNode& node = graph.nodes[i];
-    const std::string where = fmt::format("nodes[{}] ('{}')", i, node.name);
+    // Spelled out only for a message: a large graph has hundreds of thousands of nodes.
+    const auto where = [&] { return fmt::format("nodes[{}] ('{}')", i, node.name); };
     if (node.name.empty()) fail(fmt::format("nodes[{}]: the name is empty", i));
     if (auto [it, inserted] = index.emplace(node.name, i); !inserted)
-      fail(fmt::format("{}: the name is already used by nodes[{}]", where, it->second));
+      fail(fmt::format("{}: the name is already used by nodes[{}]", where(), it->second));
     if (node.layer != kNoLayer && (node.layer < 0 || node.layer >= static_cast<int>(graph.layers.size())))
-      fail(fmt::format("{}: layer index {} is out of range", where, node.layer));
+      fail(fmt::format("{}: layer index {} is out of range", where(), node.layer));
     if (node.tied_to != kNotTied) {
       if (node.tied_to < 0 || node.tied_to >= n || node.tied_to == i)
-        fail(fmt::format("{}: tied_to index {} is not another node", where, node.tied_to));
+        fail(fmt::format("{}: tied_to index {} is not another node", where(), node.tied_to));
       if (graph.nodes[node.tied_to].tied_to != kNotTied)
-        fail(fmt::format("{}: tied to '{}', which is itself tied; tie to the owner of the parameters", where,
+        fail(fmt::format("{}: tied to '{}', which is itself tied; tie to the owner of the parameters", where(),
                          graph.nodes[node.tied_to].name));
     }
     if (node.active_parameters > node.parameters)
-      fail(
-          fmt::format("{}: active_parameters {} exceed parameters {}", where, node.active_parameters, node.parameters));
+      fail(fmt::format("{}: active_parameters {} exceed parameters {}", where(), node.active_parameters,
+                       node.parameters));
     const double saved = node.saved_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
     const double freed = node.freed_by_input.at(graph.reference.microbatch_size, graph.reference.seq_len);
     if (freed > saved)
-      fail(fmt::format("{}: freed_by_input {} exceeds saved_bytes {} at the reference shape", where, freed, saved));
+      fail(fmt::format("{}: freed_by_input {} exceeds saved_bytes {} at the reference shape", where(), freed, saved));
     if (const double shared = node.shared_saved_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
         shared > 0) {
-      if (i == 0) fail(fmt::format("{}: shared_saved_bytes {} but no node comes before it", where, shared));
+      if (i == 0) fail(fmt::format("{}: shared_saved_bytes {} but no node comes before it", where(), shared));
       const double previous =
           graph.nodes[i - 1].saved_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
       if (shared > std::min(saved, previous))
         fail(
             fmt::format("{}: shared_saved_bytes {} exceed what it saves ({}) or what '{}' before it saves ({}) at the "
                         "reference shape",
-                        where, shared, saved, graph.nodes[i - 1].name, previous));
+                        where(), shared, saved, graph.nodes[i - 1].name, previous));
     }
     if (node.scaling.rule == ScalingRule::Roofline && !graph.hardware)
-      fail(fmt::format("{}: scales by roofline but the graph names no hardware rates", where));
+      fail(fmt::format("{}: scales by roofline but the graph names no hardware rates", where()));
   }
 
   std::set<std::pair<int, int>> seen;
@@ -185,19 +187,20 @@ void validate_cost_graph(const CostGraph& graph, const std::string& origin) {
     const TensorEdge& edge = graph.edges[e];
     if (edge.from < 0 || edge.from >= n || edge.to < 0 || edge.to >= n)
       fail(fmt::format("edges[{}]: node index out of range ({} -> {}, {} nodes)", e, edge.from, edge.to, n));
-    const std::string where =
-        fmt::format("edges[{}] ('{}' -> '{}')", e, graph.nodes[edge.from].name, graph.nodes[edge.to].name);
-    if (edge.from == edge.to) fail(fmt::format("{}: an operator cannot feed itself (cycle)", where));
-    if (!seen.emplace(edge.from, edge.to).second) fail(fmt::format("{}: duplicate edge", where));
+    const auto where = [&] {
+      return fmt::format("edges[{}] ('{}' -> '{}')", e, graph.nodes[edge.from].name, graph.nodes[edge.to].name);
+    };
+    if (edge.from == edge.to) fail(fmt::format("{}: an operator cannot feed itself (cycle)", where()));
+    if (!seen.emplace(edge.from, edge.to).second) fail(fmt::format("{}: duplicate edge", where()));
   }
   for (int i = 1; i < n; ++i) {
     if (graph.nodes[i].shared_saved_bytes.is_zero()) continue;
-    const std::string where = fmt::format("nodes[{}] ('{}')", i, graph.nodes[i].name);
+    const auto where = [&] { return fmt::format("nodes[{}] ('{}')", i, graph.nodes[i].name); };
     if (!seen.count({i - 1, i}))
-      fail(fmt::format("{}: shares saved tensors with '{}' before it, which does not feed it", where,
+      fail(fmt::format("{}: shares saved tensors with '{}' before it, which does not feed it", where(),
                        graph.nodes[i - 1].name));
     if (graph.nodes[i].layer != graph.nodes[i - 1].layer)
-      fail(fmt::format("{}: shares saved tensors with '{}' before it, which is in another layer", where,
+      fail(fmt::format("{}: shares saved tensors with '{}' before it, which is in another layer", where(),
                        graph.nodes[i - 1].name));
   }
 

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
+#include <optional>
+#include <span>
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -66,11 +70,44 @@ constexpr std::pair<std::string_view, LayerRole> kRoles[] = {{"embedding", Layer
                                                              {"loss", LayerRole::Loss},
                                                              {"other", LayerRole::Other}};
 
+// What a node or an edge names that the reader can only look up once the whole document is read:
+// a streamed element may come before the layers it names or the node it is tied to.
+struct NodeReferences {
+  std::optional<std::string> layer, tied_to;
+};
+struct EdgeReferences {
+  std::string from, to;
+};
+
+// The elements of "nodes" and "edges", read as the parser completed each (read_streaming), in order.
+struct StreamedElements {
+  std::vector<OperatorNode> nodes;
+  std::vector<NodeReferences> node_references;
+  std::vector<TensorEdge> edges;
+  std::vector<EdgeReferences> edge_references;
+};
+
+// A JSON path spelled out only when a message needs it: a large graph has millions of fields, and
+// formatting each one's path took longer than reading it.
+class LazyPath {
+ public:
+  explicit LazyPath(const std::string& root) : root_(&root) {}
+  LazyPath(const LazyPath& parent, std::string_view key) : parent_(&parent), key_(key) {}
+  std::string str() const { return parent_ ? json_child(parent_->str(), key_) : *root_; }
+
+ private:
+  const LazyPath* parent_ = nullptr;
+  const std::string* root_ = nullptr;
+  std::string_view key_;
+};
+
 class Reader : public detail::JsonPathReader {
  public:
   explicit Reader(const std::string& origin) : JsonPathReader(origin) {}
 
-  CostGraph graph(const json& document) {
+  // `streamed`: the nodes and edges read while parsing (then the document's arrays are empty);
+  // null: they are read from the document.
+  CostGraph graph(const json& document, StreamedElements* streamed = nullptr) {
     if (!document.is_object())
       fail("", fmt::format("expected a JSON object at the top level, got {}", describe_json(document)));
     only_known_keys(document, "", kTopLevelKeys);
@@ -101,8 +138,14 @@ class Reader : public detail::JsonPathReader {
     }
     if (document.contains("layers")) read_layers(document["layers"], result);
     if (!document.contains("nodes")) fail("nodes", "missing (a cost graph lists its operators)");
-    read_nodes(document["nodes"], result);
-    if (document.contains("edges")) read_edges(document["edges"], result);
+    if (streamed)
+      adopt_nodes(*streamed, result);
+    else
+      read_nodes(document["nodes"], result);
+    if (streamed)
+      adopt_edges(*streamed, result);
+    else if (document.contains("edges"))
+      read_edges(document["edges"], result);
     if (document.contains("capture")) result.capture = capture(document["capture"]);
     return result;
   }
@@ -129,35 +172,62 @@ class Reader : public detail::JsonPathReader {
     return value;
   }
 
+  // The fast forms of the checks below: the same answers, and the path spelled out only to fail.
+  double number_at(const json& value, const LazyPath& path) const {
+    if (value.is_number()) {
+      const double result = value.get<double>();
+      if (result >= 0 && result <= detail::kLargestNumber) return result;
+    }
+    return number(value, path.str());
+  }
+  std::string text_at(const json& value, const LazyPath& path) const {
+    if (value.is_string()) return value.get<std::string>();
+    return text(value, path.str());
+  }
+  void require_object_at(const json& value, const LazyPath& path) const {
+    if (!value.is_object()) require_object(value, path.str());
+  }
+  void only_known_keys_at(const json& object, const LazyPath& path, std::span<const std::string_view> known) const {
+    for (const auto& [key, value] : object.items())
+      if (std::find(known.begin(), known.end(), key) == known.end()) only_known_keys(object, path.str(), known);
+  }
+
   // A bare number is a fixed amount; an object spells the terms.
-  ShapePolynomial polynomial(const json& value, const std::string& path) const {
-    if (value.is_number()) return fixed_amount(number(value, path));
+  ShapePolynomial polynomial(const json& value, const LazyPath& path) const {
+    if (value.is_number()) return fixed_amount(number_at(value, path));
     if (!value.is_object())
-      fail(path, fmt::format("expected a number or an object of shape terms, got {}", describe_json(value)));
-    only_known_keys(value, path, kPolynomialKeys);
+      fail(path.str(), fmt::format("expected a number or an object of shape terms, got {}", describe_json(value)));
+    only_known_keys_at(value, path, kPolynomialKeys);
     ShapePolynomial result;
-    read_present(value, path,
-                 {{"fixed", &result.fixed},
-                  {"per_sample", &result.per_sample},
-                  {"per_token", &result.per_token},
-                  {"per_token_seq", &result.per_token_seq}},
-                 &Reader::number);
+    for (const auto& [key, field] : {std::pair{"fixed", &result.fixed},
+                                     {"per_sample", &result.per_sample},
+                                     {"per_token", &result.per_token},
+                                     {"per_token_seq", &result.per_token_seq}})
+      if (const auto it = value.find(key); it != value.end()) *field = number_at(*it, LazyPath(path, key));
     return result;
   }
+  ShapePolynomial polynomial(const json& value, const std::string& path) const {
+    return polynomial(value, LazyPath(path));
+  }
 
-  PassCost pass(const json& value, const std::string& path) const {
-    require_object(value, path);
-    only_known_keys(value, path, kPassKeys);
+  PassCost pass(const json& value, const LazyPath& path) const {
+    require_object_at(value, path);
+    only_known_keys_at(value, path, kPassKeys);
     PassCost result;
-    if (value.contains("time")) result.time = number(value["time"], json_child(path, "time"));
-    if (value.contains("flops")) result.flops = polynomial(value["flops"], json_child(path, "flops"));
-    if (value.contains("bytes")) result.bytes = polynomial(value["bytes"], json_child(path, "bytes"));
+    if (const auto it = value.find("time"); it != value.end()) result.time = number_at(*it, LazyPath(path, "time"));
+    if (const auto it = value.find("flops"); it != value.end()) result.flops = polynomial(*it, LazyPath(path, "flops"));
+    if (const auto it = value.find("bytes"); it != value.end()) result.bytes = polynomial(*it, LazyPath(path, "bytes"));
     return result;
   }
 
-  Scaling scaling(const json& value, const std::string& path) const {
-    require_object(value, path);
-    only_known_keys(value, path, kScalingKeys);
+  Scaling scaling(const json& value, const LazyPath& lazy_path) const {
+    require_object_at(value, lazy_path);
+    only_known_keys_at(value, lazy_path, kScalingKeys);
+    // The roofline rule (every zoo and captured node) reads fast; anything else spells its path.
+    if (value.size() == 1 && value.contains("rule") && value["rule"].is_string() &&
+        value["rule"].get_ref<const std::string&>() == "roofline")
+      return Scaling{};
+    const std::string path = lazy_path.str();
     if (!value.contains("rule")) fail(json_child(path, "rule"), "missing (\"roofline\" or \"power\")");
     const std::string rule = text(value["rule"], json_child(path, "rule"));
     Scaling result;
@@ -204,6 +274,7 @@ class Reader : public detail::JsonPathReader {
 
   void read_nodes(const json& nodes, CostGraph& result) {
     array(nodes, "nodes");
+    node_index_.reserve(nodes.size());
     // Names first, so that tied_to may point at any node and the error for a missing one is exact.
     for (size_t i = 0; i < nodes.size(); ++i) {
       const std::string path = json_element("nodes", i);
@@ -216,43 +287,78 @@ class Reader : public detail::JsonPathReader {
     for (size_t i = 0; i < nodes.size(); ++i) result.nodes.push_back(node(nodes[i], json_element("nodes", i)));
   }
 
-  OperatorNode node(const json& entry, const std::string& path) const {
-    only_known_keys(entry, path, kNodeKeys);
+  // The streaming reader's steps (read_streaming) are read_nodes' and read_edges' per element.
+ public:
+  // `later`: where the layer and tied_to names go when they are looked up after the whole document
+  // (a streamed node); null: looked up here.
+  OperatorNode node(const json& entry, const std::string& path_text, NodeReferences* later = nullptr) const {
+    const LazyPath path(path_text);
+    only_known_keys_at(entry, path, kNodeKeys);
     OperatorNode result;
     result.name = entry["name"].get<std::string>();
-    if (entry.contains("kind")) result.kind = text(entry["kind"], json_child(path, "kind"));
-    if (entry.contains("layer")) {
-      const std::string layer = text(entry["layer"], json_child(path, "layer"));
-      const auto found = layer_index_.find(layer);
-      if (found == layer_index_.end())
-        fail(json_child(path, "layer"), fmt::format("unknown layer '{}' (define it in \"layers\")", layer));
-      result.layer = found->second;
+    if (const auto it = entry.find("kind"); it != entry.end()) result.kind = text_at(*it, LazyPath(path, "kind"));
+    if (const auto it = entry.find("layer"); it != entry.end()) {
+      std::string layer = text_at(*it, LazyPath(path, "layer"));
+      if (later)
+        later->layer = std::move(layer);
+      else
+        result.layer = layer_named(layer, path_text);
     }
-    if (entry.contains("parameters")) result.parameters = number(entry["parameters"], json_child(path, "parameters"));
+    if (const auto it = entry.find("parameters"); it != entry.end())
+      result.parameters = number_at(*it, LazyPath(path, "parameters"));
     result.active_parameters = result.parameters;
-    if (entry.contains("active_parameters"))
-      result.active_parameters = number(entry["active_parameters"], json_child(path, "active_parameters"));
-    if (entry.contains("tied_to")) {
-      const std::string owner = text(entry["tied_to"], json_child(path, "tied_to"));
-      const auto found = node_index_.find(owner);
-      if (found == node_index_.end()) fail(json_child(path, "tied_to"), fmt::format("unknown node '{}'", owner));
-      result.tied_to = found->second;
+    if (const auto it = entry.find("active_parameters"); it != entry.end())
+      result.active_parameters = number_at(*it, LazyPath(path, "active_parameters"));
+    if (const auto it = entry.find("tied_to"); it != entry.end()) {
+      std::string owner = text_at(*it, LazyPath(path, "tied_to"));
+      if (later)
+        later->tied_to = std::move(owner);
+      else
+        result.tied_to = owner_named(owner, path_text);
     }
-    if (entry.contains("scaling")) result.scaling = scaling(entry["scaling"], json_child(path, "scaling"));
-    read_present(entry, path,
-                 {{"forward", &result.forward},
-                  {"backward_input", &result.backward_input},
-                  {"backward_weight", &result.backward_weight}},
-                 &Reader::pass);
-    read_present(entry, path,
-                 {{"saved_bytes", &result.saved_bytes},
-                  {"freed_by_input", &result.freed_by_input},
-                  {"shared_saved_bytes", &result.shared_saved_bytes},
-                  {"output_bytes", &result.output_bytes},
-                  {"workspace_bytes", &result.workspace_bytes}},
-                 &Reader::polynomial);
-    if (entry.contains("note")) result.note = text(entry["note"], json_child(path, "note"));
+    if (const auto it = entry.find("scaling"); it != entry.end())
+      result.scaling = scaling(*it, LazyPath(path, "scaling"));
+    for (const auto& [key, field] : {std::pair{"forward", &result.forward},
+                                     {"backward_input", &result.backward_input},
+                                     {"backward_weight", &result.backward_weight}})
+      if (const auto it = entry.find(key); it != entry.end()) *field = pass(*it, LazyPath(path, key));
+    for (const auto& [key, field] : {std::pair{"saved_bytes", &result.saved_bytes},
+                                     {"freed_by_input", &result.freed_by_input},
+                                     {"shared_saved_bytes", &result.shared_saved_bytes},
+                                     {"output_bytes", &result.output_bytes},
+                                     {"workspace_bytes", &result.workspace_bytes}})
+      if (const auto it = entry.find(key); it != entry.end()) *field = polynomial(*it, LazyPath(path, key));
+    if (const auto it = entry.find("note"); it != entry.end()) result.note = text_at(*it, LazyPath(path, "note"));
     return result;
+  }
+
+ private:
+  int layer_named(const std::string& layer, const std::string& path) const {
+    const auto found = layer_index_.find(layer);
+    if (found == layer_index_.end())
+      fail(json_child(path, "layer"), fmt::format("unknown layer '{}' (define it in \"layers\")", layer));
+    return found->second;
+  }
+
+  int owner_named(const std::string& owner, const std::string& path) const {
+    const auto found = node_index_.find(owner);
+    if (found == node_index_.end()) fail(json_child(path, "tied_to"), fmt::format("unknown node '{}'", owner));
+    return found->second;
+  }
+
+  // The streamed nodes, checked as read_nodes checks them: names first, then what each names.
+  void adopt_nodes(StreamedElements& streamed, CostGraph& result) {
+    node_index_.reserve(streamed.nodes.size());
+    for (size_t i = 0; i < streamed.nodes.size(); ++i)
+      if (auto [it, inserted] = node_index_.emplace(streamed.nodes[i].name, static_cast<int>(i)); !inserted)
+        fail(json_child(json_element("nodes", i), "name"),
+             fmt::format("'{}' is already the name of nodes[{}]", streamed.nodes[i].name, it->second));
+    for (size_t i = 0; i < streamed.nodes.size(); ++i) {
+      const NodeReferences& names = streamed.node_references[i];
+      if (names.layer) streamed.nodes[i].layer = layer_named(*names.layer, json_element("nodes", i));
+      if (names.tied_to) streamed.nodes[i].tied_to = owner_named(*names.tied_to, json_element("nodes", i));
+    }
+    result.nodes = std::move(streamed.nodes);
   }
 
   // A count that fits an int: threads and runs per measurement.
@@ -312,22 +418,50 @@ class Reader : public detail::JsonPathReader {
 
   void read_edges(const json& edges, CostGraph& result) const {
     array(edges, "edges");
-    for (size_t i = 0; i < edges.size(); ++i) {
-      const std::string path = json_element("edges", i);
-      const json& entry = edges[i];
-      require_object(entry, path);
-      only_known_keys(entry, path, kEdgeKeys);
-      TensorEdge edge;
+    for (size_t i = 0; i < edges.size(); ++i) result.edges.push_back(edge(edges[i], json_element("edges", i)));
+  }
+
+ public:
+  // `later`: where the endpoint names go when they are looked up after the whole document (a
+  // streamed edge); null: looked up here.
+  TensorEdge edge(const json& entry, const std::string& path, EdgeReferences* later = nullptr) const {
+    require_object(entry, path);
+    only_known_keys_at(entry, LazyPath(path), kEdgeKeys);
+    TensorEdge edge;
+    if (later) {
+      later->from = endpoint_name(entry, path, "from");
+      later->to = endpoint_name(entry, path, "to");
+    } else {
       edge.from = endpoint(entry, path, "from");
       edge.to = endpoint(entry, path, "to");
-      if (entry.contains("bytes")) edge.bytes = polynomial(entry["bytes"], json_child(path, "bytes"));
-      result.edges.push_back(edge);
     }
+    const LazyPath at(path);
+    if (const auto it = entry.find("bytes"); it != entry.end()) edge.bytes = polynomial(*it, LazyPath(at, "bytes"));
+    return edge;
+  }
+
+ private:
+  void adopt_edges(StreamedElements& streamed, CostGraph& result) const {
+    for (size_t i = 0; i < streamed.edges.size(); ++i) {
+      const std::string path = json_element("edges", i);
+      streamed.edges[i].from = node_named(streamed.edge_references[i].from, path, "from");
+      streamed.edges[i].to = node_named(streamed.edge_references[i].to, path, "to");
+    }
+    result.edges = std::move(streamed.edges);
+  }
+
+  std::string endpoint_name(const json& entry, const std::string& path, const char* key) const {
+    const auto it = entry.find(key);
+    if (it == entry.end()) fail(json_child(path, key), "missing (an edge names its \"from\" and \"to\" nodes)");
+    const LazyPath at(path);
+    return text_at(*it, LazyPath(at, key));
   }
 
   int endpoint(const json& entry, const std::string& path, const char* key) const {
-    if (!entry.contains(key)) fail(json_child(path, key), "missing (an edge names its \"from\" and \"to\" nodes)");
-    const std::string name = text(entry[key], json_child(path, key));
+    return node_named(endpoint_name(entry, path, key), path, key);
+  }
+
+  int node_named(const std::string& name, const std::string& path, const char* key) const {
     const auto found = node_index_.find(name);
     if (found == node_index_.end()) fail(json_child(path, key), fmt::format("unknown node '{}' (dangling edge)", name));
     return found->second;
@@ -414,11 +548,140 @@ ordered capture_json(const CaptureRecord& capture) {
 
 }  // namespace
 
+namespace {
+
+// Builds the document as nlohmann's parser does, except that each element of the top-level "nodes"
+// and "edges" arrays goes to `element` once complete instead of into the document. Any surprise (a
+// syntax error, a list that is not an array of objects, a list given twice) stops the parse.
+class StreamingBuilder : public nlohmann::json_sax<json> {
+ public:
+  enum class Section { Other, Nodes, Edges };
+  explicit StreamingBuilder(std::function<void(Section, json&)> element) : element_(std::move(element)) {}
+  json& document() { return root_; }
+
+  bool null() override { return add(nullptr); }
+  bool boolean(bool value) override { return add(value); }
+  bool number_integer(number_integer_t value) override { return add(value); }
+  bool number_unsigned(number_unsigned_t value) override { return add(value); }
+  bool number_float(number_float_t value, const string_t&) override { return add(value); }
+  bool string(string_t& value) override { return add(std::move(value)); }
+  bool binary(binary_t&) override { return false; }
+  bool start_object(std::size_t) override {
+    if (listing() && stack_.size() == 2) {
+      // An element of a list: built apart and handed over whole.
+      element_value_ = json::object();
+      stack_.push_back(&element_value_);
+      return true;
+    }
+    return open(json::object());
+  }
+  bool key(string_t& name) override {
+    json& object = *stack_.back();
+    if (stack_.size() == 1) {
+      section_ = name == "nodes" ? Section::Nodes : name == "edges" ? Section::Edges : Section::Other;
+      if (section_ != Section::Other) {
+        bool& seen = section_ == Section::Nodes ? nodes_seen_ : edges_seen_;
+        if (seen) return false;  // a repeated list: the exact way keeps the last
+        seen = true;
+      }
+    }
+    pending_ = &object[std::move(name)];
+    return true;
+  }
+  bool end_object() override {
+    stack_.pop_back();
+    if (listing() && stack_.size() == 2) element_(section_, element_value_);
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (listing() && stack_.size() != 1) return false;  // an element that is not an object
+    return open(json::array());
+  }
+  bool end_array() override {
+    stack_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  // Inside the value of "nodes" or "edges".
+  bool listing() const { return section_ != Section::Other && stack_.size() >= 2; }
+
+  // A value where the parser stands: the root, the next element of an array, the value of a key.
+  json* place(json&& value) {
+    if (stack_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    json& container = *stack_.back();
+    if (container.is_array()) {
+      container.push_back(std::move(value));
+      return &container.back();
+    }
+    *pending_ = std::move(value);
+    return pending_;
+  }
+  bool add(json&& value) {
+    // A list that is not an array, or an element of one that is not an object.
+    if (section_ != Section::Other && (stack_.size() == 1 || stack_.size() == 2)) return false;
+    place(std::move(value));
+    return true;
+  }
+  bool open(json&& container) {
+    if (section_ != Section::Other && stack_.size() == 1 && !container.is_array()) return false;
+    stack_.push_back(place(std::move(container)));
+    return true;
+  }
+
+  std::function<void(Section, json&)> element_;
+  json root_, element_value_;
+  std::vector<json*> stack_;
+  json* pending_ = nullptr;
+  Section section_ = Section::Other;
+  bool nodes_seen_ = false, edges_seen_ = false;
+};
+
+// The fast way to read a graph: each element of "nodes" and "edges" is read as soon as the parser
+// completes it, then dropped, so the document never holds them all (a 200 k-operator graph's tree
+// took seconds to build and as long again to free). The names they refer to are looked up once the
+// whole document is read. Anything amiss (a syntax error, a bad field, a document of another shape)
+// answers nullopt: the caller reads the text again the exact way, whose first error, in document
+// order, is the one reported. A document this way reads is one the exact way reads the same.
+std::optional<CostGraph> read_streaming(const std::string& text, const std::string& origin) {
+  Reader reader(origin);
+  StreamedElements streamed;
+  using Section = StreamingBuilder::Section;
+  StreamingBuilder builder([&](Section section, json& element) {
+    if (section == Section::Nodes) {
+      const auto name = element.find("name");
+      if (name == element.end() || !name->is_string()) throw Error("");  // for the exact way to report
+      streamed.node_references.emplace_back();
+      streamed.nodes.push_back(
+          reader.node(element, json_element("nodes", streamed.nodes.size()), &streamed.node_references.back()));
+    } else {
+      streamed.edge_references.emplace_back();
+      streamed.edges.push_back(
+          reader.edge(element, json_element("edges", streamed.edges.size()), &streamed.edge_references.back()));
+    }
+  });
+  try {
+    if (!json::sax_parse(text, &builder) || !builder.document().is_object()) return std::nullopt;
+    return reader.graph(builder.document(), &streamed);
+  } catch (const Error&) {
+  } catch (const json::exception&) {}
+  return std::nullopt;
+}
+
+}  // namespace
+
 CostGraph parse_cost_graph(const std::string& text, const std::string& origin) {
-  const json document = detail::parse_json_text(text, origin, "invalid JSON", detail::ColumnUnit::Byte);
-  CostGraph graph = Reader(origin).graph(document);
-  validate_cost_graph(graph, origin);
-  return graph;
+  std::optional<CostGraph> graph = read_streaming(text, origin);
+  if (!graph) {
+    const json document = detail::parse_json_text(text, origin, "invalid JSON", detail::ColumnUnit::Byte);
+    graph = Reader(origin).graph(document);
+  }
+  validate_cost_graph(*graph, origin);
+  return std::move(*graph);
 }
 
 CostGraph load_cost_graph(const std::string& path) { return parse_cost_graph(read_text_file(path), path); }

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "flexpipe/ir/lowering.h"
@@ -24,7 +25,17 @@ PartitionProblem CheckedPlanner::problem(int microbatch_size) const {
   PartitionProblem p = make_partition_problem(graph_, {double(microbatch_size), seq_len_}, schedule_,
                                               settings_.memory_limit, settings_.host_bandwidth_per_time_unit);
   p.solver = settings_.solver;
+  p.should_stop = settings_.should_stop;
   return p;
+}
+
+std::function<void(const PartitionProgress&)> CheckedPlanner::progress_saying(const std::string& context) const {
+  if (!settings_.progress) return {};
+  return [this, context](const PartitionProgress& progress) {
+    std::string text = fmt::format("{}: {}, step {}", context, progress.phase, progress.step);
+    if (progress.period < kInfinity) text += fmt::format(", period {:.4g} {}", progress.period, graph_.time_unit);
+    settings_.progress(fmt::format("{}, {} stage evaluations", text, progress.evaluations));
+  };
 }
 
 // The partitioner's memory model is checked by simulating the plan (with its R / OFFLOAD / RELOAD
@@ -37,7 +48,14 @@ CheckedPlan CheckedPlanner::plan(PartitionMethod method) const {
   int b = settings_.microbatch_size;
   int largest = -1;
   if (settings_.max_batch) {
-    largest = max_microbatch_size([&](int size) { return problem(size); }, method, settings_.max_batch_limit);
+    largest = max_microbatch_size(
+        [&](int size) {
+          PartitionProblem p = problem(size);
+          p.progress =
+              progress_saying(fmt::format("{}, largest micro-batch: trying {}", partition_method_name(method), size));
+          return p;
+        },
+        method, settings_.max_batch_limit);
     b = std::max(1, largest);
   }
   CheckedPlan out = attempt(method, b);
@@ -57,13 +75,15 @@ CheckedPlan CheckedPlanner::plan(PartitionMethod method) const {
     }
   }
   if (settings_.max_batch) out.max_microbatch_size = out.passes() ? b : 0;
+  out.stopped = settings_.should_stop && settings_.should_stop();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   summarize(out);
   return out;
 }
 
 template <class Candidate>
-CheckedPlan CheckedPlanner::attempt(PartitionMethod method, int microbatch_size, Candidate candidate) const {
+CheckedPlan CheckedPlanner::attempt(PartitionMethod method, int microbatch_size, const std::string& label,
+                                    Candidate candidate) const {
   CheckedPlan out;
   out.method = method;
   out.microbatch_size = microbatch_size;
@@ -71,10 +91,13 @@ CheckedPlan CheckedPlanner::attempt(PartitionMethod method, int microbatch_size,
   const std::vector<int> sharing = chunks_sharing_device(schedule_);
   constexpr int kRounds = 6;
   for (int round = 0; round < kRounds; ++round) {
+    const std::string context = fmt::format("{}, micro-batch {}, round {}", label, microbatch_size, round + 1);
+    p.progress = progress_saying(context);
     out.result = candidate(p);
     out.plan = make_plan(out, p);
     out.simulated_ok = false;
     if (!out.result.fits) break;
+    if (settings_.progress) settings_.progress(context + ": simulation check");
     AggregationOptions aggregation;
     aggregation.device_link = {0, link_bandwidth_per_ms(*hardware_, Interconnect::NvLink)};
     aggregation.host_link = {0, settings_.host_bandwidth_per_time_unit};
@@ -99,19 +122,20 @@ CheckedPlan CheckedPlanner::attempt(PartitionMethod method, int microbatch_size,
 // whose transfers queue on the host link and whose warm-up and cool-down the model leaves out, has
 // the last word on fit and time.
 CheckedPlan CheckedPlanner::attempt(PartitionMethod method, int microbatch_size) const {
-  CheckedPlan out =
-      attempt(method, microbatch_size, [&](const PartitionProblem& p) { return partition_model(p, method); });
+  CheckedPlan out = attempt(method, microbatch_size, partition_method_name(method),
+                            [&](const PartitionProblem& p) { return partition_model(p, method); });
   if (method != PartitionMethod::Dawn) return out;
   auto better = [](const CheckedPlan& a, const CheckedPlan& b) {
     return a.passes() && (!b.passes() || a.simulated.makespan < b.simulated.makespan);
   };
-  CheckedPlan balanced = attempt(method, microbatch_size, [](const PartitionProblem& p) {
-    PartitionResult r = evaluate_partition(p, partition_model(p, PartitionMethod::PipeDream).starts(), true);
-    r.method = PartitionMethod::Dawn;
-    return r;
-  });
+  CheckedPlan balanced =
+      attempt(method, microbatch_size, "dawn (compute-balanced cuts)", [](const PartitionProblem& p) {
+        PartitionResult r = evaluate_partition(p, partition_model(p, PartitionMethod::PipeDream).starts(), true);
+        r.method = PartitionMethod::Dawn;
+        return r;
+      });
   if (better(balanced, out)) out = std::move(balanced);
-  CheckedPlan layered = attempt(method, microbatch_size, [](const PartitionProblem& p) {
+  CheckedPlan layered = attempt(method, microbatch_size, "dawn (whole-layer decisions)", [](const PartitionProblem& p) {
     PartitionResult r = partition_model(p, PartitionMethod::VPipe);
     r.method = PartitionMethod::Dawn;
     return r;
@@ -180,6 +204,7 @@ void CheckedPlanner::summarize(CheckedPlan& out) const {
   if (!out.result.fits) s["shortfall"] = out.result.shortfall;
   s["time_unit"] = graph_.time_unit;
   s["partition_seconds"] = out.seconds;
+  if (out.stopped) s["time_budget_reached"] = true;
 }
 
 }  // namespace flexpipe

@@ -127,6 +127,20 @@ class StageCost {
 
   int size() const { return p_.ops.size(); }
   double compute(int i, int j) const { return compute_[j] - compute_[i]; }
+
+  // Progress (PartitionProblem::progress): a phase's step, and a report after every evaluation.
+  void enter(const char* phase, int step = 0, double period = kInfinity) {
+    progress_.phase = phase;
+    progress_.step = step;
+    progress_.period = period;
+    report();
+  }
+  void report() {
+    if (!p_.progress) return;
+    progress_.evaluations = evaluations_;
+    p_.progress(progress_);
+  }
+  bool stopped() const { return p_.should_stop && p_.should_stop(); }
   const std::vector<double>& compute_prefix() const { return compute_; }
   int64_t evaluations() const { return evaluations_; }
 
@@ -160,11 +174,16 @@ class StageCost {
     if (base > limit) return kInfinity;
     if (keep_all_memory(s, i, j) <= p_.budget[s]) return base;
     ++evaluations_;
+    double result;
     // With no period to meet only fitting matters: the least-memory program answers it in one pass.
-    if (period == kInfinity)
-      return least_stage_memory(p_.ops, i, j, context(s, period)).memory <= p_.budget[s] ? base : kInfinity;
-    const StageMemoryPlan plan = optimize_stage_memory(p_.ops, i, j, context(s, period), p_.solver);
-    return plan.fits ? base + plan.added_time() : kInfinity;
+    if (period == kInfinity) {
+      result = least_stage_memory(p_.ops, i, j, context(s, period)).memory <= p_.budget[s] ? base : kInfinity;
+    } else {
+      const StageMemoryPlan plan = optimize_stage_memory(p_.ops, i, j, context(s, period), p_.solver);
+      result = plan.fits ? base + plan.added_time() : kInfinity;
+    }
+    report();
+    return result;
   }
 
   // Whether [i, j) fits stage s at all (the least-memory program, cheaper than the solvers where
@@ -172,7 +191,9 @@ class StageCost {
   bool can_fit(int s, int i, int j) {
     if (keep_all_memory(s, i, j) <= p_.budget[s]) return true;
     ++evaluations_;
-    return least_stage_memory(p_.ops, i, j, context(s, kInfinity)).memory <= p_.budget[s];
+    const bool fits = least_stage_memory(p_.ops, i, j, context(s, kInfinity)).memory <= p_.budget[s];
+    report();
+    return fits;
   }
 
   StageResult stage(int s, int i, int j, double period, bool optimize) const {
@@ -201,6 +222,7 @@ class StageCost {
   std::vector<std::vector<double>> workspace_;
   std::vector<int> tied_;
   int64_t evaluations_ = 0;
+  PartitionProgress progress_;
 };
 
 void check_problem(const PartitionProblem& problem) {
@@ -233,6 +255,7 @@ PartitionResult finish(const PartitionProblem& problem, StageCost& cost, const s
     for (const StageResult& r : out) t = std::max(t, r.memory.fits ? r.time : kInfinity);
     return t;
   };
+  cost.enter("stage decisions");
   std::vector<StageResult> at_infinity = build(kInfinity);
   double lo = worst(at_infinity);
   if (lo == kInfinity) {
@@ -250,6 +273,8 @@ PartitionResult finish(const PartitionProblem& problem, StageCost& cost, const s
     best = build(hi);
   }
   for (int iteration = 0; iteration < 60 && hi - lo > 1e-12 * hi; ++iteration) {
+    if (cost.stopped()) break;  // anytime: `best` holds at `hi`
+    cost.enter("stage decisions", iteration, hi);
     const double mid = 0.5 * (lo + hi);
     std::vector<StageResult> trial = build(mid);
     if (worst(trial) <= mid)
@@ -290,6 +315,7 @@ class BinaryPartitioner {
   PartitionResult run() {
     const int n = cost_.size(), stages = p_.num_stages();
     std::vector<int> starts;
+    cost_.enter("a partition that fits");
     if (!feasible_exactly(kInfinity, starts)) {
       if (p_.measure_shortfall) return cannot_fit();
       PartitionResult result;
@@ -308,9 +334,11 @@ class BinaryPartitioner {
     // Feasible at an infinite period means feasible at a finite one (transfers hide in long periods);
     // the cap only guards against a solver that cannot see it.
     int doublings = 0;
+    cost_.enter("a period that fits");
     while (!feasible_exactly(hi, best)) {
       if (++doublings > 200) throw Error("the partitioner found no finite period for a partition that fits");
       hi *= 2;
+      cost_.enter("a period that fits", doublings);
     }
     // Bisection with the greedies, then, where the search over every reachable cut meets the period
     // the greedies could not, on with it: the greedies miss a partition only where a stage's cost
@@ -319,8 +347,9 @@ class BinaryPartitioner {
     // kReachEvaluations more (exact on small graphs; on large ones the best period found by then).
     auto bisect = [&](bool exactly, int64_t budget) {
       for (int iteration = 0; iteration < 60 && hi - lo > 1e-12 * hi; ++iteration) {
-        if (p_.should_stop && p_.should_stop()) return;  // anytime: `best` is feasible at `hi`
+        if (cost_.stopped()) return;  // anytime: `best` is feasible at `hi`
         if (cost_.evaluations() > budget) return;
+        cost_.enter(exactly ? "bisection over every reachable cut" : "bisection", iteration, hi);
         const double mid = 0.5 * (lo + hi);
         if (exactly ? feasible_exactly(mid, starts) : feasible(mid, starts))
           hi = mid, best = starts;
@@ -330,12 +359,16 @@ class BinaryPartitioner {
     };
     bisect(false, std::numeric_limits<int64_t>::max());
     const int64_t budget = 2 * cost_.evaluations() + kReachEvaluations;
-    if (lo < hi && !(p_.should_stop && p_.should_stop()) && feasible_by_reach(lo, starts)) {
-      hi = lo, best = starts, lo = least;
-      bisect(true, budget);
+    if (lo < hi && !cost_.stopped()) {
+      cost_.enter("every reachable cut", 0, hi);
+      if (feasible_by_reach(lo, starts)) {
+        hi = lo, best = starts, lo = least;
+        bisect(true, budget);
+      }
     }
     PartitionResult result;
     result.method = PartitionMethod::Dawn;
+    cost_.enter("stage decisions", 0, hi);
     for (int s = 0; s < stages; ++s) result.stages.push_back(cost_.stage(s, best[s], best[s + 1], hi, true));
     result.bottleneck = 0;
     for (const StageResult& r : result.stages) result.bottleneck = std::max(result.bottleneck, r.time);
@@ -552,7 +585,10 @@ class BinaryPartitioner {
                                    .memory);
     }
     PartitionProblem relaxed = p_;
+    relaxed.progress = nullptr;  // reported here, a step per trial
+    int trials = 0;
     auto fits_with = [&](double extra) {
+      cost_.enter("what would fit", trials++);
       for (int s = 0; s < relaxed.num_stages(); ++s) relaxed.budget[s] = p_.budget[s] + extra;
       BinaryPartitioner trial(relaxed);
       std::vector<int> starts;
@@ -619,21 +655,53 @@ PartitionResult exhaustive(const PartitionProblem& problem) {
 // ---- baselines: whole layers ----
 
 // Min-max contiguous split of `weights` into `stages` non-empty parts (exact dynamic programming);
-// returns the first unit of each part, then the unit count.
+// returns the first unit of each part, then the unit count. best[s][u], the least largest part over
+// the first u units in s parts, is the least over the last cut c of max(best[s - 1][c], sum(c, u)),
+// the first such c on ties. best[s - 1][c] grows with c and sum(c, u) falls (both exactly, in
+// floating point too: sums of non-negative weights only grow), so the least lies where they cross:
+// left of the crossing the sum decides, right of it best[s - 1][c]. Two bisections find it, so the
+// table takes O(S U log U) where a scan over every c took O(S U^2) (minutes on 200 k operators).
 std::vector<int> balance(const std::vector<double>& weights, int stages) {
   const int units = static_cast<int>(weights.size());
   std::vector<double> prefix(units + 1, 0);
   for (int u = 0; u < units; ++u) prefix[u + 1] = prefix[u] + weights[u];
-  // best[s][u]: least max part over the first u units in s parts.
   std::vector<std::vector<double>> best(stages + 1, std::vector<double>(units + 1, kInfinity));
   std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(units + 1, 0));
   best[0][0] = 0;
-  for (int s = 1; s <= stages; ++s)
-    for (int u = s; u <= units; ++u)
-      for (int c = s - 1; c < u; ++c) {
-        const double value = std::max(best[s - 1][c], prefix[u] - prefix[c]);
-        if (value < best[s][u]) best[s][u] = value, cut[s][u] = c;
+  for (int s = 1; s <= stages; ++s) {
+    const std::vector<double>& before = best[s - 1];
+    for (int u = s; u <= units; ++u) {
+      auto sum = [&](int c) { return prefix[u] - prefix[c]; };
+      const int first = s - 1, last = u - 1;
+      // The crossing: the first c where best[s - 1][c] >= sum(c, u) (last + 1 when none is).
+      int lo = first, hi = last + 1;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (before[mid] >= sum(mid))
+          hi = mid;
+        else
+          lo = mid + 1;
       }
+      const int cross = lo;
+      double value = kInfinity;
+      int at = 0;
+      if (cross > first) {
+        // Left of it the sum decides; its least is at cross - 1, and first reached where it stops falling.
+        value = sum(cross - 1);
+        int a = first, b = cross - 1;
+        while (a < b) {
+          const int mid = a + (b - a) / 2;
+          if (sum(mid) <= value)
+            b = mid;
+          else
+            a = mid + 1;
+        }
+        at = a;
+      }
+      if (cross <= last && before[cross] < value) value = before[cross], at = cross;
+      if (value < kInfinity) best[s][u] = value, cut[s][u] = at;
+    }
+  }
   std::vector<int> starts(stages + 1, units);
   for (int s = stages, u = units; s > 0; --s) {
     u = cut[s][u];
@@ -691,7 +759,8 @@ PartitionResult vpipe(const PartitionProblem& problem, StageCost& cost, const st
     const StageContext context = cost.context(s, period);
     std::vector<MemoryDecision> decisions(end - begin, MemoryDecision::Keep);
     StageMemoryPlan plan = evaluate_stage_memory(problem.ops, begin, end, context, decisions);
-    while (!plan.fits) {
+    for (int moves = 0; !plan.fits && !cost.stopped(); ++moves) {
+      cost.enter("whole-layer decisions", moves);
       StageMemoryPlan best_plan, climb_plan;
       double best_ratio = -1, climb_saved = -kInfinity;
       std::vector<MemoryDecision> best_decisions, climb_decisions;

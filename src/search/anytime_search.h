@@ -138,7 +138,7 @@ class AnytimeSearch {
   std::string what_would_fit() const;
 
   // worker_pool.cpp: threads, time, progress.
-  void parallel(size_t count, const std::function<void(size_t)>& work, bool timed = true);
+  void parallel(size_t count, const std::function<void(size_t)>& work, size_t untimed = 0);
   double elapsed() const;
   double share(double fraction) const;
   bool out_of_time() const;
@@ -147,7 +147,10 @@ class AnytimeSearch {
   void phase(const std::string& name);
   void record_improvement(const std::string& family);
   void record_improvement_locked(const std::string& family);
-  void maybe_report();
+  void maybe_report() const;
+  // The partitioner's should_stop: out of time; meanwhile a progress line every half second, since one
+  // partitioner run can take seconds on a large graph.
+  bool partitioner_should_stop() const;
 
   const SearchProblem& problem_;
   const SearchOptions& options_;
@@ -173,7 +176,7 @@ class AnytimeSearch {
   std::vector<ScheduleCandidate> polished_starts_;
   std::string best_family_, phase_;
   std::atomic<int64_t> evaluated_{0}, pruned_{0}, stalled_{0};
-  std::atomic<double> last_report_{0};
+  mutable std::atomic<double> last_report_{0};
   int64_t next_order_ = 0;
   SearchResult result_;
 };

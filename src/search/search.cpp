@@ -13,7 +13,7 @@
 namespace flexpipe::search_detail {
 
 AnytimeSearch::AnytimeSearch(const SearchProblem& problem, const SearchOptions& options)
-    : problem_(problem), options_(options), start_(Clock::now()) {
+    : problem_(problem), options_(options), start_(options.start.value_or(Clock::now())) {
   if (problem.devices < 1) throw Error(fmt::format("search: {} devices; at least 1", problem.devices));
   if (problem.batches.empty()) throw Error("search: no batch split to search");
   for (const BatchSplit& b : problem.batches)
@@ -27,8 +27,9 @@ AnytimeSearch::AnytimeSearch(const SearchProblem& problem, const SearchOptions& 
 
 SearchResult AnytimeSearch::run() {
   // Cheap structures first and a first local search on them, so that a short budget still sees
-  // every placement; DawnPiper's plans (a partitioner run per placement, slow on tight budgets)
-  // after them, cheapest placements first, then a second local search.
+  // every placement (on huge graphs the budget may end after the first); DawnPiper's plans (a
+  // partitioner run per placement, slow on tight budgets) after them, cheapest placements first,
+  // then a second local search.
   prepare_structures(false);
   report_builtins();
   phase("generated schedules");

@@ -1,6 +1,7 @@
 // The search space: structures (placements x partitions x batch splits) and what is enumerated on them.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -70,14 +71,19 @@ void AnytimeSearch::prepare_structures(bool dawn, MemorySolver solver) {
     return stages_per_device(a.placement, a.chunks) < stages_per_device(b.placement, b.chunks);
   });
   std::vector<std::optional<Structure>> made(jobs.size());
-  parallel(
-      jobs.size(),
-      [&](size_t i) {
-        const Job& job = jobs[i];
-        made[i] = make_structure(job.batch, job.placement, job.chunks, job.dawn,
-                                 job.given >= 0 ? &problem_.partitions[job.given] : nullptr, solver);
-      },
-      /*timed=*/dawn);
+  std::vector<char> tried(jobs.size(), 0);
+  const std::function<void(size_t)> make = [&](size_t i) {
+    const Job& job = jobs[i];
+    tried[i] = 1;
+    made[i] = make_structure(job.batch, job.placement, job.chunks, job.dawn,
+                             job.given >= 0 ? &problem_.partitions[job.given] : nullptr, solver);
+  };
+  // The cheap structures until the budget is spent (on a graph of 200 k operators each takes a tenth
+  // of a second); however short the budget, the first, and on until one is made: a search needs one.
+  parallel(jobs.size(), make, dawn ? 0 : 1);
+  const auto none = [&] { return std::none_of(made.begin(), made.end(), [](const auto& s) { return s.has_value(); }); };
+  for (size_t i = 0; !dawn && i < jobs.size() && none(); ++i)
+    if (!tried[i]) make(i);
   for (auto& s : made)
     if (s) structures_.push_back(std::move(*s));
   if (structures_.empty() && !dawn)
@@ -131,7 +137,7 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
       PartitionProblem pp =
           make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
       pp.solver = solver;
-      pp.should_stop = [this] { return out_of_time(); };
+      pp.should_stop = [this] { return partitioner_should_stop(); };
       pp.measure_shortfall = false;  // a placement that cannot fit is skipped
       const PartitionResult r = partition_model(pp, PartitionMethod::Dawn);
       if (!r.fits) return std::nullopt;
@@ -147,13 +153,15 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
       s.partition = balanced_partition(stages, batch, shape, host_bandwidth);
       // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts,
       // when a built-in of the placement runs at this m.
-      const std::optional<Schedule> reference = problem_.memory_choices && problem_.memory_limit < kInfinity
-                                                    ? reference_or_none(placement, p, batch.microbatches, chunks)
-                                                    : std::nullopt;
+      // (Not once the budget is spent: on large graphs that takes longer than the structure.)
+      const std::optional<Schedule> reference =
+          problem_.memory_choices && problem_.memory_limit < kInfinity && !out_of_time()
+              ? reference_or_none(placement, p, batch.microbatches, chunks)
+              : std::nullopt;
       if (reference) {
         PartitionProblem pp =
             make_partition_problem(problem_.graph, shape, *reference, problem_.memory_limit, host_bandwidth);
-        pp.should_stop = [this] { return out_of_time(); };
+        pp.should_stop = [this] { return partitioner_should_stop(); };
         std::vector<int> starts(1, 0);
         for (int v = 1; v < static_cast<int>(s.partition.stage_of_node.size()); ++v)
           if (s.partition.stage_of_node[v] != s.partition.stage_of_node[v - 1]) starts.push_back(v);

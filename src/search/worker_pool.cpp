@@ -11,15 +11,15 @@
 
 namespace flexpipe::search_detail {
 
-// `timed`: stop taking items once the budget is spent (the cheap structures are not: every search
-// needs them, however short its budget).
-void AnytimeSearch::parallel(size_t count, const std::function<void(size_t)>& work, bool timed) {
+// Items are taken in order until the budget is spent, the first `untimed` whatever the time (every
+// search needs a structure, however short its budget).
+void AnytimeSearch::parallel(size_t count, const std::function<void(size_t)>& work, size_t untimed) {
   std::atomic<size_t> next{0};
   std::exception_ptr failure;  // the first error of any thread, rethrown once all have stopped
   std::mutex failure_mutex;
   auto loop = [&] {
     try {
-      for (size_t i; (i = next++) < count && !(timed && out_of_time());) {
+      for (size_t i; (i = next++) < count && (i < untimed || !out_of_time());) {
         work(i);
         maybe_report();
       }
@@ -85,12 +85,17 @@ void AnytimeSearch::record_improvement_locked(const std::string& family) {
   }
 }
 
-void AnytimeSearch::maybe_report() {
+void AnytimeSearch::maybe_report() const {
   if (!options_.progress || elapsed() - last_report_ < 0.5) return;
   std::lock_guard lock(mutex_);
   if (elapsed() - last_report_ < 0.5) return;
   last_report_ = elapsed();
   options_.progress(progress());
+}
+
+bool AnytimeSearch::partitioner_should_stop() const {
+  maybe_report();
+  return out_of_time();
 }
 
 }  // namespace flexpipe::search_detail

@@ -99,6 +99,25 @@ TEST_F(Partition, AModelThatCannotFitSaysByHowMuch) {
   EXPECT_NE(written.err.find("no plan written"), std::string::npos) << written.err;
 }
 
+// Past its time budget (reading the model included) the partitioner answers with the best plan it
+// has found, and says so; -q keeps stderr free of progress lines.
+TEST_F(Partition, AnswersWithTheBestPlanFoundWithinItsTimeBudget) {
+  const Outcome run =
+      flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 12e9 --time-budget 1e-9 -q --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+  const nlohmann::json plan = nlohmann::json::parse(run.out);
+  EXPECT_TRUE(plan["fits"].get<bool>());
+  EXPECT_TRUE(plan["time_budget_reached"].get<bool>());
+  const nlohmann::json full =
+      nlohmann::json::parse(flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 12e9 -q --json").out);
+  EXPECT_FALSE(full.contains("time_budget_reached"));
+  EXPECT_LE(full["bottleneck"].get<double>(), plan["bottleneck"].get<double>());
+  const Outcome text = flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 12e9 --time-budget 1e-9 -q");
+  EXPECT_NE(text.out.find("time budget reached: the best plan found by then"), std::string::npos) << text.out;
+  EXPECT_EQ(flexpipe("partition --model gpt3-1.3b --memory-limit 12e9 --time-budget 0").exit_code, 2);
+}
+
 TEST_F(Partition, BadInputIsOneClearError) {
   const Outcome limit = flexpipe("partition --model gpt3-1.3b --memory-limit 0");
   EXPECT_EQ(limit.exit_code, 2);

@@ -96,6 +96,38 @@ TEST(CostGraphFormat, RoundTripsHandWrittenAndZooGraphs) {
   EXPECT_EQ(parse_cost_graph(cost_graph_to_json(llama), "llama"), llama);
 }
 
+// The reader takes each node and edge as the parser completes it (large graphs), looking names up
+// once the whole document is read: lists in any order of keys read the same.
+TEST(CostGraphFormat, ReadsTheListsInAnyOrder) {
+  const std::string text = kSmallGraph;
+  const size_t layers = text.find("\"layers\""), nodes = text.find("\"nodes\""), edges = text.find("\"edges\"");
+  const std::string head = text.substr(0, layers), layer_list = text.substr(layers, nodes - layers),
+                    node_list = text.substr(nodes, edges - nodes), edge_list = text.substr(edges);
+  // Edges first, then nodes, then the layers the nodes name.
+  const std::string reordered = head + edge_list.substr(0, edge_list.rfind('}')) + ",\n" + node_list +
+                                layer_list.substr(0, layer_list.rfind(',')) + "}";
+  EXPECT_EQ(parse_cost_graph(reordered, "g.json"), parse_cost_graph(kSmallGraph, "g.json"));
+}
+
+// Whatever the fast reading meets, errors and answers are those of reading the whole document in order.
+TEST(CostGraphErrors, TheFirstErrorInDocumentOrderIsReported) {
+  // A bad node and, after the nodes in the file, a bad layer: the layers are read first.
+  std::string text = with("\"time\": 4", "\"time\": -4");
+  const std::string layers =
+      "\"layers\": [{\"name\": \"first\", \"role\": \"embedding\"}, {\"name\": \"second\", \"role\": "
+      "\"transformer\"}],";
+  text.erase(text.find(layers), layers.size());
+  text.insert(text.rfind('}'), ", \"layers\": [{\"name\": \"first\", \"role\": \"head\"}, {\"name\": \"second\"}]");
+  EXPECT_EQ(error_of(text),
+            "g.json: layers[0].role: expected one of embedding, transformer, mtp, loss, other; got \"head\"");
+  // A list given twice: the last one holds, as for any repeated key.
+  std::string twice = kSmallGraph;
+  twice.insert(twice.find("\"nodes\""), "\"nodes\": [{\"name\": 3}], ");
+  EXPECT_EQ(parse_cost_graph(twice, "g.json"), parse_cost_graph(kSmallGraph, "g.json"));
+  // Not a list of objects.
+  EXPECT_EQ(error_of(with("\"edges\": [", "\"edges\": [3, ")), "g.json: edges[0]: expected an object, got 3");
+}
+
 TEST(CostGraphFormat, SharedSavedBytesNameTheTensorsTheOperatorBeforeSaves) {
   const std::string shared = R"("backward_weight": {"time": 1, "flops": 5, "bytes": 0},
      "saved_bytes": {"per_token": 2}, "shared_saved_bytes": {"per_token": 1})";

@@ -3,6 +3,7 @@
 // the answer when nothing fits, and the largest micro-batch on zoo models.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -298,6 +299,53 @@ TEST(Partitioner, StopsEarlyWithAFeasiblePartition) {
   for (const StageResult& stage : early.stages) EXPECT_TRUE(stage.memory.fits);
 }
 
+// Progress comes phase by phase in the documented order, each phase's steps counting up, and the
+// answer is the one found without listening.
+TEST(Partitioner, ReportsItsPhasesInOrder) {
+  const std::vector<std::string> order = {"a partition that fits", "what would fit",
+                                          "a period that fits",    "bisection",
+                                          "every reachable cut",   "bisection over every reachable cut",
+                                          "stage decisions"};
+  auto phases_of = [&](PartitionProblem problem) {
+    std::vector<std::string> phases;
+    int64_t evaluations = 0;
+    int step = -1;
+    problem.progress = [&](const PartitionProgress& p) {
+      EXPECT_GE(p.evaluations, evaluations);
+      evaluations = p.evaluations;
+      if (!phases.empty() && phases.back() == p.phase) {
+        EXPECT_GE(p.step, step) << p.phase;
+      } else {
+        phases.push_back(p.phase);
+      }
+      step = p.step;
+    };
+    const PartitionResult result = partition_model(problem, PartitionMethod::Dawn);
+    problem.progress = nullptr;
+    const PartitionResult quiet = partition_model(problem, PartitionMethod::Dawn);
+    EXPECT_EQ(result.starts(), quiet.starts());
+    EXPECT_EQ(result.bottleneck, quiet.bottleneck);
+    EXPECT_EQ(result.evaluations, evaluations);
+    return phases;
+  };
+  std::mt19937 rng(3);
+  for (double share : {0.6, 0.01}) {  // memory decisions matter; nothing fits
+    OperatorTable ops = random_ops(rng, 24);
+    double total = 0;
+    for (double saved : ops.saved) total += saved;
+    const std::vector<std::string> phases = phases_of(problem_of(std::move(ops), one_f_one_b(3), total * share + 8));
+    ASSERT_GE(phases.size(), 2u);
+    EXPECT_EQ(phases.front(), "a partition that fits");
+    EXPECT_EQ(phases.back(), share > 0.5 ? "stage decisions" : "what would fit");
+    size_t at = 0;  // each phase comes later in the order than the one before
+    for (const std::string& phase : phases) {
+      const auto it = std::find(order.begin() + at, order.end(), phase);
+      ASSERT_NE(it, order.end()) << phase;
+      at = it - order.begin() + 1;
+    }
+  }
+}
+
 // A tensor two operators save counts once, and only where both are in the stage: in the plans the
 // search answers with, and in its keep-everything shortcut, which solves no stage where keeping
 // everything fits (evaluations count the stages it had to solve).
@@ -384,6 +432,73 @@ TEST(Partitioner, BaselinesOnHandComputedLayers) {
   EXPECT_DOUBLE_EQ(pipedream.stages[1].memory.memory, 60 + 0.5 * 16);
 }
 
+// The compute- and parameter-balanced baselines before they bisected: every last cut scanned,
+// O(S U^2). The reference their answers, ties included, must equal.
+std::vector<int> balance_by_scanning(const std::vector<double>& weights, int stages) {
+  const int units = static_cast<int>(weights.size());
+  std::vector<double> prefix(units + 1, 0);
+  for (int u = 0; u < units; ++u) prefix[u + 1] = prefix[u] + weights[u];
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(units + 1, kInfinity));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(units + 1, 0));
+  best[0][0] = 0;
+  for (int s = 1; s <= stages; ++s)
+    for (int u = s; u <= units; ++u)
+      for (int c = s - 1; c < u; ++c) {
+        const double value = std::max(best[s - 1][c], prefix[u] - prefix[c]);
+        if (value < best[s][u]) best[s][u] = value, cut[s][u] = c;
+      }
+  std::vector<int> starts(stages + 1, units);
+  for (int s = stages, u = units; s > 0; --s) {
+    u = cut[s][u];
+    starts[s - 1] = u;
+  }
+  return starts;
+}
+
+// What PipeDream's and the parameter balance's partitions are by the scanning program: layers as
+// units (operators when there are fewer layers than stages), each weighing its operators' sum.
+std::vector<int> scanned_partition(const PartitionProblem& problem, const std::vector<double>& per_operator) {
+  const int n = problem.ops.size();
+  std::vector<int> units = problem.layer_starts;
+  if (static_cast<int>(units.size()) < problem.num_stages()) {
+    units.clear();
+    for (int v = 0; v < n; ++v) units.push_back(v);
+  }
+  std::vector<double> weights;
+  for (size_t u = 0; u < units.size(); ++u) {
+    double w = 0;
+    for (int v = units[u]; v < (u + 1 < units.size() ? units[u + 1] : n); ++v) w += per_operator[v];
+    weights.push_back(w);
+  }
+  const std::vector<int> split = balance_by_scanning(weights, problem.num_stages());
+  std::vector<int> starts;
+  for (size_t s = 0; s + 1 < split.size(); ++s) starts.push_back(units[split[s]]);
+  starts.push_back(n);
+  return starts;
+}
+
+TEST(Partitioner, BalancedBaselinesEqualTheScanningProgramTiesIncluded) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 60);
+    OperatorTable ops = random_ops(rng, n);
+    // Whole-number times and many zero-parameter layers: ties everywhere.
+    for (int v = 0; v < n; ++v) {
+      if (trial % 2 == 0) ops.forward[v] = static_cast<double>(rng() % 3), ops.backward[v] = 0;
+      if (rng() % 3 == 0) ops.parameters[v] = 0;
+    }
+    const int stages = 1 + static_cast<int>(rng() % std::min(n, 9));
+    PartitionProblem problem = problem_of(std::move(ops), std::vector<int>(stages, 1), 1e12, 0, 1 + rng() % 4);
+    std::vector<double> compute(n);
+    for (int v = 0; v < n; ++v) compute[v] = problem.ops.forward[v] + problem.ops.backward[v];
+    EXPECT_EQ(partition_model(problem, PartitionMethod::PipeDream).starts(), scanned_partition(problem, compute))
+        << "trial " << trial;
+    EXPECT_EQ(partition_model(problem, PartitionMethod::Params).starts(),
+              scanned_partition(problem, problem.ops.parameters))
+        << "trial " << trial;
+  }
+}
+
 TEST(Partitioner, VPipeRecomputesWholeLayersWherePipeDreamDoesNotFit) {
   // Budget 70: PipeDream's stage 0 (layer 0, k = 8) needs 8 x 20 + 1.6; its stage 1 needs 68.
   const PartitionProblem problem = problem_of(layered(), {8, 1}, 70, 0, 2);
@@ -398,6 +513,10 @@ TEST(Partitioner, VPipeRecomputesWholeLayersWherePipeDreamDoesNotFit) {
   const PartitionResult dawn = partition_model(problem, PartitionMethod::Dawn);
   ASSERT_TRUE(dawn.fits);
   EXPECT_LE(dawn.bottleneck, vpipe.bottleneck);
+  // Told to stop, it makes no move: the stage stays over its budget.
+  PartitionProblem stopped = problem;
+  stopped.should_stop = [] { return true; };
+  EXPECT_FALSE(partition_model(stopped, PartitionMethod::VPipe).fits);
 }
 
 TEST(Partitioner, VPipeRecomputesPastALayerThatAloneSavesNothing) {

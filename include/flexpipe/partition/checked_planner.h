@@ -2,6 +2,7 @@
 // The simulation-checked planner behind `flexpipe partition`: partition plans that a simulation confirms fit.
 // Each plan is applied to the schedule (R / OFFLOAD / RELOAD where it recomputes or offloads) and simulated; where a
 // device ends up over the limit, its stages' budgets are lowered and the plan made again (docs/partitioner.md).
+#include <functional>
 #include <string>
 
 #include "flexpipe/costs/cost_graph.h"
@@ -27,6 +28,13 @@ struct PlannerSettings {
   // Plan for the largest micro-batch size (up to max_batch_limit) that fits and passes the simulation check.
   bool max_batch = false;
   int max_batch_limit = 4096;
+  // What the planner is doing, at every step of its long phases (and after every stage evaluation):
+  // "dawn, micro-batch 4, round 1: bisection, step 3, period 1.25 ms, 120 stage evaluations". Empty:
+  // nothing is said.
+  std::function<void(const std::string&)> progress;
+  // Asked between steps (PartitionProblem::should_stop): once true, each partitioner run answers with
+  // the best partition it has found (the planner's time budget). Empty: never.
+  std::function<bool()> should_stop;
 };
 
 // One method's plan and what the simulation made of it.
@@ -38,8 +46,9 @@ struct CheckedPlan {
   PartitionPlan plan;
   SimResult simulated;
   bool simulated_ok = false;
-  int rounds = 0;      // plans made until the simulation agreed
-  double seconds = 0;  // the partitioner's own time, simulations included
+  int rounds = 0;        // plans made until the simulation agreed
+  double seconds = 0;    // the partitioner's own time, simulations included
+  bool stopped = false;  // should_stop ended a search before it finished: the plan is the best found by then
   // The model found a plan and its simulation fits the limit.
   bool passes() const { return result.fits && simulated_ok && simulated.fits; }
 };
@@ -59,8 +68,11 @@ class CheckedPlanner {
 
  private:
   CheckedPlan attempt(PartitionMethod method, int microbatch_size) const;
+  // `label` names the candidate in progress messages ("dawn", "dawn (compute-balanced cuts)").
   template <class Candidate>
-  CheckedPlan attempt(PartitionMethod method, int microbatch_size, Candidate candidate) const;
+  CheckedPlan attempt(PartitionMethod method, int microbatch_size, const std::string& label, Candidate candidate) const;
+  // A partitioner's progress as settings' progress hears it: "CONTEXT: PHASE, step N, ...".
+  std::function<void(const PartitionProgress&)> progress_saying(const std::string& context) const;
   PartitionPlan make_plan(const CheckedPlan& out, const PartitionProblem& p) const;
   void summarize(CheckedPlan& out) const;
 

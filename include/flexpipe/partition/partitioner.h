@@ -24,6 +24,18 @@ const char* partition_method_name(PartitionMethod method);
 // "dawn", "uniform", "params", "pipedream", "vpipe", "exhaustive"; throws Error listing them.
 PartitionMethod parse_partition_method(const std::string& name);
 
+// What a partitioner run reports as it goes (PartitionProblem::progress): the phase it is in, in
+// order, and how far it got. Dawn: "a partition that fits", then either "what would fit" (when
+// nothing does) or "a period that fits", "bisection", "every reachable cut", "bisection over every
+// reachable cut" (where it finds more), and "stage decisions"; the baselines: "stage decisions", and
+// vPipe's "whole-layer decisions".
+struct PartitionProgress {
+  std::string phase;
+  int step = 0;               // steps of the phase done
+  double period = kInfinity;  // the least bottleneck a partition is known to meet so far; kInfinity: none
+  int64_t evaluations = 0;    // stage evaluations so far
+};
+
 struct PartitionProblem {
   OperatorTable ops;
   std::vector<int> layer_starts;  // first operator of each layer, ascending, starting at 0
@@ -39,11 +51,15 @@ struct PartitionProblem {
   double bytes_per_parameter = 16;
   bool split_backward = false;  // the schedule splits backwards into I and W (StageContext)
   MemorySolver solver = MemorySolver::Auto;
-  // Checked between the bisection's steps (Dawn), and by the stage memory solvers between theirs:
+  // Checked between the bisection's steps (Dawn's, and the period's of every method that optimizes
+  // stage memory), between vPipe's moves, and by the stage memory solvers between theirs:
   // when it returns true, the search stops and answers with the best partition found so far (the
   // first feasible one at least), and a stage whose solver was stopped holds its least-memory
   // decisions (StageContext::should_stop). Empty: never.
   std::function<bool()> should_stop;
+  // Called at every step of the phases above and after every stage evaluation (seconds each on stages
+  // of tens of thousands of operators), for progress lines. Empty: never.
+  std::function<void(const PartitionProgress&)> progress;
   // When nothing fits, bisect on the extra bytes per device that would (PartitionResult::shortfall).
   // Callers that only need to know whether it fits (the search) skip that work.
   bool measure_shortfall = true;

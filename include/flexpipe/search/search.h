@@ -6,8 +6,10 @@
 // global batch allows, the micro-batch count. Every candidate is simulated with the model's costs;
 // candidates whose lower bound cannot beat the best so far are skipped. Anytime and multithreaded.
 // Method and measurements: docs/search.md.
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,7 +64,11 @@ struct SearchProgress {
 };
 
 struct SearchOptions {
-  double time_budget = 10;  // seconds of wall time, preparation included
+  double time_budget = 10;  // seconds of wall time, preparation included, counted from `start`
+  // When the budget's clock started: a caller that reads and prepares the model before it calls
+  // search_schedules passes the time it began, so that the budget holds for the whole command (the
+  // CLI: before it reads the model). Unset: when search_schedules is called.
+  std::optional<std::chrono::steady_clock::time_point> start;
   int threads = 1;
   // Called (serialized) on every improvement and about every 0.5 s.
   std::function<void(const SearchProgress&)> progress;
