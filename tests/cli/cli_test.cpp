@@ -26,7 +26,7 @@ TEST_F(Cli, SchedulesListsTheWholeLibrary) {
   std::vector<std::string> names;
   for (const auto& entry : nlohmann::json::parse(run.out)) names.push_back(entry["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2",
-                                             "zb-v", "v-half", "v-min", "dualpipev", "dualpipe"}));
+                                             "zb-v", "zb-v-adaptive", "v-half", "v-min", "dualpipev", "dualpipe"}));
 }
 
 TEST_F(Cli, Simulate1F1BReportsThePublishedBubble) {

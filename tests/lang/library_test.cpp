@@ -52,7 +52,7 @@ TEST_P(LibraryTest, MatchesGeneratorOverSweep) {
 
 INSTANTIATE_TEST_SUITE_P(Library, LibraryTest,
                          ::testing::Values("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb-v",
-                                           "dualpipev", "dualpipe", "v-half", "v-min"),
+                                           "zb-v-adaptive", "dualpipev", "dualpipe", "v-half", "v-min"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
