@@ -33,9 +33,8 @@
 // never cross micro-batches. With F = I = W = t, free communication and m >= p the worst idle time
 // is 0 and the makespan (6m + p - 1) t, the least any V schedule can take: device p-1 starts at
 // (p-1) t and has 6m t of work. PyTorch's `zb-v` reaches that only from m = 2p-1 (p = 8, m = 8: 55
-// against 62 chunk units). At unit costs the four variants and the refinement agree everywhere
-// tests/lang/library_test.cpp looks (p up to 8, m up to 4p), which is why the library's program
-// runs one attempt.
+// against 62 chunk units). The library's program (examples/schedules/zb-v-adaptive.fps) runs the
+// same construction with its inputs as parameters; this generator is its test oracle.
 #include <algorithm>
 #include <array>
 #include <deque>
