@@ -210,7 +210,9 @@ int main(int argc, char** argv) {
     const SearchResult exact = search_schedules(problem, options);
     fmt::print("| {} | {} | {} | {} | {:.0f}% | {:.3f} | {:.3f} | {} | {:+.2f}% |\n", c.model, c.p, c.m,
                memory_name(c.memory), 100 * c.comm, heuristic.best.makespan, exact.best.makespan,
-               exact.proven_optimal ? "yes" : "no (time limit)",
+               exact.proven_optimal ? "yes"
+               : exact.exhausted    ? "no (node limit)"
+                                    : "no (time limit)",
                100 * (heuristic.best.makespan / exact.best.makespan - 1));
     std::fflush(stdout);
   }

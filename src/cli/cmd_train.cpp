@@ -126,7 +126,7 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   options.threads = 1;
   options.time_budget = 120;  // a backstop: the count below ends the search
   options.max_evaluations = 20000;
-  options.exact = false;  // its time limits would make the answer depend on the machine's speed
+  options.exact = false;  // seconds of branch and bound on every rank's start, for small instances only
   const SearchResult result = search_schedules(problem, options);
   if (!result.found) throw Error(fmt::format("--schedule auto: {}", result.infeasible));
   const ScheduleCandidateReport& best = result.best;

@@ -13,9 +13,9 @@ namespace flexpipe::lang {
 
 enum class Op : uint8_t { Add, Sub, Mul, Div, Mod, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Not, Neg };
 
-enum class ExprKind : uint8_t { Integer, Real, Variable, Unary, Binary, Conditional, Call, List };
+enum class ExprKind : uint8_t { Integer, Real, Variable, Unary, Binary, Conditional, Call, List, Index };
 
-enum class Builtin : uint8_t { None, Min, Max, Abs, Device, Count };
+enum class Builtin : uint8_t { None, Min, Max, Abs, Device, Count, Array };
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
@@ -28,10 +28,10 @@ struct Expr {
   Op op = Op::Add;
   int64_t integer = 0;
   double real = 0;
-  std::string name;           // Variable, Call
-  std::vector<ExprPtr> args;  // operands, arguments, list elements
+  std::string name;           // Variable, Call, Index (the array)
+  std::vector<ExprPtr> args;  // operands, arguments, list elements; Index: the index
   // Resolved by the checker:
-  int slot = -1;  // Variable
+  int slot = -1;  // Variable, Index
   Builtin builtin = Builtin::None;
   int counter = -1;  // count(K, s): the counter family of K
 };
@@ -83,6 +83,10 @@ struct Stmt;
 using StmtPtr = std::unique_ptr<Stmt>;
 using Block = std::vector<StmtPtr>;
 
+// How a `let` or an assignment sets its variable: an integer, a new array (`array(n[, v])`), or a
+// copy of another array (`let b = a`, `b = a`).
+enum class ArrayForm : uint8_t { None, Create, Copy };
+
 enum class StmtKind : uint8_t {
   Param,
   Name,
@@ -111,6 +115,7 @@ struct Stmt {
   SourceLocation name_location;
   Op assign_op = Op::Eq;                          // Assign: Eq for `=`, Add for `+=`, Sub for `-=`
   std::vector<ExprPtr> exprs;                     // see parser: the statement's expressions in source order
+  ExprPtr index;                                  // Assign to an element, `a[i] = v`: i (the value is exprs[0])
   std::vector<Where> wheres;                      // Param
   bool reversed = false;                          // For
   PlacementForm placement = PlacementForm::Loop;  // Stages
@@ -121,8 +126,9 @@ struct Stmt {
   OpDecl op;
   GreedyDecl greedy;
   // Resolved by the checker:
-  int slot = -1;                  // Param, Let, Assign, For: the variable; Stages: s; Pipelines: mb
-  const Stmt* pattern = nullptr;  // Call
+  int slot = -1;                      // Param, Let, Assign, For: the variable; Stages: s; Pipelines: mb
+  const Stmt* pattern = nullptr;      // Call
+  ArrayForm array = ArrayForm::None;  // Let, Assign: whole arrays; Copy reads exprs[0]'s slot
 };
 
 struct Program {

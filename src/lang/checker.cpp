@@ -67,6 +67,7 @@ struct Binding {
   int slot = -1;
   SourceLocation location;
   const Stmt* pattern = nullptr;
+  bool array = false;  // a variable holding an array (`let a = array(n)`)
 };
 
 bool is_declaration(StmtKind kind) {
@@ -176,7 +177,8 @@ class Checker {
     return fmt::format("{} in scope: {}", patterns ? "patterns" : "names", list);
   }
 
-  int define(const std::string& name, NameKind kind, SourceLocation at, const Stmt* pattern = nullptr) {
+  int define(const std::string& name, NameKind kind, SourceLocation at, const Stmt* pattern = nullptr,
+             bool array = false) {
     for (const Binding& b : scopes_.back()) {
       if (b.name == name) {
         error(at, fmt::format("'{}' is already defined here (at {}:{})", name, b.location.line, b.location.column),
@@ -185,7 +187,7 @@ class Checker {
       }
     }
     const int slot = kind == NameKind::Pattern ? -1 : next_slot_++;
-    scopes_.back().push_back({name, kind, slot, at, pattern});
+    scopes_.back().push_back({name, kind, slot, at, pattern, array});
     return slot;
   }
 
@@ -230,8 +232,8 @@ class Checker {
         s.slot = bound_expression(*s.exprs[1], "mb");
         break;
       case StmtKind::Let:
-        expression(*s.exprs[0]);
-        s.slot = define(s.name, NameKind::Variable, s.name_location);
+        s.array = array_value(*s.exprs[0]);
+        s.slot = define(s.name, NameKind::Variable, s.name_location, nullptr, s.array != ArrayForm::None);
         break;
       case StmtKind::Assign: assignment(s); break;
       case StmtKind::For: {
@@ -264,9 +266,54 @@ class Checker {
     }
   }
 
+  // A `let`'s or an assignment's value: a new array, a copy of an array variable, or (checked as an
+  // expression) an integer.
+  ArrayForm array_value(Expr& e) {
+    if (e.kind == ExprKind::Call && e.name == "array") {
+      e.builtin = Builtin::Array;
+      if (e.args.empty() || e.args.size() > 2)
+        error(e.location, fmt::format("array takes a size and optionally a value (got {} arguments)", e.args.size()),
+              "e.g. array(p) for p zeros, array(p, -1) for p times -1");
+      for (ExprPtr& arg : e.args) expression(*arg);
+      return ArrayForm::Create;
+    }
+    if (e.kind == ExprKind::Variable)
+      if (const Binding* b = lookup(e.name); b != nullptr && b->array) {
+        e.slot = b->slot;
+        return ArrayForm::Copy;
+      }
+    expression(e);
+    return ArrayForm::None;
+  }
+
   void assignment(Stmt& s) {
-    expression(*s.exprs[0]);
     const Binding* b = lookup(s.name);
+    if (s.index) {
+      expression(*s.index);
+      expression(*s.exprs[0]);
+      if (b == nullptr) {
+        error(s.name_location, fmt::format("unknown array '{}'", s.name),
+              fmt::format("declare it first with `let {} = array(n)`", s.name));
+      } else if (!b->array) {
+        error(s.name_location, fmt::format("'{}' is not an array", s.name),
+              fmt::format("declare an array with `let {} = array(n)`", s.name));
+      } else {
+        s.slot = b->slot;
+      }
+      return;
+    }
+    if (b != nullptr && b->array) {
+      s.array = array_value(*s.exprs[0]);
+      if (s.array == ArrayForm::None)
+        error(s.exprs[0]->start, fmt::format("'{}' is an array: assign it a whole array or set one element", s.name),
+              fmt::format("{0} = array(n), {0} = other_array, or {0}[i] = value", s.name));
+      else if (s.assign_op != Op::Eq)
+        error(s.name_location, fmt::format("'{}' is an array: += and -= change one element", s.name),
+              fmt::format("write {}[i] {}= value", s.name, s.assign_op == Op::Add ? "+" : "-"));
+      s.slot = b->slot;
+      return;
+    }
+    expression(*s.exprs[0]);
     if (b == nullptr) {
       error(s.name_location, fmt::format("unknown variable '{}'", s.name),
             fmt::format("declare it first with `let {} = ...`", s.name));
@@ -451,9 +498,24 @@ class Checker {
           error(e.location, fmt::format("unknown name '{}'", e.name), hint);
         } else if (b->kind == NameKind::Pattern) {
           error(e.location, fmt::format("'{}' is a pattern, not a value", e.name));
+        } else if (b->array) {
+          error(e.location, fmt::format("'{}' is an array, not a value", e.name),
+                fmt::format("read one element, {}[i]; copy it whole with `let other = {}`", e.name, e.name));
         } else {
           e.slot = b->slot;
         }
+        return;
+      }
+      case ExprKind::Index: {
+        expression(*e.args[0], false);
+        const Binding* b = lookup(e.name);
+        if (b == nullptr)
+          error(e.location, fmt::format("unknown array '{}'", e.name), suggestion(e.name, false));
+        else if (!b->array)
+          error(e.location, fmt::format("'{}' is not an array", e.name),
+                fmt::format("declare an array with `let {} = array(n)`", e.name));
+        else
+          e.slot = b->slot;
         return;
       }
       case ExprKind::List:
@@ -472,6 +534,11 @@ class Checker {
                                                             {"abs", Builtin::Abs},
                                                             {"device", Builtin::Device},
                                                             {"count", Builtin::Count}};
+    if (e.name == "array") {
+      error(e.location, "array(n) makes a whole array: it is only the value of a `let` or of an assignment",
+            "e.g. let a = array(p), then a[i] = 1");
+      return;
+    }
     auto it = builtins.find(e.name);
     if (it == builtins.end()) {
       const Binding* b = lookup(e.name);
@@ -479,7 +546,8 @@ class Checker {
         error(e.location, fmt::format("pattern '{}' is a statement, not a value", e.name),
               "call it on a line of its own");
       else
-        error(e.location, fmt::format("unknown function '{}'", e.name), "functions: min, max, abs, device, count");
+        error(e.location, fmt::format("unknown function '{}'", e.name),
+              "functions: min, max, abs, device, count, and array in a `let`");
       return;
     }
     e.builtin = it->second;

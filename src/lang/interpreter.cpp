@@ -32,7 +32,13 @@ int64_t floor_div(int64_t a, int64_t b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 
-// Evaluates expressions over a frame of slots; `count` and `device` ask the state, when there is one.
+// The largest array a program may make, in elements (each one also counts as a step).
+constexpr int64_t kMaxArrayElements = int64_t{1} << 26;
+
+using Arrays = std::vector<std::vector<int64_t>>;  // per slot: the array a slot holds, if any
+
+// Evaluates expressions over a frame of slots; `count` and `device` ask the state, arrays the
+// frame's arrays, when there are any.
 class Evaluator {
  public:
   struct State {
@@ -41,12 +47,25 @@ class Evaluator {
     virtual int64_t device(int64_t stage, const Expr& at) = 0;
   };
 
-  Evaluator(std::vector<int64_t>& slots, State* state) : slots_(slots), state_(state) {}
+  Evaluator(std::vector<int64_t>& slots, State* state, Arrays* arrays = nullptr)
+      : slots_(slots), state_(state), arrays_(arrays) {}
+
+  // The element `index` of the array in `slot`, checked against its size.
+  int64_t& element(int slot, int64_t index, const std::string& name, const Expr& at) {
+    if (arrays_ == nullptr) fail(at.location, "arrays are not available in a parameter");
+    std::vector<int64_t>& array = (*arrays_)[slot];
+    if (index < 0 || index >= static_cast<int64_t>(array.size()))
+      fail(at.start,
+           fmt::format("index {} is out of range: '{}' has {} element{}{}", index, name, array.size(),
+                       array.size() == 1 ? "" : "s", array.empty() ? "" : fmt::format(" (0..{})", array.size() - 1)));
+    return array[index];
+  }
 
   int64_t eval(const Expr& e) {
     switch (e.kind) {
       case ExprKind::Integer: return e.integer;
       case ExprKind::Variable: return slots_[e.slot];
+      case ExprKind::Index: return element(e.slot, eval(*e.args[0]), e.name, *e.args[0]);
       case ExprKind::Unary: {
         const int64_t v = eval(*e.args[0]);
         if (e.op == Op::Not) return v == 0;
@@ -137,6 +156,7 @@ class Evaluator {
       case Builtin::Count:
         if (state_ == nullptr) fail(e.location, "count(K, s) is not available in a parameter");
         return state_->count(e.counter, eval(*e.args[1]), e);
+      case Builtin::Array:
       case Builtin::None: break;
     }
     fail(e.location, "unknown function");
@@ -144,6 +164,7 @@ class Evaluator {
 
   std::vector<int64_t>& slots_;
   State* state_;
+  Arrays* arrays_;
 };
 
 const char* kind_text(const ActionForm& form) { return form.kind_name.c_str(); }
@@ -151,10 +172,11 @@ const char* kind_text(const ActionForm& form) { return form.kind_name.c_str(); }
 class Interpreter final : public Evaluator::State {
  public:
   Interpreter(const Program& program, const SourceText& source, const CompileOptions& options)
-      : program_(program), source_(source), options_(options), eval_(slots_, this) {}
+      : program_(program), source_(source), options_(options), eval_(slots_, this, &arrays_) {}
 
   void run(const ParameterValues& parameters, CompiledProgram& out) {
     slots_ = parameters.slots;
+    arrays_.assign(slots_.size(), {});
     out_ = &out;
     out.map.origin = source_.origin();
     out.map.lines = source_.lines();
@@ -185,8 +207,8 @@ class Interpreter final : public Evaluator::State {
   }
 
  private:
-  void tick(SourceLocation at) {
-    if (++steps_ > options_.max_steps)
+  void tick(SourceLocation at, int64_t steps = 1) {
+    if ((steps_ += steps) > options_.max_steps)
       fail(at, fmt::format("step limit of {} reached: the program runs away", options_.max_steps),
            "a `while` whose condition never turns false? (CompileOptions::max_steps raises the limit)");
   }
@@ -219,8 +241,12 @@ class Interpreter final : public Evaluator::State {
       case StmtKind::Op: op(s); return;
       case StmtKind::Let:
       case StmtKind::Assign: {
+        if (s.array != ArrayForm::None) {
+          set_array(s);
+          return;
+        }
         const int64_t v = eval_.eval(*s.exprs[0]);
-        int64_t& slot = slots_[s.slot];
+        int64_t& slot = s.index ? eval_.element(s.slot, eval_.eval(*s.index), s.name, *s.index) : slots_[s.slot];
         if (s.assign_op == Op::Add) {
           if (__builtin_add_overflow(slot, v, &slot)) fail(s.location, "integer overflow");
         } else if (s.assign_op == Op::Sub) {
@@ -279,6 +305,23 @@ class Interpreter final : public Evaluator::State {
       }
       case StmtKind::Action: emit(s); return;
     }
+  }
+
+  // `let a = array(n[, v])`, `a = array(...)`, `let b = a`, `b = a`: every element counts as a step.
+  void set_array(const Stmt& s) {
+    const Expr& value = *s.exprs[0];
+    if (s.array == ArrayForm::Copy) {
+      std::vector<int64_t> copy = arrays_[value.slot];
+      tick(s.location, static_cast<int64_t>(copy.size()));
+      arrays_[s.slot] = std::move(copy);
+      return;
+    }
+    const int64_t size = eval_.eval(*value.args[0]);
+    if (size < 0 || size > kMaxArrayElements)
+      fail(value.args[0]->start, fmt::format("an array has 0 to {} elements (got {})", kMaxArrayElements, size));
+    const int64_t fill = value.args.size() > 1 ? eval_.eval(*value.args[1]) : 0;
+    tick(s.location, size);
+    arrays_[s.slot].assign(static_cast<size_t>(size), fill);
   }
 
   void declared_late(const Stmt& s, const char* what) {
@@ -595,6 +638,7 @@ class Interpreter final : public Evaluator::State {
   const SourceText& source_;
   const CompileOptions& options_;
   std::vector<int64_t> slots_;
+  Arrays arrays_;  // per slot: the array of a slot that holds one
   Evaluator eval_;
   CompiledProgram* out_ = nullptr;
   int64_t steps_ = 0;

@@ -208,9 +208,28 @@ class Parser {
       s->exprs.push_back(expression());
       return s;
     }
+    if (is_punct("[", 1)) return element_assignment();
     if (is_punct("(", 1)) return call_or_action();
     fail(first, fmt::format("expected a statement, found '{}'", w),
          fmt::format("to run an action or pattern write {}(...); to change a variable write {} = ...", w, w));
+  }
+
+  // `a[i] = v`, `a[i] += v`, `a[i] -= v`.
+  StmtPtr element_assignment() {
+    const Token& first = next();
+    StmtPtr s = make(StmtKind::Assign, first);
+    s->name = first.text;
+    s->name_location = first.location;
+    expect_punct("[", "after the array's name");
+    s->index = expression();
+    expect_punct("]", "to close the index");
+    if (!is_punct("=") && !is_punct("+=") && !is_punct("-="))
+      fail(peek(), fmt::format("expected '=', '+=' or '-=' after {}[...], found {}", first.text, describe(peek())),
+           fmt::format("an element is set with {}[i] = value", first.text));
+    const std::string op = next().text;
+    s->assign_op = op == "=" ? Op::Eq : op == "+=" ? Op::Add : Op::Sub;
+    s->exprs.push_back(expression());
+    return s;
   }
 
   StmtPtr with_exprs(StmtKind kind, int count) {
@@ -568,7 +587,11 @@ class Parser {
       next();
       ExprPtr e = node(ExprKind::Variable, t);
       e->name = t.text;
-      if (accept_punct("(")) {
+      if (accept_punct("[")) {
+        e->kind = ExprKind::Index;
+        e->args.push_back(expression());
+        expect_punct("]", "to close the index");
+      } else if (accept_punct("(")) {
         e->kind = ExprKind::Call;
         if (!accept_punct(")")) {
           do {
@@ -614,9 +637,9 @@ bool is_reserved(const std::string& name) {
        "reversed", "repeat", "while",    "if",        "else",         "on",        "pattern", "op",
        "after",    "before", "duration", "memory",    "communicates", "stagewide", "all",     "greedy",
        "prefer",   "time",   "inflight", "written",   "cooldown",     "and",       "or",      "not",
-       "count",    "min",    "max",      "abs",       "device",       "F",         "B",       "I",
-       "W",        "R",      "OFFLOAD",  "RELOAD",    "OPT",          "SEND_F",    "RECV_F",  "SEND_B",
-       "RECV_B"};
+       "count",    "min",    "max",      "abs",       "device",       "array",     "F",       "B",
+       "I",        "W",      "R",        "OFFLOAD",   "RELOAD",       "OPT",       "SEND_F",  "RECV_F",
+       "SEND_B",   "RECV_B"};
   return reserved.count(name) > 0;
 }
 

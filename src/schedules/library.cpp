@@ -25,7 +25,11 @@ CompiledProgram compile_builtin(std::string_view name, ScheduleParams params) {
   if (program == nullptr) throw Error(fmt::format("{}: the schedule library has no program for it", builtin.name));
   std::map<std::string, int64_t> defines = {{"p", params.devices}, {"m", params.microbatches}};
   if (builtin.chunks_adjustable) defines["v"] = params.chunks;
-  return compile_program(std::string(program->text), fmt::format("{}.fps", builtin.name), defines);
+  // The library's programs are ours and tested: the step limit guards against runaway user programs,
+  // and zb-v-adaptive's construction, which simulates as it places, takes on the order of 1000 p m.
+  CompileOptions options;
+  options.max_steps = kLibraryStepLimit;
+  return compile_program(std::string(program->text), fmt::format("{}.fps", builtin.name), defines, options);
 }
 
 Schedule library_schedule(std::string_view name, ScheduleParams params) {

@@ -61,8 +61,18 @@ struct ScheduleCandidate {
   std::vector<uint8_t> rows;  // per stage
   ListPolicy policy;
   double lower_bound = 0;
-  int64_t order = 0;  // tie-break: earlier candidates win equal makespans, so results are reproducible
 };
+
+// A total order of candidates apart from their makespan (structure, rows, then the policy's fields):
+// equal makespans are settled by it, the same way whatever order the workers find them in.
+inline auto candidate_key(const ScheduleCandidate& c) {
+  return std::tie(c.structure, c.rows, c.policy.split_backward, c.policy.backward_first, c.policy.weight,
+                  c.policy.forward, c.policy.inflight);
+}
+
+// Where an answer comes from. Equal makespans go to the earlier source here, then to the lower
+// candidate key: a built-in over a generated list, a generated list over a reordering of one.
+enum class Source : uint8_t { Builtin, Candidate, Polished, Exact };
 
 // Most promising first: the order candidates are tried in.
 inline bool lower_bound_first(const ScheduleCandidate& a, const ScheduleCandidate& b) {
@@ -106,25 +116,27 @@ class AnytimeSearch {
   std::optional<Schedule> order_of(const ScheduleCandidate& c, const CostTable& table) const;
   Schedule with_memory_actions(const Schedule& order, const ScheduleCandidate& c) const;
   std::optional<Schedule> build(const ScheduleCandidate& c, const CostTable& table) const;
-  Evaluation evaluate(const ScheduleCandidate& c);
+  Evaluation evaluate(const ScheduleCandidate& c, double prune_at);
   void offer(const ScheduleCandidate& c, const Evaluation& e);
+  bool improves_locked(double makespan, Source source, const ScheduleCandidate& c) const;
+  void set_best_locked(double makespan, Source source, const ScheduleCandidate& c);
   std::vector<ScheduleCandidate> neighbours(const ScheduleCandidate& c) const;
 
   // hill_climbing.cpp: phase 2.
   void climb_from(const std::vector<ScheduleCandidate>& seeds, const std::vector<std::pair<double, int>>& finished,
                   size_t first);
-  void climb(ScheduleCandidate current, size_t seed);
+  void climb(ScheduleCandidate current, size_t seed, double prune_at);
   static std::vector<int> observed_inflight(const Schedule& schedule);
 
   // exact_phase.cpp: branch and bound on the small instances.
   void exact_phase();
 
   // order_polishing.cpp: phase 3.
-  void polish(double until);
-  void polish(const ScheduleCandidate& start, double until);
+  void polish(int64_t work);
+  void polish(const ScheduleCandidate& start, int64_t work);
   template <class Stop, class Publish>
-  bool advance_fronts(Schedule& order, const ScheduleCandidate& start, const CostTable& table, double& value, Stop stop,
-                      Publish publish);
+  bool advance_fronts(Schedule& order, const ScheduleCandidate& start, const CostTable& table, double& value,
+                      int64_t& done, Stop stop, Publish publish);
 
   // reporting.cpp: the built-ins' reports, the answer's, and what would fit when nothing does.
   void report_builtins();
@@ -140,7 +152,6 @@ class AnytimeSearch {
   // worker_pool.cpp: threads, time, progress.
   void parallel(size_t count, const std::function<void(size_t)>& work, size_t untimed = 0);
   double elapsed() const;
-  double share(double fraction) const;
   bool out_of_time() const;
   double best_makespan() const;
   SearchProgress progress() const;
@@ -163,6 +174,7 @@ class AnytimeSearch {
   struct Best {
     double makespan = kInfinity;
     bool fits_any = false;
+    Source source = Source::Candidate;
     std::optional<ScheduleCandidate> candidate;
   } best_;
   int best_builtin_ = -1;
@@ -177,7 +189,6 @@ class AnytimeSearch {
   std::string best_family_, phase_;
   std::atomic<int64_t> evaluated_{0}, pruned_{0}, stalled_{0};
   mutable std::atomic<double> last_report_{0};
-  int64_t next_order_ = 0;
   SearchResult result_;
 };
 

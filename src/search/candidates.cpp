@@ -74,10 +74,12 @@ std::optional<Schedule> AnytimeSearch::build(const ScheduleCandidate& c, const C
   return order;
 }
 
-Evaluation AnytimeSearch::evaluate(const ScheduleCandidate& c) {
+// Pruned when its bound reaches `prune_at`: a value the caller fixed (the best at a fixed point, or a
+// climber's own value), never the best as it moves while workers run.
+Evaluation AnytimeSearch::evaluate(const ScheduleCandidate& c, double prune_at) {
   Evaluation e;
   if (out_of_time()) return e;
-  if (c.lower_bound >= best_makespan()) {
+  if (c.lower_bound >= prune_at) {
     ++pruned_;
     return e;
   }
@@ -95,25 +97,43 @@ Evaluation AnytimeSearch::evaluate(const ScheduleCandidate& c) {
   return e;
 }
 
+// Whether (makespan, source, c) beats the answer so far: a smaller makespan, or an equal one from an
+// earlier source or, from the same source, a lower candidate key (a total order, so the answer does
+// not depend on which worker arrives first).
+bool AnytimeSearch::improves_locked(double makespan, Source source, const ScheduleCandidate& c) const {
+  if (makespan != best_.makespan) return makespan < best_.makespan;
+  if (best_builtin_ >= 0) return false;
+  if (!best_.candidate) return true;
+  if (source != best_.source) return source < best_.source;
+  return candidate_key(c) < candidate_key(*best_.candidate);
+}
+
+void AnytimeSearch::set_best_locked(double makespan, Source source, const ScheduleCandidate& c) {
+  const bool better = makespan < best_.makespan;
+  best_.makespan = makespan;
+  best_.source = source;
+  best_.candidate = c;
+  best_builtin_ = -1;
+  if (source == Source::Candidate) polished_.reset();
+  if (better)
+    record_improvement_locked(describe_candidate(c) + (source == Source::Candidate ? std::string() : order_origin_));
+}
+
 void AnytimeSearch::offer(const ScheduleCandidate& c, const Evaluation& e) {
   std::lock_guard lock(mutex_);
   if (!e.fits) return;
   best_.fits_any = true;
-  const bool earlier_tie = e.makespan == best_.makespan && best_.candidate && c.order < best_.candidate->order;
-  if (e.makespan < best_.makespan || earlier_tie) {
-    const bool better = e.makespan < best_.makespan;
-    best_.makespan = e.makespan;
-    best_.candidate = c;
-    best_builtin_ = -1;
-    polished_.reset();
-    if (better) record_improvement_locked(describe_candidate(c));
-  }
-  // The best few of different structures: the starts of the order polishing.
+  if (improves_locked(e.makespan, Source::Candidate, c)) set_best_locked(e.makespan, Source::Candidate, c);
+  // The best few of different structures, fastest first (ties by candidate key): the starts of the
+  // order polishing.
+  auto before = [](const std::pair<double, ScheduleCandidate>& a, const std::pair<double, ScheduleCandidate>& b) {
+    return a.first != b.first ? a.first < b.first : candidate_key(a.second) < candidate_key(b.second);
+  };
+  const std::pair<double, ScheduleCandidate> entry{e.makespan, c};
   auto same = std::find_if(top_.begin(), top_.end(), [&](const auto& t) { return t.second.structure == c.structure; });
-  if (same != top_.end() && same->first <= e.makespan) return;
+  if (same != top_.end() && !before(entry, *same)) return;
   if (same != top_.end()) top_.erase(same);
-  auto slower = [](double v, const auto& t) { return v < t.first; };
-  top_.insert(std::upper_bound(top_.begin(), top_.end(), e.makespan, slower), {e.makespan, c});
+  top_.insert(std::upper_bound(top_.begin(), top_.end(), entry, before), entry);
   if (top_.size() > kPolished) top_.pop_back();
 }
 

@@ -127,6 +127,7 @@ class BranchAndBound {
         split_(split),
         best_(options.upper_bound),
         time_limit_(options.time_limit_seconds),
+        max_nodes_(options.max_nodes),
         memo_budget_(options.memo_megabytes > 0 ? static_cast<size_t>(std::min(options.memo_megabytes, 1e9) * (1 << 20))
                                                 : 0) {
     prepare(costs);
@@ -296,6 +297,7 @@ class BranchAndBound {
 
   bool out_of_time() {
     if ((nodes_ & 4095) != 0) return false;
+    if (max_nodes_ > 0 && nodes_ >= max_nodes_) stopped_ = true;
     if (std::chrono::duration<double>(Clock::now() - started_).count() > time_limit_) stopped_ = true;
     return stopped_;
   }
@@ -669,6 +671,7 @@ class BranchAndBound {
   const bool split_;
   double best_;
   const double time_limit_;
+  const int64_t max_nodes_;
   const size_t memo_budget_;  // bytes
 
   // The instance, flattened: per stage, per (stage, kind) slot, per device.

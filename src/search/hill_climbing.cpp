@@ -17,11 +17,14 @@ void AnytimeSearch::climb_from(const std::vector<ScheduleCandidate>& seeds,
   std::sort(ranked.begin(), ranked.end());
   // The best seeds overall, then the best seed of every other structure whose bound is below the
   // best so far, most promising bound first: a structure may hold the answer even when its first
-  // candidates were not the fastest.
+  // candidates were not the fastest. As many starts whatever the number of threads, climbed in waves
+  // of a fixed size, each pruned by the best when it began: the climbs, and the answer, depend on
+  // neither the threads nor which of them finishes first.
+  constexpr size_t kBestStarts = 8, kWave = 4;
   std::vector<ScheduleCandidate> starts;
   std::vector<char> started(structures_.size(), 0);
   for (const auto& [makespan, i] : ranked) {
-    if (makespan == kInfinity || starts.size() >= static_cast<size_t>(4 + 2 * threads_)) break;
+    if (makespan == kInfinity || starts.size() >= kBestStarts) break;
     starts.push_back(seeds[i]);
     started[seeds[i].structure] = 1;
   }
@@ -32,12 +35,20 @@ void AnytimeSearch::climb_from(const std::vector<ScheduleCandidate>& seeds,
       others.push_back(seeds[i]);
     }
   std::stable_sort(others.begin(), others.end(), lower_bound_first);
-  for (const ScheduleCandidate& c : others)
-    if (c.lower_bound < best_makespan()) starts.push_back(c);
-  parallel(starts.size(), [&](size_t i) { climb(starts[i], first + i); });
+  const size_t best_starts = starts.size();
+  starts.insert(starts.end(), others.begin(), others.end());
+  for (size_t from = 0; from < starts.size() && !out_of_time(); from += kWave) {
+    const double prune_at = best_makespan();
+    std::vector<size_t> wave;  // the other structures' starts only while their bound can beat the best
+    for (size_t i = from; i < std::min(starts.size(), from + kWave); ++i)
+      if (i < best_starts || starts[i].lower_bound < prune_at) wave.push_back(i);
+    parallel(wave.size(), [&](size_t k) { climb(starts[wave[k]], first + wave[k], prune_at); });
+  }
 }
 
-void AnytimeSearch::climb(ScheduleCandidate current, size_t seed) {
+// A neighbour is skipped when its bound reaches this climb's own value (it could not be taken) or
+// `prune_at`, the best when the climbs began (it could not beat that).
+void AnytimeSearch::climb(ScheduleCandidate current, size_t seed, double prune_at) {
   const CostTable table = table_of(current);
   double value = kInfinity;
   if (const auto schedule = build(current, table)) {
@@ -52,8 +63,7 @@ void AnytimeSearch::climb(ScheduleCandidate current, size_t seed) {
     std::shuffle(around.begin(), around.end(), random);
     for (ScheduleCandidate& next : around) {
       next.lower_bound = lower_bound_of(next);
-      next.order = current.order;
-      const Evaluation e = evaluate(next);
+      const Evaluation e = evaluate(next, std::min(value, prune_at));
       if (e.fits && e.makespan < value) {
         value = e.makespan;
         current = std::move(next);

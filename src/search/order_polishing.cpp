@@ -14,9 +14,11 @@ namespace flexpipe::search_detail {
 // micro-batch order is kept, nor a micro-batch's own F and backward), keeping a swap when the
 // simulated makespan falls and the schedule still fits; passes until none helps. The simulator
 // rejects orders that deadlock.
-// Until `until` seconds into the search (the budget bounds it too).
-void AnytimeSearch::polish(double until) {
-  std::vector<std::pair<double, ScheduleCandidate>> starts;
+// At most `work` actions simulated per start (0: no cap; the budget bounds it too), each start once.
+// The cap counts work, not time, so a start it cuts short stops at the same swap on any machine and
+// under any budget: what the early polishings find does not depend on either.
+void AnytimeSearch::polish(int64_t work) {
+  std::vector<ScheduleCandidate> starts;
   {
     std::lock_guard lock(mutex_);
     for (const auto& entry : top_) {
@@ -24,22 +26,24 @@ void AnytimeSearch::polish(double until) {
       const bool done = std::any_of(polished_starts_.begin(), polished_starts_.end(), [&](const ScheduleCandidate& d) {
         return d.structure == c.structure && d.rows == c.rows && d.policy == c.policy;
       });
-      if (!done) starts.push_back(entry), polished_starts_.push_back(c);
+      if (!done) starts.push_back(c), polished_starts_.push_back(c);
     }
   }
   if (!options_.local_search || starts.empty() || out_of_time()) return;
   phase("order polishing");
-  parallel(starts.size(), [&](size_t i) { polish(starts[i].second, until); });
+  parallel(starts.size(), [&](size_t i) { polish(starts[i], work); });
 }
 
-void AnytimeSearch::polish(const ScheduleCandidate& start, double until) {
+void AnytimeSearch::polish(const ScheduleCandidate& start, int64_t work) {
   const CostTable table = table_of(start);
   std::optional<Schedule> listed = order_of(start, table);
   if (!listed) return;
   Schedule& order = *listed;
+  int64_t done = 0;  // actions simulated
   auto makespan_of = [&](const Schedule& s) {
-    const SimOutcome sim =
-        try_simulate(lower(with_memory_actions(s, start)), table, {.record_timeline = false, .record_memory = false});
+    const Schedule lowered = lower(with_memory_actions(s, start));
+    done += lowered.num_actions();
+    const SimOutcome sim = try_simulate(lowered, table, {.record_timeline = false, .record_memory = false});
     if (!sim.ran()) return kInfinity;  // the swap made the order deadlock
     ++evaluated_;
     return sim.status == SimStatus::Ok ? sim.result.makespan : kInfinity;
@@ -48,15 +52,12 @@ void AnytimeSearch::polish(const ScheduleCandidate& start, double until) {
   // Every order better than the best so far becomes the answer at once (anytime).
   auto publish = [&] {
     std::lock_guard lock(mutex_);
-    if (value >= best_.makespan) return;
-    best_.makespan = value;
-    best_.candidate = start;
-    best_builtin_ = -1;
+    if (!improves_locked(value, Source::Polished, start)) return;
     polished_ = order;
     order_origin_ = ", then reordered by local search";
-    record_improvement_locked(describe_candidate(start) + order_origin_);
+    set_best_locked(value, Source::Polished, start);
   };
-  auto stop = [&] { return out_of_time() || elapsed() >= until; };
+  auto stop = [&] { return out_of_time() || (work > 0 && done >= work); };
   for (bool improved = true; improved && !stop();) {
     improved = false;
     for (auto& list : order.device_actions)
@@ -76,7 +77,7 @@ void AnytimeSearch::polish(const ScheduleCandidate& start, double until) {
     // Only the bidirectional pair has fronts crossing each other's backlog; on one pipeline the
     // extra simulations cost more time than they win.
     if (!improved && !stop() && order.num_pipelines > 1)
-      improved = advance_fronts(order, start, table, value, stop, publish);
+      improved = advance_fronts(order, start, table, value, done, stop, publish);
   }
 }
 
@@ -90,7 +91,7 @@ void AnytimeSearch::polish(const ScheduleCandidate& start, double until) {
 // strict order: no cycles).
 template <class Stop, class Publish>
 bool AnytimeSearch::advance_fronts(Schedule& order, const ScheduleCandidate& start, const CostTable& table,
-                                   double& value, Stop stop, Publish publish) {
+                                   double& value, int64_t& done, Stop stop, Publish publish) {
   const int M = order.num_microbatches, stages = order.num_stages();
   auto slot = [&](ActionKind kind, int stage, int mb) {
     const int k = kind == ActionKind::F ? 0 : kind == ActionKind::W ? 2 : 1;  // I and B: the backward
@@ -99,6 +100,7 @@ bool AnytimeSearch::advance_fronts(Schedule& order, const ScheduleCandidate& sta
   std::vector<Interval> when(3 * static_cast<size_t>(stages) * M);
   auto measure = [&](const Schedule& s, bool record) -> std::pair<double, double> {
     const Schedule lowered = lower(with_memory_actions(s, start));
+    done += lowered.num_actions();
     const SimOutcome outcome = try_simulate(lowered, table, {.record_timeline = true, .record_memory = false});
     if (!outcome.ran()) return {kInfinity, kInfinity};  // the move made the order deadlock
     ++evaluated_;

@@ -53,9 +53,10 @@ void AnytimeSearch::report_builtins() {
       r.schedule = {};
     }
     if (options_.builtin_candidates && r.skipped.empty() && r.fits && r.makespan < best_.makespan) {
+      std::lock_guard lock(mutex_);
       best_.makespan = r.makespan;
       best_builtin_ = static_cast<int>(result_.builtins.size());
-      record_improvement(r.family);
+      record_improvement_locked(r.family);
     }
     result_.builtins.push_back(std::move(r));
   }
@@ -115,7 +116,7 @@ ScheduleCandidateReport AnytimeSearch::report(const ScheduleCandidate& c, const 
 void AnytimeSearch::finish() {
   result_.lower_bound = kInfinity;
   for (int i = 0; i < static_cast<int>(structures_.size()); ++i) {
-    ScheduleCandidate c{i, std::vector<uint8_t>(structures_[i].rows.size(), kKeep), {}, 0, 0};
+    ScheduleCandidate c{i, std::vector<uint8_t>(structures_[i].rows.size(), kKeep), {}, 0};
     for (bool split : {true, false}) {  // a whole B may cost less than I + W
       c.policy.split_backward = split;
       result_.lower_bound = std::min(result_.lower_bound, tight_bound_of(c));
@@ -148,7 +149,7 @@ ScheduleCandidateReport AnytimeSearch::smallest_footprint() const {
       break;
     }
   const Structure& s = structures_[structure];
-  ScheduleCandidate c{structure, std::vector<uint8_t>(s.rows.size(), kRecompute), {}, 0, 0};
+  ScheduleCandidate c{structure, std::vector<uint8_t>(s.rows.size(), kRecompute), {}, 0};
   c.policy.inflight.assign(problem_.devices, 1);
   ScheduleCandidateReport r = report(c, std::nullopt, true);
   r.name = "smallest footprint";

@@ -12,6 +12,14 @@
 
 namespace flexpipe::search_detail {
 
+namespace {
+// The early polishings' cap per start, in actions simulated (each simulation counts its lowered
+// schedule's actions): about half a second on the development VM whatever the model's size, and,
+// unlike a share of the time, the same on every machine, so what they find (which prunes the phases
+// after them) does not depend on its speed or on the budget.
+constexpr int64_t kEarlyPolishWork = 1'000'000;
+}  // namespace
+
 AnytimeSearch::AnytimeSearch(const SearchProblem& problem, const SearchOptions& options)
     : problem_(problem), options_(options), start_(options.start.value_or(Clock::now())) {
   if (problem.devices < 1) throw Error(fmt::format("search: {} devices; at least 1", problem.devices));
@@ -37,7 +45,7 @@ SearchResult AnytimeSearch::run() {
   std::vector<std::pair<double, int>> finished;
   run_seeds(0, seeds, finished);
   climb_from(seeds, finished, 0);
-  polish(share(0.05));  // early, a twentieth of what is left
+  polish(kEarlyPolishWork);  // early, and capped: the cheap structures' best orders
   // DawnPiper's plans twice: with the partitioner's greedy memory solver (fast), then with its exact
   // one on small stages (better plans, seconds on large models under tight limits).
   for (MemorySolver solver : {MemorySolver::Greedy, MemorySolver::Auto}) {
@@ -47,30 +55,35 @@ SearchResult AnytimeSearch::run() {
     phase("partitioner's plans");
     run_seeds(first_structure, seeds, finished);
     climb_from(seeds, finished, first_seed);
-    if (solver == MemorySolver::Greedy) polish(share(0.1));
+    if (solver == MemorySolver::Greedy) polish(2 * kEarlyPolishWork);
   }
+  // Every polishing start to its end (or the budget's), then branch and bound below that answer: with
+  // no phase stopped by a share of the time, the answer does not depend on the budget or the threads.
+  polish(int64_t{0});
   exact_phase();
-  polish(options_.time_budget);
   result_.exhausted = !out_of_time();
   finish();
   return std::move(result_);
 }
 
-// Evaluates the seed candidates of structures [first, end), lowest lower bound first.
+// Evaluates the seed candidates of structures [first, end), lowest lower bound first, in chunks of a
+// fixed size: each chunk is pruned by the best of the chunks before it, so what is pruned does not
+// depend on the number of threads or on which of them finishes first.
 void AnytimeSearch::run_seeds(size_t first, std::vector<ScheduleCandidate>& seeds,
                               std::vector<std::pair<double, int>>& finished) {
+  constexpr size_t kChunk = 64;
   std::vector<ScheduleCandidate> batch = seed_candidates(first);
   std::stable_sort(batch.begin(), batch.end(), lower_bound_first);
   const size_t offset = seeds.size();
-  for (ScheduleCandidate& c : batch) {
-    c.order = next_order_++;
-    seeds.push_back(std::move(c));
-  }
+  for (ScheduleCandidate& c : batch) seeds.push_back(std::move(c));
   finished.resize(seeds.size(), {kInfinity, 0});
-  parallel(seeds.size() - offset, [&](size_t i) {
-    const Evaluation e = evaluate(seeds[offset + i]);
-    if (e.fits) finished[offset + i] = {e.makespan, static_cast<int>(offset + i)};
-  });
+  for (size_t from = offset; from < seeds.size() && !out_of_time(); from += kChunk) {
+    const double prune_at = best_makespan();
+    parallel(std::min(kChunk, seeds.size() - from), [&](size_t i) {
+      const Evaluation e = evaluate(seeds[from + i], prune_at);
+      if (e.fits) finished[from + i] = {e.makespan, static_cast<int>(from + i)};
+    });
+  }
 }
 
 }  // namespace flexpipe::search_detail

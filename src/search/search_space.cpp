@@ -308,7 +308,7 @@ std::vector<ScheduleCandidate> AnytimeSearch::seed_candidates(size_t first) cons
     for (const std::vector<uint8_t>& rows : row_patterns(s))
       for (bool split : {true, false})
         for (const ListPolicy& policy : policies(s, split)) {
-          ScheduleCandidate c{i, rows, policy, 0, 0};
+          ScheduleCandidate c{i, rows, policy, 0};
           c.lower_bound = lower_bound_of(c);
           out.push_back(std::move(c));
         }

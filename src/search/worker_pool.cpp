@@ -1,4 +1,4 @@
-// The anytime worker pool: threads, the budget and its shares, progress; every phase runs on it.
+// The anytime worker pool: threads, the budget, progress; every phase runs on it.
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -38,13 +38,6 @@ void AnytimeSearch::parallel(size_t count, const std::function<void(size_t)>& wo
 }
 
 double AnytimeSearch::elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
-
-// The time a phase may run until: `fraction` of what is left; under a simulation count, where
-// answers must not depend on the machine's speed, the whole budget (the count stops it).
-double AnytimeSearch::share(double fraction) const {
-  if (options_.max_evaluations > 0) return options_.time_budget;
-  return elapsed() + fraction * (options_.time_budget - elapsed());
-}
 
 bool AnytimeSearch::out_of_time() const {
   return elapsed() >= options_.time_budget || (options_.max_evaluations > 0 && evaluated_ >= options_.max_evaluations);

@@ -1,4 +1,5 @@
 // Drives the real flexpipe binary: exit codes, messages and the files it writes.
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -25,7 +26,7 @@ TEST_F(Cli, SchedulesListsTheWholeLibrary) {
   std::vector<std::string> names;
   for (const auto& entry : nlohmann::json::parse(run.out)) names.push_back(entry["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2",
-                                             "zb-v", "v-half", "v-min", "dualpipev", "dualpipe"}));
+                                             "zb-v", "zb-v-adaptive", "v-half", "v-min", "dualpipev", "dualpipe"}));
 }
 
 TEST_F(Cli, Simulate1F1BReportsThePublishedBubble) {
@@ -43,6 +44,18 @@ TEST_F(Cli, Simulate1F1BReportsThePublishedBubble) {
     EXPECT_DOUBLE_EQ(report["devices"][r]["idle"].get<double>(), 9.0);
     EXPECT_DOUBLE_EQ(report["devices"][r]["peak_memory"].get<double>(), 4.0 - r);
   }
+}
+
+TEST_F(Cli, Simulate1F1BWithFewerMicroBatchesThanDevices) {
+  // p = 4, m = 2: the warm-up is bounded by m. Makespan (m + p - 1)(F + B) = 5 * 3, device r holds
+  // min(m, p - r) micro-batches.
+  Outcome run = flexpipe("simulate 1f1b -p 4 -m 2 --uniform-costs 1,1,1 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const auto report = nlohmann::json::parse(run.out);
+  EXPECT_DOUBLE_EQ(report["makespan"].get<double>(), 15.0);
+  ASSERT_EQ(report["devices"].size(), 4u);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_DOUBLE_EQ(report["devices"][r]["peak_memory"].get<double>(), std::min(2.0, 4.0 - r));
 }
 
 TEST_F(Cli, SimulateWritesSvgAndTrace) {
@@ -63,9 +76,11 @@ TEST_F(Cli, UnknownScheduleIsExitCode2WithTheKnownNames) {
 }
 
 TEST_F(Cli, ImpossibleParametersAreExitCode2) {
-  Outcome run = flexpipe("simulate 1f1b -p 4 -m 2");
+  Outcome run = flexpipe("simulate interleaved-1f1b -p 4 -m 6");
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.err.find("error: 1f1b with p=4, m=2, v=1: needs m >= p"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("error: interleaved-1f1b with p=4, m=6, v=2: needs m to be a multiple of p"),
+            std::string::npos)
+      << run.err;
   Outcome negative = flexpipe("simulate 1f1b -p -3");
   EXPECT_EQ(negative.exit_code, 2);
   Outcome bad_costs = flexpipe("simulate 1f1b --uniform-costs 1,x,1");
@@ -147,9 +162,11 @@ TEST_F(Cli, ProgramParametersComeFromDefines) {
   Outcome run = flexpipe("simulate " + kLibrary + "1f1b.fps -D p=4 -D m=8 --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(run.out)["makespan"].get<double>(), 33.0);
-  Outcome failed = flexpipe("simulate " + kLibrary + "1f1b.fps -D p=4 -D m=2");
+  Outcome failed = flexpipe("simulate " + kLibrary + "interleaved-1f1b.fps -D p=4 -D m=6");
   EXPECT_EQ(failed.exit_code, 2);
-  EXPECT_NE(failed.err.find("1f1b.fps:4:23: error: m = 2: needs m >= p"), std::string::npos) << failed.err;
+  EXPECT_NE(failed.err.find("interleaved-1f1b.fps:6:23: error: m = 6: needs m to be a multiple of p"),
+            std::string::npos)
+      << failed.err;
   EXPECT_EQ(flexpipe("simulate " + kLibrary + "1f1b.fps -D p").exit_code, 2);
   Outcome on_csv = flexpipe("simulate 1f1b -D p=2");
   EXPECT_EQ(on_csv.exit_code, 2);
@@ -229,7 +246,7 @@ TEST_F(Cli, ExamplesStayValid) {
 namespace {
 
 TEST_F(Cli, ParamsListsAProgramsParametersAndRanges) {
-  const std::string program = std::string(FLEXPIPE_TEST_DATA) + "/../../examples/schedules/1f1b.fps";
+  const std::string program = std::string(FLEXPIPE_TEST_DATA) + "/../../examples/schedules/dualpipev.fps";
   Outcome run = flexpipe("params " + program + " -D p=8 --json");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const auto params = nlohmann::json::parse(run.out);
@@ -239,7 +256,7 @@ TEST_F(Cli, ParamsListsAProgramsParametersAndRanges) {
   EXPECT_EQ(params[0]["min"], 1);
   EXPECT_EQ(params[1]["name"], "m");
   EXPECT_EQ(params[1]["value"], 16);  // default 2 * p
-  EXPECT_EQ(params[1]["min"], 8);     // where m >= p
+  EXPECT_EQ(params[1]["min"], 16);    // where m >= 2 * p
   EXPECT_TRUE(params[1]["max"].is_null());
   Outcome failing = flexpipe("params " + program + " -D m=2");
   ASSERT_EQ(failing.exit_code, 0) << failing.err;

@@ -1,5 +1,11 @@
 // flexpipe search: the JSON report, the program and cost table it writes (which `simulate` reads back
 // to the same makespan), the answer when nothing fits, and one clear error for bad input.
+#include <algorithm>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
@@ -55,6 +61,53 @@ TEST_F(Search, TextReportListsTheBestNextToEveryBuiltin) {
   EXPECT_NE(run.out.find("1f1b"), std::string::npos);
   EXPECT_NE(run.out.find("zb-h2"), std::string::npos);
   EXPECT_NE(run.err.find("simulated"), std::string::npos);  // progress lines
+}
+
+// One bound for the whole report, said in words: the first line counts what was simulated and what
+// was skipped (not "N schedules (M pruned)", which read as M of N), the bound line says what the
+// bound bounds, and the table's last column is measured against that same bound for every row. The
+// search ends before its budget, so the text and the JSON run give the same answer.
+TEST_F(Search, TheReportMeasuresEveryRowAgainstOneBoundAndSaysSo) {
+  const std::string args = "search --model bert-large -p 2 -m 4 --threads 1 -q";
+  const Outcome text = flexpipe(args), json = flexpipe(args + " --json");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_TRUE(j["search"]["exhausted"].get<bool>());
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < text.out.size();) {
+    const size_t end = text.out.find('\n', at);
+    lines.push_back(text.out.substr(at, end - at));
+    at = end == std::string::npos ? text.out.size() : end + 1;
+  }
+  ASSERT_GE(lines.size(), 7u) << text.out;
+  const std::regex first(
+      R"(bert-large on 2 devices, limit 80\.00 GB per device: simulated (\d+) schedules in [0-9.]+ s, and skipped )"
+      R"((\d+) whose lower bound showed they could not beat the best)");
+  std::smatch counts;
+  ASSERT_TRUE(std::regex_match(lines[0], counts, first)) << lines[0];
+  EXPECT_EQ(std::stoll(counts[1]), j["search"]["evaluated"].get<int64_t>());
+  EXPECT_EQ(std::stoll(counts[2]), j["search"]["pruned"].get<int64_t>());
+  const double bound = j["lower_bound"].get<double>();
+  const auto bound_line = std::find(lines.begin(), lines.end(),
+                                    fmt::format("lower bound {:.4g} ms: no order of the placements and partitions "
+                                                "searched, nor any built-in, takes less;",
+                                                bound));
+  ASSERT_NE(bound_line, lines.end()) << text.out;
+  ASSERT_LT(bound_line + 2, lines.end());
+  EXPECT_EQ(*(bound_line + 1), "\"above bound\" below is how much longer than that each schedule takes");
+  EXPECT_EQ(*(bound_line + 2), "schedule                   makespan   bubble       peak   fits  above bound");
+  // Every row against the same bound, the best's and the built-ins' alike.
+  auto above = [&](double makespan) { return fmt::format("{:+.1f}%", 100 * (makespan / bound - 1)); };
+  std::vector<std::pair<std::string, double>> rows = {{"best: search", j["best"]["makespan"].get<double>()}};
+  for (const auto& b : j["builtins"])
+    if (!b.contains("skipped")) rows.emplace_back(b["name"].get<std::string>(), b["makespan"].get<double>());
+  for (const auto& [name, makespan] : rows) {
+    const auto row =
+        std::find_if(bound_line, lines.end(), [&](const std::string& l) { return l.rfind(name + " ", 0) == 0; });
+    ASSERT_NE(row, lines.end()) << name;
+    EXPECT_TRUE(row->ends_with(above(makespan))) << *row << " (expected " << above(makespan) << ")";
+  }
 }
 
 TEST_F(Search, ChoosesTheMicroBatchCountFromTheGlobalBatch) {

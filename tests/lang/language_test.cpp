@@ -50,6 +50,29 @@ TEST(Language, NextFormsCountAndSharedBackwardCounter) {
   EXPECT_EQ(cells(p.schedule, 1), (Cells{"1F3", "1F0", "1OPT"}));
 }
 
+// Arrays: made with array(n[, v]), read and set by element, copied whole (a copy, not an alias),
+// made again by assignment; patterns reach them through their lexical scope.
+TEST(Language, ArraysAreMadeReadSetAndCopiedWhole) {
+  const CompiledProgram p = compile_program(kHeader +
+                                                "let a = array(3)\n"     // 0 0 0
+                                                "let b = array(2, 5)\n"  // 5 5
+                                                "a[1] = b[0] - 2\n"      // 0 3 0
+                                                "a[2] += a[1] * 2\n"     // 0 3 6
+                                                "let c = a\n"            // a copy
+                                                "c[0] = 1\n"             // c: 1 3 6, a unchanged
+                                                "pattern bump(i) { a[i] -= 1 }\n"
+                                                "bump(1)\n"                               // a: 0 2 6
+                                                "for i in 0..3 { F(0, min(a[i], 3)) }\n"  // F0 F2 F3
+                                                "F(1, c[0])  F(1, c[1])\n"                // F1 F3
+                                                "a = array(1, 2)\n"
+                                                "F(1, a[0])\n"  // F2
+                                                "b = c\n"
+                                                "F(1, b[2] - 6)\n",  // F0
+                                            "x.fps");
+  EXPECT_EQ(cells(p.schedule, 0), (Cells{"0F0", "0F2", "0F3"}));
+  EXPECT_EQ(cells(p.schedule, 1), (Cells{"1F1", "1F3", "1F2", "1F0"}));
+}
+
 TEST(Language, LoopsRepeatWhileAndReversed) {
   const CompiledProgram p =
       compile_program(kHeader +

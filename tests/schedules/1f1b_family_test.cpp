@@ -177,11 +177,17 @@ TEST(OneFOneBFamily, DefaultsAreTwoMicroBatchesPerDeviceAndTheDefaultChunks) {
 // ---------------------------------------------------------------------------------------------
 // Requirements
 
-TEST(OneFOneBFamily, OneFOneBNeedsAtLeastPMicroBatches) {
-  EXPECT_EQ(find_builtin("1f1b")->check({4, 3, 1}), "needs m >= p");
-  EXPECT_EQ(find_builtin("1f1b")->check({4, 4, 1}), "");
-  EXPECT_EQ(build_error("1f1b", 4, 3), "1f1b with p=4, m=3, v=1: needs m >= p");
-  EXPECT_EQ(build_error("1f1b", 4, 4), "");
+// With m < p the warm-up is bounded by m (Megatron-LM and the Zero Bubble fork allow it; PyTorch's
+// Schedule1F1B refuses it): device r runs min(m, p-r-1) warm-up forwards, so the devices r < p-m run
+// GPipe's order and the last m devices 1F1B's.
+TEST(OneFOneBFamily, OneFOneBWithFewerMicroBatchesThanDevicesBoundsTheWarmupByM) {
+  EXPECT_EQ(find_builtin("1f1b")->check({4, 2, 1}), "");
+  EXPECT_EQ(build_error("1f1b", 4, 1), "");
+  Schedule s = build("1f1b", 4, 2);
+  EXPECT_EQ(row(s, 0), "0F0 0F1 0B0 0B1");
+  EXPECT_EQ(row(s, 1), "1F0 1F1 1B0 1B1");
+  EXPECT_EQ(row(s, 2), "2F0 2F1 2B0 2B1");
+  EXPECT_EQ(row(s, 3), "3F0 3B0 3F1 3B1");
 }
 
 TEST(OneFOneBFamily, InterleavedNeedsMAMultipleOfP) {
@@ -193,7 +199,7 @@ TEST(OneFOneBFamily, InterleavedNeedsMAMultipleOfP) {
 }
 
 TEST(OneFOneBFamily, OtherSchedulesTakeAnyMicroBatchCount) {
-  for (const char* name : {"gpipe", "looped-bfs", "zb-h1", "zb-h2"})
+  for (const char* name : {"gpipe", "1f1b", "looped-bfs", "zb-h1", "zb-h2"})
     for (int m : {1, 3, 5}) EXPECT_EQ(build_error(name, 4, m), "") << name << " m=" << m;
 }
 
@@ -209,6 +215,8 @@ struct Costs {
   double f, i, w;
 };
 
+double peak(const SimResult& result, int device) { return result.devices[device].peak_memory; }
+
 SimResult run(const Schedule& schedule, Costs c) {
   return run(schedule, uniform_costs(schedule.stages_per_pipeline, c.f, c.i, c.w));
 }
@@ -223,6 +231,27 @@ TEST(OneFOneBFamily, GPipeAndOneFOneBIdlePMinusOneTimesFPlusBOnEveryDevice) {
         const double backward = c.i + c.w;
         EXPECT_NEAR(r.makespan, (k.m + k.p - 1) * (c.f + backward), kTolerance);
         for (int d = 0; d < k.p; ++d) EXPECT_NEAR(r.devices[d].idle, (k.p - 1) * (c.f + backward), kTolerance);
+      }
+}
+
+// By hand, p = 4, m = 2, F = B = 1 (f = 1, i = 1, w = 0): device 3 runs F0 [3,4] B0 [4,5] F1 [5,6]
+// B1 [6,7]; the backwards then walk down one device per unit: device 0 runs B0 [7,8] and B1 [9,10].
+// Makespan 10 = (m + p - 1)(F + B), the formula of m >= p; with F = 1, B = 2 it is 15 = 5 * 3. Every
+// device idles (p-1)(F+B), and device r holds min(m, p-r) micro-batches.
+TEST(OneFOneBFamily, OneFOneBWithMBelowPKeepsTheBubbleAndHoldsMinOfMAndPMinusR) {
+  EXPECT_NEAR(run(build("1f1b", 4, 2), Costs{1, 1, 0}).makespan, 10, kTolerance);
+  EXPECT_NEAR(run(build("1f1b", 4, 2), Costs{1, 1, 1}).makespan, 15, kTolerance);
+  for (Costs c : {Costs{1, 1, 1}, Costs{2, 1, 1}, Costs{1, 2, 1}})
+    for (int p : {2, 3, 4, 8})
+      for (int m = 1; m < p; ++m) {
+        SCOPED_TRACE(testing::Message() << "p=" << p << " m=" << m << " F,I,W=" << c.f << "," << c.i << "," << c.w);
+        SimResult r = run(build("1f1b", p, m), c);
+        const double backward = c.i + c.w;
+        EXPECT_NEAR(r.makespan, (m + p - 1) * (c.f + backward), kTolerance);
+        for (int d = 0; d < p; ++d) {
+          EXPECT_NEAR(r.devices[d].idle, (p - 1) * (c.f + backward), kTolerance) << "device " << d;
+          EXPECT_EQ(peak(r, d), std::min(m, p - d)) << "device " << d;
+        }
       }
 }
 
@@ -285,8 +314,6 @@ TEST(OneFOneBFamily, ZbH2HasNoGapInsideAnyDeviceWindowIffMAtLeast2PMinus1) {
       }
     }
 }
-
-double peak(const SimResult& result, int device) { return result.devices[device].peak_memory; }
 
 TEST(OneFOneBFamily, PeakInFlightOfGPipeIsMAndOf1F1BIsPMinusR) {
   for (const Case& k : sweep("gpipe")) {

@@ -43,7 +43,10 @@ TEST(LibraryPrograms, ParametersAreCheckedWithTheGeneratorsMessages) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message([] { compile_builtin("1f1b", {4, 2, 0}); }), "1f1b with p=4, m=2, v=1: needs m >= p");
+  EXPECT_EQ(message([] {
+              compile_builtin("interleaved-1f1b", {4, 6, 2});
+            }),
+            "interleaved-1f1b with p=4, m=6, v=2: needs m to be a multiple of p");
   EXPECT_EQ(message([] { compile_builtin("zb-v", {4, 8, 3}); }), "zb-v: has exactly 2 chunks per device (got v=3)");
   EXPECT_EQ(message([] { compile_builtin("nope", {4, 8, 0}); }).rfind("unknown schedule 'nope'", 0), 0u);
 }
@@ -54,7 +57,8 @@ TEST(LibraryPrograms, LibraryScheduleServesTheCompiledProgramOncePerParameters) 
   EXPECT_EQ(library_schedule("zb-h1", {4, 8, 0}), compiled);  // the kept copy
   EXPECT_EQ(library_schedule("ZB_H1", {4, 0, 0}), compiled);  // m = 0 is m = 2p
   EXPECT_EQ(library_schedule("interleaved-1f1b", {4, 8, 3}), compile_builtin("interleaved-1f1b", {4, 8, 3}).schedule);
-  EXPECT_THROW(library_schedule("1f1b", {4, 2, 0}), Error);
+  EXPECT_THROW(library_schedule("interleaved-1f1b", {4, 6, 2}), Error);
+  EXPECT_EQ(library_schedule("1f1b", {4, 2, 0}), make_builtin("1f1b", {4, 2, 0}));  // m < p: warm-up bounded by m
 }
 
 }  // namespace

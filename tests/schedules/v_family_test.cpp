@@ -1,4 +1,5 @@
-// The V family of built-in generators (ZB-V, V-Half, V-Min, DualPipeV, DualPipe): exact orders on
+// The V family of built-in generators (ZB-V, V-Half, V-Min, DualPipeV, DualPipe; ZB-V adaptive has
+// its own tests in zb_v_adaptive_test.cpp, and is in the sweeps here): exact orders on
 // hand-computed cases (and against PyTorch's published DualPipeV artifact when it is placed under
 // ../shared/reference/pytorch/), validity over a sweep of (p, m), the documented requirements, and
 // the bubble and memory statements of the "V family and DualPipe" section of the schedule docs,
@@ -29,7 +30,7 @@ using test::kTolerance;
 using test::row;
 using test::run;
 
-const std::vector<std::string> kFamily = {"zb-v", "v-half", "v-min", "dualpipev", "dualpipe"};
+const std::vector<std::string> kFamily = {"zb-v", "zb-v-adaptive", "v-half", "v-min", "dualpipev", "dualpipe"};
 
 bool accepted(const std::string& name, int p, int m) {
   const BuiltinSchedule* builtin = find_builtin(name);
@@ -223,7 +224,7 @@ TEST(VFamily, DualPipeNeedsEvenDevicesEvenMicroBatchesAndTwoPerDevice) {
 }
 
 TEST(VFamily, VSchedulesTakeAnyMicroBatchCountAndDefaultTo2P) {
-  for (const char* name : {"zb-v", "v-half", "v-min"})
+  for (const char* name : {"zb-v", "zb-v-adaptive", "v-half", "v-min"})
     for (int m : {1, 3, 5}) EXPECT_EQ(build_error(name, 4, m), "") << name << " m=" << m;
   for (const std::string& name : kFamily) EXPECT_EQ(build(name, 4, 0).num_microbatches, 8) << name;
 }

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "flexpipe/costs/hardware.h"
 #include "flexpipe/costs/model_zoo.h"
+#include "flexpipe/interop/cost_graph_json.h"
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/lang/program.h"
 #include "flexpipe/lang/writer.h"
@@ -311,6 +315,50 @@ TEST(ScheduleSearch, ACountedSearchIsReproducible) {
   EXPECT_EQ(first.best.schedule, second.best.schedule);
   EXPECT_EQ(first.best.family, second.best.family);
   expect_sound(first, 18.1e9);
+}
+
+// A search that ends before its budget gives the same answer (schedule, makespan and label) whatever
+// the number of threads and the budget: equal makespans go by a total order of the candidates, the
+// pruning reads the best at fixed points, a polishing cut short by its time share is done again
+// whole, and branch and bound stops at a node count. Inputs: the tight GPT-3 case whose label used to
+// flip between "dawn" and "dawn (greedy)", one that branch and bound settles, and a DAG cost graph
+// read from a file. The short budget also cuts the early polishing's share; a run that does not end
+// before its budget (a slow machine) is not compared, but the long budget must let every run end.
+TEST(ScheduleSearch, ACompleteSearchDoesNotDependOnThreadsOrBudget) {
+  struct Case {
+    std::string name;
+    SearchProblem problem;
+    bool exact;
+  };
+  std::vector<Case> cases = {{"gpt3-1.3b p=4 m=8 tight", problem("gpt3-1.3b", 4, 8, 18.1e9), false},
+                             {"bert-large p=3 m=3", problem("bert-large", 3, 3, 80e9), true}};
+  SearchProblem unet = problem("gpt3-1.3b", 4, 8, 90e6);
+  unet.graph = load_cost_graph(std::string(FLEXPIPE_TEST_DATA) + "/unet-small.graph.json");
+  cases.push_back({"unet-small p=4 m=8", unet, true});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::optional<SearchResult> reference;
+    for (double budget : {60.0, 2.0})
+      for (int threads : {1, 4}) {
+        SearchOptions options;
+        options.time_budget = budget;
+        options.threads = threads;
+        options.exact = c.exact;
+        const SearchResult result = search_schedules(c.problem, options);
+        if (budget == 60) ASSERT_TRUE(result.exhausted) << threads << " threads";
+        if (!result.exhausted) continue;
+        if (!reference) {
+          reference = result;
+          continue;
+        }
+        SCOPED_TRACE(testing::Message() << threads << " threads, budget " << budget << " s");
+        EXPECT_EQ(result.best.makespan, reference->best.makespan);
+        EXPECT_EQ(result.best.family, reference->best.family);
+        EXPECT_EQ(result.best.schedule, reference->best.schedule);
+        EXPECT_EQ(result.proven_optimal, reference->proven_optimal);
+        EXPECT_EQ(result.lower_bound, reference->lower_bound);
+      }
+  }
 }
 
 TEST(ScheduleSearch, RejectsBadProblems) {

@@ -19,6 +19,11 @@ struct LibraryProgram {
 const std::vector<LibraryProgram>& library_programs();
 const LibraryProgram* find_library_program(std::string_view name);
 
+// The step limit (CompileOptions::max_steps) library programs are compiled with: well above a user
+// program's default, since zb-v-adaptive.fps places passes in simulated time (on the order of
+// 1000 p m steps: p = 64, m = 1024 compiles in a few seconds).
+inline constexpr int64_t kLibraryStepLimit = 1'000'000'000;
+
 // The built-in `name` compiled from its library program with p, m (and v where the schedule takes
 // it), after the same parameter checks and messages as make_builtin. Throws Error for unknown names
 // and impossible parameters.

@@ -30,6 +30,9 @@ namespace flexpipe {
 
 struct ExactOptions {
   double time_limit_seconds = 10;  // stop and return the best found so far (proven_optimal = false)
+  // Stop after about this many nodes (checked every 4096), likewise; 0: no limit. Unlike the time
+  // limit it stops at the same node on any machine, so the result does not depend on its speed.
+  int64_t max_nodes = 0;
   double upper_bound = kInfinity;  // an incumbent makespan: only schedules strictly better are searched for
   double memo_megabytes = 256;     // the dominance memo stops growing here (it only speeds the search up)
 };
@@ -50,7 +53,7 @@ struct ExactResult {
 // Throws Error for a skeleton or cost table it cannot search (several pipelines, actions present,
 // custom operations, a table that does not fit, negative or non-finite costs or transfer times,
 // and with split_backward a freed_by_input outside [0, activation_bytes]).
-// The time limit is checked every 4096 nodes.
+// The time and node limits are checked every 4096 nodes.
 ExactResult exact_schedule(const Schedule& skeleton, const CostTable& costs, bool split_backward,
                            const ExactOptions& options = {});
 

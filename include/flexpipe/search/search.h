@@ -63,6 +63,9 @@ struct SearchProgress {
   std::string phase;
 };
 
+// A search that ends before its budget (SearchResult::exhausted) gives the same answer whatever
+// `threads` and `time_budget`: ties go by a fixed order, pruning reads the best at fixed points, and
+// no phase stops on a share of the time (docs/search.md, "Pruning" and after the method).
 struct SearchOptions {
   double time_budget = 10;  // seconds of wall time, preparation included, counted from `start`
   // When the budget's clock started: a caller that reads and prepares the model before it calls
@@ -76,12 +79,11 @@ struct SearchOptions {
   bool partitioner = true;         // DawnPiper's plans as partitions (needs the memory limit to matter)
   bool builtin_candidates = true;  // a built-in may be the answer (else they are only reported)
   // Small instances (p <= 4, m <= 8, at most 8 stages, 16 when m <= p): branch and bound
-  // (exact_schedule.h) over every per-device order of each placement with everything kept, from the
-  // best so far.
+  // (exact_schedule.h) over every per-device order of each placement with everything kept, below the
+  // answer so far, up to a fixed number of nodes per placement.
   bool exact = true;
-  // Stop after this many simulations as well (0: no cap; with a cap, phases no longer share the
-  // budget by time). With one thread, no branch and bound (its limits are times) and a cap reached
-  // before the budget, every run gives the same answer (train --schedule auto needs that: each rank
+  // Stop after this many simulations as well (0: no cap). With one thread and a cap reached before
+  // the budget, every run gives the same answer too (train --schedule auto needs that: each rank
   // searches for itself).
   int64_t max_evaluations = 0;
 };
@@ -116,7 +118,7 @@ struct SearchResult {
   int64_t pruned = 0;     // skipped by the lower bound
   int64_t stalled = 0;    // policies that could not place every action
   double seconds = 0;
-  bool exhausted = false;  // the search ended before its budget
+  bool exhausted = false;  // the search ended before its budget: its answer does not depend on it or the threads
   // The exact phase proved that no per-device order (micro-batches in order within a stage) of any
   // placement and partition searched, with everything kept, beats the answer: branch and bound on
   // the small ones, the lower bound on the others.

@@ -83,9 +83,13 @@ std::string check(const ScheduleParams&) { return {}; }
 }  // namespace
 
 BuiltinSchedule zb_v_schedule() {
-  return {"zb-v", "ZB-V: V placement with split backward, zero bubble when F = I = W, 1F1B's activation memory",
-          2,      false,
-          build,  check};
+  return {"zb-v",
+          "ZB-V in PyTorch's fixed order: V placement, split backward, zero bubble when F = I = W and m >= 2p-1, "
+          "1F1B's activation memory",
+          2,
+          false,
+          build,
+          check};
 }
 
 }  // namespace flexpipe::detail
