@@ -73,30 +73,36 @@ Executor::State::State(const Schedule& s, const ModelPlan& p, Transport& t, cons
   for (int s = 0; s < schedule.num_stages(); ++s) {
     if (schedule.stage_device[s] != rank) continue;
     local_of_stage[s] = static_cast<int>(locals.size());
-    Local local;
-    local.stage = s;
-    local.split_backward = split_stages[s];
-    local.chunk = schedule.chunk_of_stage(s);
-    local.offload_checkpoints = !options.offload_checkpoints.empty() && options.offload_checkpoints[local.chunk];
+    Local local = new_local(s, split_stages[s]);
     local.module = make_chunk_module(plan, local.chunk);
-    for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline)
-      local.replicas.push_back(pipeline * schedule.stages_per_pipeline + local.chunk);
     std::vector<at::Tensor> params;
     for (auto& op : local.module.operators)
       for (at::Tensor& p : op->parameters()) params.push_back(p);
     local.optimizer = std::make_unique<Optimizer>(options.optimizer, params);
-    local.recompute.assign(microbatches, 0);
     for (int v = local.module.begin; v < local.module.end; ++v) {
       local.recomputed_op.push_back(decisions.empty() || decisions[v] == MemoryDecision::Recompute);
       local.offloaded_op.push_back(decisions.empty() || decisions[v] == MemoryDecision::Offload);
       local.segment_of.push_back(segments[v] < 0 ? -1 : segments[v] - local.module.begin);
     }
-    local.micro.resize(microbatches);
-    local.recv_forward.resize(microbatches);
-    local.recv_backward.resize(microbatches);
     locals.push_back(std::move(local));
   }
   mark_recomputed_and_stepped();
+}
+
+// A stage this rank holds, with its per-micro-batch slots; the chunk's compute is set by the caller.
+Executor::State::Local Executor::State::new_local(int stage, bool split_backward) const {
+  Local local;
+  local.stage = stage;
+  local.split_backward = split_backward;
+  local.chunk = schedule.chunk_of_stage(stage);
+  local.offload_checkpoints = !options.offload_checkpoints.empty() && options.offload_checkpoints[local.chunk];
+  for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline)
+    local.replicas.push_back(pipeline * schedule.stages_per_pipeline + local.chunk);
+  local.recompute.assign(microbatches, 0);
+  local.micro.resize(microbatches);
+  local.recv_forward.resize(microbatches);
+  local.recv_backward.resize(microbatches);
+  return local;
 }
 
 void Executor::State::mark_recomputed_and_stepped() {
@@ -120,19 +126,9 @@ void Executor::State::build_scripted_stages() {
   for (int s = 0; s < schedule.num_stages(); ++s) {
     if (schedule.stage_device[s] != rank) continue;
     local_of_stage[s] = static_cast<int>(locals.size());
-    Local local;
-    local.stage = s;
-    local.split_backward = split_stages[s];
-    local.chunk = schedule.chunk_of_stage(s);
-    local.offload_checkpoints = !options.offload_checkpoints.empty() && options.offload_checkpoints[local.chunk];
+    Local local = new_local(s, split_stages[s]);
     local.scripted = std::make_unique<ScriptedChunk>(load_scripted_chunk(manifest, local.chunk));
-    for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline)
-      local.replicas.push_back(pipeline * schedule.stages_per_pipeline + local.chunk);
     local.optimizer = std::make_unique<Optimizer>(options.optimizer, local.scripted->parameters);
-    local.recompute.assign(microbatches, 0);
-    local.micro.resize(microbatches);
-    local.recv_forward.resize(microbatches);
-    local.recv_backward.resize(microbatches);
     locals.push_back(std::move(local));
   }
   mark_recomputed_and_stepped();

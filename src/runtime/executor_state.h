@@ -117,6 +117,7 @@ struct Executor::State {
   // Checks the schedule against the job and builds this rank's stages (executor.cpp).
   State(const Schedule& s, const ModelPlan& p, Transport& t, const HookRegistry& registry, ExecutorOptions o);
 
+  Local new_local(int stage, bool split_backward) const;
   void build_scripted_stages();
   void mark_recomputed_and_stepped();
 
