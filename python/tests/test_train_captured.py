@@ -81,9 +81,9 @@ class TrainCaptured(unittest.TestCase):
     def path(self, name):
         return os.path.join(self.directory.name, name)
 
-    def prepare(self, factory, chunks):
+    def prepare(self, factory, chunks, timed=False):
         shape, kind, two, four, recompute, offload = CASES[factory]
-        graph = graph_of_case(factory)
+        graph = graph_of_case(factory, timed)
         plan = plan_for(graph, two) if chunks == 2 else plan_for(graph, four, recompute, offload)
         with open(self.path("model.graph.json"), "w") as f:
             json.dump(graph, f)
@@ -105,9 +105,9 @@ class TrainCaptured(unittest.TestCase):
         return data
 
     def train(self, schedule, devices, microbatches, optimizer, extra=()):
+        plan = [] if schedule == "auto" else ["--plan", self.path("plan.json")]
         done = subprocess.run(
-            [BINARY, "train", "--model", self.path("model.graph.json"), "--plan", self.path("plan.json"),
-             "--schedule", schedule, "-p", str(devices), "-m", str(microbatches), "--steps", str(STEPS),
+            [BINARY, "train", "--model", self.path("model.graph.json"), *plan, "--schedule", schedule, "-p", str(devices), "-m", str(microbatches), "--steps", str(STEPS),
              "--dtype", "float64", "--optimizer", optimizer, "--lr", "0.05", "--warmup", "1", "--clip", "0",
              "--weight-decay", "0", "--data", self.path("data.pt"), "--export-weights", self.path("weights.pt"),
              "--timeout", "120", "--json", *extra],
@@ -116,9 +116,15 @@ class TrainCaptured(unittest.TestCase):
         report = json.loads(done.stdout[done.stdout.index("{"):])["runs"][0]
         return report, torch.load(self.path("weights.pt"))
 
-    def check(self, factory, chunks, schedule, devices, microbatches, optimizer="sgd", extra=()):
-        data = self.prepare(factory, chunks)
+    def check(self, factory, chunks, schedule, devices, microbatches, optimizer="sgd", extra=(), memory_exact=False):
+        data = self.prepare(factory, chunks, timed=schedule == "auto")
         report, weights = self.train(schedule, devices, microbatches, optimizer, extra)
+        if memory_exact:
+            # What the ranks held for backward passes (saved tensors and what each chunk received) is what
+            # the simulator holds from the capture's saved bytes, byte for byte, under this schedule.
+            for rank in report["memory"]:
+                self.assertEqual(rank["measured_peak_saved_bytes"], rank["simulated_peak_activation_bytes"],
+                                 f"{schedule}: rank {rank['rank']}")
         rates = [s["learning_rate"] for s in report["steps"]]
         losses, state = reference(factory, data, microbatches, rates, optimizer)
         for step, (got, want) in enumerate(zip([s["loss"] for s in report["steps"]], losses)):
@@ -135,7 +141,17 @@ class TrainCaptured(unittest.TestCase):
     def test_unet_skips_across_cuts_under_gpipe_1f1b_and_zb_h1(self):
         for schedule in ("gpipe", "1f1b", "zb-h1"):
             with self.subTest(schedule=schedule):
-                self.check("tiny_unet", 2, schedule, 2, 4)
+                self.check("tiny_unet", 2, schedule, 2, 4, memory_exact=True)
+
+    def test_the_searchs_answer(self):
+        # --schedule auto searches placements, partitions and orders with the times the capture measured,
+        # writes its partition as a plan next to the graph, exports the model for it and trains it. Which
+        # answer wins depends on those times; every answer must train exactly.
+        report = self.check("tiny_unet", 2, "auto", 2, 4, "adamw")
+        with open(self.path("model.graph.auto-plan.json")) as f:
+            plan = json.load(f)
+        self.assertEqual(plan["method"], "search")
+        self.assertEqual(len(plan["stages"]), report["stages"] // (2 if report["schedule"] == "dualpipe" else 1))
 
     def test_unet_recompute_and_offload_interleaved_and_on_four_ranks(self):
         self.check("tiny_unet", 4, "interleaved-1f1b", 2, 4, "adamw", ["-v", "2"])
@@ -230,21 +246,27 @@ class BadInput(unittest.TestCase):
     def test_options_a_captured_model_needs(self):
         self.assertIn("add --plan PLAN.json", self.train("-p", "2"))
         self.assertIn("--verify", self.train("--plan", self.path("plan2.json"), "-p", "2", "--verify"))
+        self.assertEqual(
+            self.train("--schedule", "auto", "-p", "2"),
+            f"error: --schedule auto: {self.graph} holds no operator times (its capture record says 0 repeats), so "
+            "every schedule would look alike: capture it with `flexpipe capture` (which times every operator), or "
+            "name a schedule")
+        self.assertIn("is chosen once, before any rank starts", self.train("--schedule", "auto", rank=True))
 
 
 GRAPHS = {}
 
 
-def graph_of_case(factory):
-    if factory not in GRAPHS:
+def graph_of_case(factory, timed=False):
+    if (factory, timed) not in GRAPHS:
         from flexpipe import capture
         from flexpipe.loading import example_input
         shape, kind = CASES[factory][:2]
         torch.manual_seed(0)
         model = getattr(models, factory)()
-        GRAPHS[factory] = capture(model, [example_input(list(shape), "float32", 0)], kind, time_operators=False,
-                                  source={"file": models.__file__, "factory": factory})
-    return GRAPHS[factory]
+        GRAPHS[factory, timed] = capture(model, [example_input(list(shape), "float32", 0)], kind,
+                                         time_operators=timed, source={"file": models.__file__, "factory": factory})
+    return GRAPHS[factory, timed]
 
 
 if __name__ == "__main__":

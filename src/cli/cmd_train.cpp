@@ -12,8 +12,10 @@
 #include <unistd.h>
 
 #include "flexpipe/interop/cost_graph_json.h"
+#include "flexpipe/interop/partition_plan_json.h"
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/lang/writer.h"
+#include "flexpipe/partition/plan.h"
 #include "flexpipe/search/search.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
@@ -84,6 +86,57 @@ void drop_schedule_shape(TrainOptions& o, std::vector<std::string>& command_line
   command_line = std::move(kept);
 }
 
+// Where --schedule auto writes what it chose for a captured model, next to its graph:
+// GRAPH.auto-plan.json, GRAPH.auto-schedule.fps (GRAPH without its .json).
+std::string auto_path(const std::string& captured_model, const std::string& what) {
+  return std::filesystem::path(captured_model).replace_extension("").string() + ".auto-" + what;
+}
+
+void check_captured_for_search(const CostGraph& graph, const std::string& path) {
+  if (!graph.capture)
+    throw Error(
+        fmt::format("--model {}: not a captured model (no capture record): write one with `flexpipe "
+                    "capture FILE.py:FACTORY --input SHAPE -o {}`",
+                    path, path));
+  if (graph.capture->repeats == 0)
+    throw Error(
+        fmt::format("--schedule auto: {} holds no operator times (its capture record says 0 repeats), so every "
+                    "schedule would look alike: capture it with `flexpipe capture` (which times every operator), "
+                    "or name a schedule",
+                    path));
+}
+
+// The search's partition as a plan for the export (docs/partition-plan.md): every operator kept, since
+// host memory is not what the search is asked to save here.
+PartitionPlan searched_plan(const SearchProblem& problem, const ScheduleCandidateReport& best, const std::string& model,
+                            const std::string& schedule, int microbatches) {
+  const CostGraph& graph = problem.graph;
+  PartitionPlan plan;
+  plan.model = model;
+  plan.graph = graph.name;
+  plan.graph_operators = static_cast<int>(graph.nodes.size());
+  plan.hardware = graph.hardware ? graph.hardware->name : "cpu";
+  plan.schedule = schedule;
+  plan.devices = problem.devices;
+  plan.microbatches = microbatches;
+  plan.chunks = best.partition.num_stages / problem.devices;
+  plan.shape = graph.reference;
+  plan.memory_limit = 0;
+  plan.host_bandwidth = 0;
+  plan.method = "search";
+  int begin = 0;
+  for (int k = 0; k < best.partition.num_stages; ++k) {
+    PlannedStage stage;
+    while (begin + stage.operators < plan.graph_operators && best.partition.stage_of_node[begin + stage.operators] == k)
+      ++stage.operators;
+    stage.report = {{"first", graph.nodes[begin].name}, {"last", graph.nodes[begin + stage.operators - 1].name}};
+    begin += stage.operators;
+    plan.stages.push_back(std::move(stage));
+  }
+  plan.summary = {{"step_time", best.makespan}, {"family", best.family}};
+  return plan;
+}
+
 // --schedule auto: measure the model (or read the measurements), search the schedule space with them
 // (flexpipe search, docs/search.md) and train the answer: a built-in by name, or the search's program
 // written next to the profile. Done before any rank starts; inside a job every rank searches for
@@ -91,16 +144,26 @@ void drop_schedule_shape(TrainOptions& o, std::vector<std::string>& command_line
 void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   const bool in_job = std::getenv("WORLD_SIZE") != nullptr;
   const bool cached = !o.profile.empty() && std::filesystem::exists(o.profile);
-  if (in_job && !cached)
+  const std::string& captured = o.command.captured_model;
+  if (!o.command.partition.empty() || !o.command.plan.empty())
+    throw Error("--schedule auto chooses the partition itself: drop --partition / --plan");
+  if (!captured.empty() && in_job)
+    throw Error(fmt::format(
+        "--schedule auto for a captured model is chosen once, before any rank starts: run `flexpipe train "
+        "--model {} --schedule auto ...` without a launcher around it (it starts its own ranks), then give a job "
+        "the plan and schedule it wrote (--plan {}, --schedule {})",
+        captured, auto_path(captured, "plan.json"), auto_path(captured, "schedule.fps")));
+  if (!captured.empty() && !o.profile.empty())
+    throw Error(
+        "--profile is for the built-in model; a captured model is searched with the times its capture measured");
+  if (captured.empty() && in_job && !cached)
     throw Error(
         "--schedule auto inside a job that is already launched needs --profile FILE (an existing "
         "`flexpipe profile` output), so that every rank chooses from the same measurements");
-  if (!o.command.partition.empty() || !o.command.plan.empty())
-    throw Error("--schedule auto chooses the partition itself: drop --partition / --plan");
-  const ModelConfig model = trainable_config(o.command.model);
   const runtime::TrainingOptions& t = o.command.request.training;
-  std::string path = o.profile;
-  if (!cached) {
+  std::string path = captured.empty() ? o.profile : captured;
+  if (captured.empty() && !cached) {
+    const ModelConfig model = trainable_config(o.command.model);
     runtime::ProfileRequest profile;
     profile.model = model;
     profile.microbatch_size = t.microbatch_size;
@@ -114,7 +177,8 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   }
   SearchProblem problem;
   problem.graph = load_cost_graph(path);
-  if (o.profile.empty()) std::filesystem::remove(path);
+  if (captured.empty() && o.profile.empty()) std::filesystem::remove(path);
+  if (!captured.empty()) check_captured_for_search(problem.graph, captured);
   problem.devices = pipeline_devices(o);
   const int microbatches = o.command.schedule.microbatches > 0 ? o.command.schedule.microbatches : 2 * problem.devices;
   problem.batches = {{microbatches, problem.graph.reference.microbatch_size}};
@@ -133,15 +197,22 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   std::string chosen = best.name;
   if (best.name == "search") {
     const std::filesystem::path base =
-        o.profile.empty() ? std::filesystem::temp_directory_path() / fmt::format("flexpipe-auto-{}", ::getpid())
-                          : std::filesystem::path(o.profile).replace_extension("");
-    chosen = base.string() + "-schedule.fps";
+        !captured.empty()   ? std::filesystem::path(auto_path(captured, "schedule"))
+        : o.profile.empty() ? std::filesystem::temp_directory_path() / fmt::format("flexpipe-auto-{}", ::getpid())
+                            : std::filesystem::path(o.profile).replace_extension("");
+    chosen = base.string() + (captured.empty() ? "-schedule.fps" : ".fps");
     write_text_file(chosen, fmt::format("# train --schedule auto: {}\n", best.family) + write_program(best.schedule));
   }
   std::vector<int> sizes(best.partition.num_stages, 0);
   for (int k : best.partition.stage_of_node) ++sizes[k];
   std::string partition = "ops:";
   for (size_t k = 0; k < sizes.size(); ++k) partition += fmt::format("{}{}", k ? "," : "", sizes[k]);
+  std::string plan_path;
+  if (!captured.empty()) {
+    // The export cuts the model where the plan says: the search's partition becomes a plan file.
+    plan_path = auto_path(captured, "plan.json");
+    write_text_file(plan_path, partition_plan_to_json(searched_plan(problem, best, captured, chosen, microbatches)));
+  }
   double fastest_builtin = kInfinity;
   std::string builtin_name;
   for (const ScheduleCandidateReport& b : result.builtins)
@@ -155,13 +226,19 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
     std::fflush(stdout);  // before the ranks print theirs
   }
   o.schedule = chosen;
-  o.command.partition = partition;
   for (size_t i = 0; i + 1 < command_line.size(); ++i)
     if (command_line[i] == "--schedule" && command_line[i + 1] == "auto") command_line[i + 1] = chosen;
   for (std::string& arg : command_line)
     if (arg == "--schedule=auto") arg = "--schedule=" + chosen;
-  command_line.push_back("--partition");
-  command_line.push_back(partition);
+  if (captured.empty()) {
+    o.command.partition = partition;
+    command_line.push_back("--partition");
+    command_line.push_back(partition);
+  } else {
+    o.command.plan = plan_path;
+    command_line.push_back("--plan");
+    command_line.push_back(plan_path);
+  }
   if (best.name == "search") drop_schedule_shape(o, command_line);
 }
 
@@ -186,7 +263,6 @@ int prepare_captured_model(TrainOptions& o, bool launcher) {
     throw Error(
         "--verify trains the built-in model in one process to compare; compare a captured model with PyTorch "
         "itself: --export-weights FILE.pt, then model.load_state_dict(torch.load(FILE.pt)) (docs/export.md)");
-  if (o.schedule == "auto") throw Error("--schedule auto: not yet for a captured model; name a schedule");
   if (request.export_dir.empty())
     request.export_dir = std::filesystem::path(model).replace_extension(".export").string();
   if (!launcher) return 0;
@@ -201,6 +277,8 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   if (request.data_parallel < 1) throw Error(fmt::format("--dp {}: at least one copy", request.data_parallel));
   if (o.command.captured_model.empty() && (!request.export_weights.empty() || !request.export_dir.empty()))
     throw Error("--export-weights and --export-dir are for a captured model: add --model GRAPH.json");
+  // A captured model's search writes the plan its export is cut by, so it comes first.
+  if (!o.command.captured_model.empty() && o.schedule == "auto") choose_schedule(o, command_line);
   if (!o.command.captured_model.empty()) {
     if (const int code = prepare_captured_model(o, std::getenv("WORLD_SIZE") == nullptr); code != 0) {
       exit_code = code;
@@ -256,8 +334,9 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
       "progress per step, then measured against simulated time and memory; checkpoints and resume");
   auto o = std::make_shared<TrainOptions>(defaults());
   command->add_option("--schedule", o->schedule,
-                      "Built-in name, file (.fps, .csv, .json), or auto: the fastest built-in as simulated with "
-                      "the model's measured operator times [1f1b]");
+                      "Built-in name, file (.fps, .csv, .json), or auto: the search's answer (flexpipe search) "
+                      "with the model's measured operator times; for a captured --model, the times its capture "
+                      "measured, and the partition is written as GRAPH.auto-plan.json [1f1b]");
   command->add_option("--profile", o->profile,
                       "With --schedule auto: the measured cost graph to use (written by `flexpipe profile`; "
                       "measured and saved here when the file does not exist)");
@@ -268,7 +347,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
                       "A text file to train on, as byte-level tokens (vocabulary 256); with a captured --model, a "
                       "torch.save'd dict {\"inputs\": ..., \"targets\": ...} [synthetic]");
   command->add_option("--model", o->command.captured_model,
-                      "A captured PyTorch model (flexpipe capture -o GRAPH.json), trained with --plan's cuts "
+                      "A captured PyTorch model (flexpipe capture -o GRAPH.json), trained with --plan's cuts (or "
+                      "the search's, with --schedule auto) "
                       "instead of the GPT-style model [the GPT-style model of --layers, --hidden, ...]");
   command->add_option("--export-dir", o->command.request.export_dir,
                       "With --model: where its modules for the plan are written (flexpipe export) [GRAPH.export]");

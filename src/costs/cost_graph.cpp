@@ -57,6 +57,24 @@ double operator_time(const CostGraph& graph, const OperatorNode& node, Pass pass
   return cost.time * roofline_time(cost, *graph.hardware, shape) / at_reference;
 }
 
+CostGraph with_activation_bytes_scaled(CostGraph graph, double factor) {
+  for (OperatorNode& node : graph.nodes)
+    for (ShapePolynomial* bytes :
+         {&node.saved_bytes, &node.freed_by_input, &node.shared_saved_bytes, &node.output_bytes, &node.workspace_bytes})
+      *bytes = factor * *bytes;
+  for (TensorEdge& edge : graph.edges) edge.bytes = factor * edge.bytes;
+  return graph;
+}
+
+double captured_element_bytes(const CaptureRecord& capture) {
+  for (const CapturedInput& input : capture.inputs) {
+    if (input.dtype == "float64") return 8;
+    if (input.dtype == "float32") return 4;
+    if (input.dtype == "float16" || input.dtype == "bfloat16") return 2;
+  }
+  return 4;
+}
+
 double total_parameters(const CostGraph& graph) {
   double total = 0;
   for (const OperatorNode& node : graph.nodes)

@@ -31,6 +31,7 @@ void Executor::State::synchronise_replicas() {
   std::vector<Pending> outgoing;
   std::vector<std::vector<at::Tensor>> sums;
   for (Local& l : locals) {
+    if (gradients_of(l).empty()) continue;  // a chunk without parameters (a captured model's loss alone)
     const at::Tensor mine = pack(gradients_of(l));
     for (int other : l.replicas) {
       const int device = schedule.stage_device[other];
@@ -48,6 +49,10 @@ void Executor::State::synchronise_replicas() {
     }
   }
   for (Local& l : locals) {
+    if (gradients_of(l).empty()) {
+      sums.emplace_back();
+      continue;
+    }
     at::Tensor sum;
     for (int pipeline = 0; pipeline < pipelines; ++pipeline) {
       const int other = l.replicas[pipeline];
@@ -89,6 +94,7 @@ void Executor::State::synchronise_data_parallel() {
   std::vector<Pending> outgoing;
   std::vector<std::vector<Pending>> incoming(locals.size());
   for (size_t i = 0; i < locals.size(); ++i) {
+    if (gradients_of(locals[i]).empty()) continue;  // a chunk without parameters
     const at::Tensor mine = pack(gradients_of(locals[i]));
     incoming[i].resize(options.replicas);
     for (int r = 0; r < options.replicas; ++r) {
@@ -108,6 +114,10 @@ void Executor::State::synchronise_data_parallel() {
   std::vector<std::vector<at::Tensor>> sums;
   for (size_t i = 0; i < locals.size(); ++i) {
     std::vector<at::Tensor> grads = gradients_of(locals[i]);
+    if (grads.empty()) {
+      sums.emplace_back();
+      continue;
+    }
     const at::Tensor mine = pack(grads);
     at::Tensor sum;
     for (int r = 0; r < options.replicas; ++r) {

@@ -72,7 +72,12 @@ ModelPlan make_scripted_plan(const CostGraph& graph, const Partition& partition,
                             dtype == at::kDouble ? "float64" : "float32",
                             manifest->dtype == at::kDouble ? "float64" : "float32"));
   ModelPlan plan;
-  plan.graph = graph;
+  // The capture measured activations in its own floating type; the memory report and model use the
+  // training one.
+  const double element_bytes = dtype == at::kDouble ? 8 : 4;
+  const double captured_bytes = graph.capture ? captured_element_bytes(*graph.capture) : element_bytes;
+  plan.graph =
+      captured_bytes == element_bytes ? graph : with_activation_bytes_scaled(graph, element_bytes / captured_bytes);
   plan.partition = partition;
   plan.starts = starts;
   plan.crossing.resize(partition.num_stages);

@@ -179,7 +179,8 @@ class RankJob {
       nlohmann::json entry = {{"step", step},
                               {"loss", last.loss},
                               {"seconds", step_seconds},
-                              {"tokens_per_second", tokens_per_step / step_seconds},
+                              // A captured model's samples have no tokens (its seq_len is 1).
+                              {captured() ? "samples_per_second" : "tokens_per_second", tokens_per_step / step_seconds},
                               {"peak_saved_bytes", peak},
                               {"overhead_us_per_action", overhead}};
       if (lr_) entry["learning_rate"] = rate;
@@ -337,9 +338,19 @@ class RankJob {
     j["measured_bubble_ratio"] = measured.bubble_ratio;
     j["predicted_bubble_ratio"] = predicted.bubble_ratio;
     // Memory: the simulator's activation peak per device from the cost graph's per-operator saved
-    // bytes, next to the peak the executor held.
+    // bytes, next to the peak the executor held. The actions take their measured times, so that what
+    // is saved and freed happens in the order the ranks ran it (a captured graph without timings
+    // would otherwise put every action at time 0, where frees come first and no peak is seen).
     const StageAggregate aggregate = aggregate_stages(plan.graph, run.partition, aggregation_options(plan));
-    const SimResult modelled = simulate(lowered, aggregate.table, {false, true});
+    CostTable held = aggregate.table;
+    for (size_t k = 0; k < held.stages.size(); ++k) {
+      StageCosts& s = held.stages[k];
+      const StageCosts& t = costs.stages[k];
+      s.forward = t.forward, s.backward_input = t.backward_input, s.backward_weight = t.backward_weight;
+      s.backward = t.backward, s.recompute = t.recompute, s.optimizer = t.optimizer;
+    }
+    held.link = costs.link, held.host_link = costs.host_link, held.pairs.clear();
+    const SimResult modelled = simulate(timed, held, {false, true});
     nlohmann::json memory = nlohmann::json::array();
     const std::vector<double> peaks = j["steps"].back()["peak_saved_bytes"].get<std::vector<double>>();
     for (int d = 0; d < devices; ++d)
@@ -363,6 +374,8 @@ class RankJob {
   AggregationOptions aggregation_options(const ModelPlan& plan) const {
     AggregationOptions o;
     o.shape = plan.graph.reference;
+    o.decisions = request_.memory_decisions;
+    o.offload_checkpoints = request_.offload_checkpoints;
     o.parameter_bytes = o.gradient_bytes = plan.dtype == at::kDouble ? 8 : 4;
     o.optimizer_bytes = optimizer_.kind == "adamw" ? 2 * o.parameter_bytes : 0;
     return o;
@@ -423,9 +436,10 @@ class RankJob {
   }
 
   static void print_progress(const nlohmann::json& e, int steps) {
-    fmt::print("step {:>4}/{}  loss {:.4f}  {:>9.0f} tokens/s  {:7.1f} ms  bubble {:4.1f}%", e["step"].get<int>() + 1,
-               steps, e["loss"].get<double>(), e["tokens_per_second"].get<double>(), 1e3 * e["seconds"].get<double>(),
-               100 * e["bubble"].get<double>());
+    const bool samples = e.contains("samples_per_second");
+    fmt::print("step {:>4}/{}  loss {:.4f}  {:>9.0f} {}/s  {:7.1f} ms  bubble {:4.1f}%", e["step"].get<int>() + 1, steps,
+               e["loss"].get<double>(), e[samples ? "samples_per_second" : "tokens_per_second"].get<double>(),
+               samples ? "samples" : "tokens", 1e3 * e["seconds"].get<double>(), 100 * e["bubble"].get<double>());
     if (e.contains("learning_rate")) fmt::print("  lr {:.2e}", e["learning_rate"].get<double>());
     if (e.contains("grad_norm")) fmt::print("  grad norm {:.3f}", e["grad_norm"].get<double>());
     fmt::print("\n");

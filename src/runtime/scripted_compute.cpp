@@ -246,6 +246,7 @@ void Executor::State::scripted_backward(Local& l, int mb, const std::vector<at::
     }
   if (!split) {
     m.pieces.clear();
+    m.inputs.clear();
     m.has_saved = false;
   }
   scripted_account(l, m);
@@ -269,6 +270,7 @@ void Executor::State::scripted_weight(Local& l, int mb) {
       if (got[i].defined()) c.gradients[c.piece_parameters[p][i]].add_(got[i]);
   }
   m.pieces.clear();
+  m.inputs.clear();
   m.has_saved = false;
   scripted_account(l, m);
 }
@@ -299,8 +301,9 @@ void Executor::State::scripted_transfer(Local& l, int mb, bool to_host) {
   scripted_account(l, m);
 }
 
-// Device bytes: what the graphs saved and the dropped pieces' checkpoints, each storage once and
-// parameters never; host bytes: what OFFLOAD moved.
+// Device bytes: what the graphs saved, the dropped pieces' checkpoints and what the chunk received
+// (held until the backward ends, as the memory model's held input), each storage once and parameters
+// never; host bytes: what OFFLOAD moved.
 void Executor::State::scripted_account(const Local& l, Micro& m) {
   const ScriptedChunk& c = *l.scripted;
   std::vector<const void*> counted = c.parameter_storages;
@@ -317,6 +320,12 @@ void Executor::State::scripted_account(const Local& l, Micro& m) {
         (m.offloaded && l.offload_checkpoints ? host : device) += static_cast<int64_t>(t.storage().nbytes());
       }
   }
+  if (m.has_saved)
+    for (const at::Tensor& t : m.inputs) {
+      if (std::find(counted.begin(), counted.end(), storage_key(t)) != counted.end()) continue;
+      counted.push_back(storage_key(t));
+      device += static_cast<int64_t>(t.storage().nbytes());
+    }
   track(device - m.saved_bytes, host - m.offloaded_bytes);
   m.saved_bytes = device;
   m.offloaded_bytes = host;

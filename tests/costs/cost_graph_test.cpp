@@ -56,6 +56,34 @@ TEST(ShapePolynomial, EvaluatesEachTerm) {
   EXPECT_TRUE(ShapePolynomial{}.is_zero());
 }
 
+TEST(ActivationBytesScaled, ScalesEveryByteCountAndNothingElse) {
+  const CostGraph graph = parse_cost_graph(kSmallGraph, "g.json");
+  const CostGraph doubled = with_activation_bytes_scaled(graph, 2);
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const OperatorNode &was = graph.nodes[i], &now = doubled.nodes[i];
+    EXPECT_EQ(now.saved_bytes, 2 * was.saved_bytes);
+    EXPECT_EQ(now.freed_by_input, 2 * was.freed_by_input);
+    EXPECT_EQ(now.shared_saved_bytes, 2 * was.shared_saved_bytes);
+    EXPECT_EQ(now.output_bytes, 2 * was.output_bytes);
+    EXPECT_EQ(now.workspace_bytes, 2 * was.workspace_bytes);
+    EXPECT_EQ(now.forward, was.forward);
+    EXPECT_EQ(now.parameters, was.parameters);
+  }
+  EXPECT_EQ(doubled.nodes[1].saved_bytes.at(2, 128), 2 * (128 * 128 * 2 + 4 * 2));
+  EXPECT_EQ(doubled.edges[0].bytes, 2 * graph.edges[0].bytes);
+}
+
+TEST(ActivationBytesScaled, ACaptureMeasuresInItsFirstFloatingInputsType) {
+  CaptureRecord capture;
+  EXPECT_EQ(captured_element_bytes(capture), 4);  // no inputs recorded: float32 parameters
+  capture.inputs = {{{2, 16}, "int64"}, {{2, 16, 8}, "float64"}};
+  EXPECT_EQ(captured_element_bytes(capture), 8);
+  capture.inputs = {{{2, 16}, "int64"}};
+  EXPECT_EQ(captured_element_bytes(capture), 4);  // token ids into a float32 model
+  capture.inputs = {{{2, 3}, "bfloat16"}};
+  EXPECT_EQ(captured_element_bytes(capture), 2);
+}
+
 TEST(CostGraphFormat, ReadsEveryField) {
   const CostGraph graph = parse_cost_graph(kSmallGraph, "g.json");
   EXPECT_EQ(graph.name, "small");

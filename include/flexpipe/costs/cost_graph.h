@@ -176,6 +176,14 @@ double roofline_time(const PassCost& cost, const RooflineRates& rates, const Sha
 double total_parameters(const CostGraph& graph);
 double total_active_parameters(const CostGraph& graph);
 
+// The graph with every activation byte count (saved, shared, freed, output, workspace and edge bytes)
+// times `factor`, times and FLOPs unchanged: a model captured in float32 and trained in float64 holds
+// twice the bytes.
+CostGraph with_activation_bytes_scaled(CostGraph graph, double factor);
+// Bytes per element of the floating type a captured graph's activations were measured in: that of its
+// first floating-point input, else 4 (a model of float32 parameters fed integer tokens).
+double captured_element_bytes(const CaptureRecord& capture);
+
 int find_node(const CostGraph& graph, const std::string& name);  // -1 when absent
 // The nodes of one directed cycle among `edges` over `num_nodes` nodes, in edge order; empty when the
 // edges form a DAG.
