@@ -13,12 +13,11 @@ flexpipe="$(cd "$build" && pwd)/flexpipe"
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-
 echo "machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 "$flexpipe" capture "$root/python/tests/models.py:transformer_classifier" --input 8x6x16 --loss cross_entropy \
-  -o "$dir/model.graph.json" > /dev/null
-"$flexpipe" partition --model "$dir/model.graph.json" -p 2 -m 8 -o "$dir/plan.json" > /dev/null
+  -o "$dir/model.graph.json" > /dev/null 2>&1
+"$flexpipe" partition --model "$dir/model.graph.json" -p 2 -m 8 --memory-limit 8e10 -o "$dir/plan.json" > /dev/null
 
 # summarize NAME: medians over the steps after the first of a `train --json` report on stdin.
 summarize() {
@@ -29,8 +28,9 @@ run = json.loads(text[text.index("{"):])["runs"][0]
 steps = run["steps"][1:]
 overhead = statistics.median(statistics.mean(s["overhead_us_per_action"]) for s in steps)
 step = statistics.median(s["seconds"] for s in steps) * 1e3
-print(f"{sys.argv[1]:<28} {run[\"schedule\"]:<7} overhead {overhead:5.1f} us/action, median step {step:6.2f} ms; "
-      f"last step measured {run[\"measured_makespan_ms\"]:6.2f} ms, simulated {run[\"predicted_makespan_ms\"]:6.2f} ms")
+name, measured, simulated = run["schedule"], run["measured_makespan_ms"], run["predicted_makespan_ms"]
+print(f"{sys.argv[1]:<28} {name:<6} overhead {overhead:5.1f} us/action, median step "
+      f"{step:6.2f} ms; last step measured {measured:6.2f} ms, simulated {simulated:6.2f} ms")
 ' "$1"
 }
 

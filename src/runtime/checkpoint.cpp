@@ -42,7 +42,9 @@ std::string checkpoint_path(const std::string& dir, int step, int rank) {
 void write_rank_checkpoint(const std::string& path, const RankCheckpoint& checkpoint) {
   CheckpointFile file{.step = checkpoint.step,
                       .optimizer_steps = checkpoint.optimizer_steps,
-                      .identity = checkpoint.identity};
+                      .identity = checkpoint.identity,
+                      .tensors = {},
+                      .data = {}};
   for (const auto& [name, tensor] : checkpoint.tensors) {
     const at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
     const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
@@ -63,7 +65,10 @@ RankCheckpoint read_rank_checkpoint(const std::string& path) {
   std::stringstream bytes;
   bytes << in.rdbuf();
   const CheckpointFile file = parse_checkpoint_file(bytes.str(), path);
-  RankCheckpoint checkpoint{.step = file.step, .optimizer_steps = file.optimizer_steps, .identity = file.identity};
+  RankCheckpoint checkpoint{.step = file.step,
+                            .optimizer_steps = file.optimizer_steps,
+                            .identity = file.identity,
+                            .tensors = {}};
   for (const CheckpointTensorRecord& record : file.tensors) {
     at::Tensor t = at::empty(record.shape, at::TensorOptions().dtype(dtype_named(record.dtype)));
     std::memcpy(t.data_ptr(), file.data.data() + record.offset, record.bytes);

@@ -72,7 +72,7 @@ MicroBatchData DataSource::microbatch(int step, int index, int batch, int seq_le
     const at::Tensor replace = at::rand(sequences.sizes(), gen, at::TensorOptions().dtype(at::kDouble)) < kNoise;
     sequences = at::where(replace, noise, sequences);
   }
-  return {sequences.narrow(1, 0, seq_len).contiguous(), sequences.narrow(1, 1, seq_len).contiguous()};
+  return {sequences.narrow(1, 0, seq_len).contiguous(), sequences.narrow(1, 1, seq_len).contiguous(), {}};
 }
 
 std::vector<MicroBatchData> DataSource::batch(int step, int first, int count, int batch_size, int seq_len) const {

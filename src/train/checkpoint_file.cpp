@@ -95,6 +95,7 @@ CheckpointFile parse_checkpoint_file(const std::string& bytes, const std::string
     for (const auto& entry : header.at("tensors")) {
       CheckpointTensorRecord record{.name = entry.at("name").get<std::string>(),
                                     .dtype = entry.at("dtype").get<std::string>(),
+                                    .shape = {},
                                     .offset = whole_number<size_t>(entry, "offset", origin),
                                     .bytes = whole_number<size_t>(entry, "bytes", origin)};
       for (const auto& extent : entry.at("shape")) {

@@ -201,7 +201,9 @@ TEST(Partitioner, BinarySearchEqualsExhaustiveSearchOnAResidualBlockAndAUNet) {
           const std::string where = graph.name + ", " + std::to_string(stages) + " stages, budget " +
                                     std::to_string(budget) + ", bandwidth " + std::to_string(bandwidth);
           ASSERT_EQ(dawn.fits, exhaustive.fits) << where;
-          if (dawn.fits) EXPECT_NEAR(dawn.bottleneck, exhaustive.bottleneck, 1e-7 * exhaustive.bottleneck) << where;
+          if (dawn.fits) {
+            EXPECT_NEAR(dawn.bottleneck, exhaustive.bottleneck, 1e-7 * exhaustive.bottleneck) << where;
+          }
         }
       }
     }

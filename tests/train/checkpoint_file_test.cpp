@@ -12,7 +12,11 @@ namespace flexpipe {
 namespace {
 
 CheckpointFile two_tensors() {
-  CheckpointFile file{.step = 7, .optimizer_steps = 6, .identity = {{"model", "gpt"}, {"seed", 1}}};
+  CheckpointFile file{.step = 7,
+                      .optimizer_steps = 6,
+                      .identity = {{"model", "gpt"}, {"seed", 1}},
+                      .tensors = {},
+                      .data = {}};
   file.tensors.push_back({.name = "w", .dtype = "float32", .shape = {2, 3}, .offset = 0, .bytes = 24});
   file.tensors.push_back({.name = "step", .dtype = "int64", .shape = {}, .offset = 24, .bytes = 8});
   file.data = std::string(32, '\x01');
