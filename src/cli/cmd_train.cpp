@@ -259,10 +259,6 @@ int prepare_captured_model(TrainOptions& o, bool launcher) {
         fmt::format("--model {}: a captured model trains with the plan it is cut by: add --plan PLAN.json "
                     "(flexpipe partition --model {} -p P -m M -o PLAN.json)",
                     model, model));
-  if (request.verify)
-    throw Error(
-        "--verify trains the built-in model in one process to compare; compare a captured model with PyTorch "
-        "itself: --export-weights FILE.pt, then model.load_state_dict(torch.load(FILE.pt)) (docs/export.md)");
   if (request.export_dir.empty())
     request.export_dir = std::filesystem::path(model).replace_extension(".export").string();
   if (!launcher) return 0;

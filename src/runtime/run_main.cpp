@@ -30,6 +30,7 @@
 #include "flexpipe/train/measured_timeline.h"
 #include "flexpipe/views/views.h"
 #include "reference_model.h"
+#include "scripted_reference.h"
 #include "tensor_data.h"
 #include "transport.h"
 
@@ -91,10 +92,6 @@ class RankJob {
       throw Error(fmt::format("dtype '{}': use float32 or float64", request.training.dtype));
     dtype_ = request.training.dtype == "float64" ? at::kDouble : at::kFloat;
     if (captured()) {
-      if (request.verify)
-        throw Error(
-            "--verify trains the built-in model in one process to compare; a captured model is compared with "
-            "PyTorch itself: --export-weights, then load_state_dict (docs/export.md)");
       manifest_ = read_export_manifest(request.export_dir);
       tensors_ = request.training.data.empty() ? TensorData::synthetic(*manifest_, request.training.seed)
                                                : TensorData::from_file(request.training.data, *manifest_);
@@ -437,8 +434,8 @@ class RankJob {
 
   static void print_progress(const nlohmann::json& e, int steps) {
     const bool samples = e.contains("samples_per_second");
-    fmt::print("step {:>4}/{}  loss {:.4f}  {:>9.0f} {}/s  {:7.1f} ms  bubble {:4.1f}%", e["step"].get<int>() + 1, steps,
-               e["loss"].get<double>(), e[samples ? "samples_per_second" : "tokens_per_second"].get<double>(),
+    fmt::print("step {:>4}/{}  loss {:.4f}  {:>9.0f} {}/s  {:7.1f} ms  bubble {:4.1f}%", e["step"].get<int>() + 1,
+               steps, e["loss"].get<double>(), e[samples ? "samples_per_second" : "tokens_per_second"].get<double>(),
                samples ? "samples" : "tokens", 1e3 * e["seconds"].get<double>(), 100 * e["bubble"].get<double>());
     if (e.contains("learning_rate")) fmt::print("  lr {:.2e}", e["learning_rate"].get<double>());
     if (e.contains("grad_norm")) fmt::print("  grad norm {:.3f}", e["grad_norm"].get<double>());
@@ -473,24 +470,60 @@ class RankJob {
     return it->second;
   }
 
+  // A captured model's single-process run (scripted_reference.h), once per micro-batch count.
+  const ScriptedReferenceRun& scripted_reference(const ModelPlan& plan, int microbatches) {
+    auto it = scripted_references_.find(microbatches);
+    if (it == scripted_references_.end()) {
+      ReferenceTraining training;
+      training.microbatches = microbatches;
+      training.steps = request_.training.steps;
+      training.optimizer = optimizer_;
+      training.learning_rate = lr_;
+      training.max_grad_norm = request_.training.max_grad_norm;
+      it = scripted_references_
+               .emplace(microbatches, train_scripted_reference(*plan.scripted, *tensors_, training, plan.seed))
+               .first;
+    }
+    return it->second;
+  }
+
   bool verify(const ModelPlan& plan, Executor& executor, const Schedule& schedule, nlohmann::json& j) {
-    const ReferenceRun& ref = reference(plan, schedule.num_microbatches * request_.data_parallel);
+    const int microbatches = schedule.num_microbatches * request_.data_parallel;
+    const std::vector<double>& losses =
+        captured() ? scripted_reference(plan, microbatches).losses : reference(plan, microbatches).losses;
     double loss_difference = 0;
     for (const auto& entry : j["steps"]) {
-      const double got = entry["loss"].get<double>(), want = ref.losses[entry["step"].get<int>()];
+      const double got = entry["loss"].get<double>(), want = losses[entry["step"].get<int>()];
       loss_difference = std::max(loss_difference, std::abs(got - want) / std::max(std::abs(want), 1e-300));
     }
     double worst = 0;
     std::string worst_name;
-    for (int stage : executor.local_stages())
-      for (const auto& [node, params] : executor.stage_parameters(stage))
-        for (size_t i = 0; i < params.size(); ++i) {
-          const double d = relative_difference(params[i], ref.parameters[node][i]);
-          if (d > worst || worst_name.empty()) {
-            worst = d;
-            worst_name = fmt::format("{}[{}] (stage {})", plan.graph.nodes[node].name, i, stage);
-          }
-        }
+    int compared = 0;
+    auto compare = [&](const at::Tensor& got, const at::Tensor& want, const std::string& name) {
+      ++compared;
+      const double d = relative_difference(got, want);
+      if (d > worst || worst_name.empty()) worst = d, worst_name = name;
+    };
+    if (captured()) {
+      // Every parameter and buffer this rank holds ("stage{S}.{name}", "stage{S}.buffer.{name}").
+      const ScriptedReferenceRun& ref = scripted_reference(plan, microbatches);
+      for (const auto& [entry, tensor] : executor.state()) {
+        const size_t dot = entry.find('.');
+        const int stage = std::stoi(entry.substr(5, dot - 5));
+        std::string name = entry.substr(dot + 1);
+        if (name.starts_with("adam_")) continue;
+        if (name.starts_with("buffer.")) name = name.substr(7);
+        const at::Tensor want = scripted_tensor(ref.chunks[schedule.chunk_of_stage(stage)], name);
+        if (want.defined()) compare(tensor, want, fmt::format("{} (stage {})", name, stage));
+      }
+    } else {
+      const ReferenceRun& ref = reference(plan, microbatches);
+      for (int stage : executor.local_stages())
+        for (const auto& [node, params] : executor.stage_parameters(stage))
+          for (size_t i = 0; i < params.size(); ++i)
+            compare(params[i], ref.parameters[node][i],
+                    fmt::format("{}[{}] (stage {})", plan.graph.nodes[node].name, i, stage));
+    }
     std::vector<double> per_rank;
     collective(request_.training.steps - 1, "comparing the parameters with the single-process run",
                [&] { per_rank = gather(world_, worst, timeout_); });
@@ -501,6 +534,7 @@ class RankJob {
                  world_.rank(), schedule.name, worst_name, worst);
     j["verify"] = {{"loss_difference", loss_difference},
                    {"parameter_difference", parameter_difference},
+                   {"tensors_compared_on_rank_0", compared},
                    {"tolerance", request_.tolerance},
                    {"passed", passed}};
     return passed;
@@ -516,6 +550,7 @@ class RankJob {
   std::optional<TensorData> tensors_;
   std::optional<LrSchedule> lr_;
   std::map<int, ReferenceRun> references_;
+  std::map<int, ScriptedReferenceRun> scripted_references_;
 };
 
 std::string megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }

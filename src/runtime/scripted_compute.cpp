@@ -130,8 +130,7 @@ void Executor::State::scripted_forward(Local& l, int mb) {
   bool random = false;
   for (const PieceSpec& p : spec.pieces) random = random || p.random;
   if (random)
-    default_generator().set_current_seed(plan.seed * 1000003u + (uint64_t(step) * 4099u + l.chunk) * 65537u +
-                                         uint64_t(options.replica) * microbatches + mb);
+    default_generator().set_current_seed(dropout_seed(plan.seed, step, l.chunk, options.replica * microbatches + mb));
   m.pieces.assign(spec.pieces.size() + (c.loss ? 1 : 0), PieceRun{});
   for (size_t p = 0; p < spec.pieces.size(); ++p)
     run_piece(l, m, static_cast<int>(p), values, l.recompute[mb] && spec.pieces[p].memory == "recompute");

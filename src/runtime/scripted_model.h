@@ -4,6 +4,7 @@
 // it runs in order (the whole chunk when the plan decides nothing for it), each taking and returning
 // tensors by name, and the chunk's parameters by their original names, one tensor per name shared by
 // every piece that reads it.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,6 +79,13 @@ struct ScriptedChunk {
 // Loads chunk `chunk`'s modules (and the loss module for the last chunk); throws Error naming a file
 // that is missing, not a TorchScript module, or whose parameters differ from the manifest.
 ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk);
+
+// The generator seed of a chunk's random pieces (dropout) for one micro-batch of a step: a function of
+// where the micro-batch is in the step (over every data-parallel replica), never of the schedule or
+// the rank, so every schedule and the single-process reference draw the same masks.
+inline uint64_t dropout_seed(uint64_t seed, int step, int chunk, int microbatch_of_step) {
+  return seed * 1000003u + (uint64_t(step) * 4099u + uint64_t(chunk)) * 65537u + uint64_t(microbatch_of_step);
+}
 
 // Points `name` (a dotted path of submodules) of `module` at `value`.
 void set_module_tensor(torch::jit::Module& module, const std::string& name, const at::Tensor& value);

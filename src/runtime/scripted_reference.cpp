@@ -1,0 +1,112 @@
+#include "scripted_reference.h"
+
+#include <cmath>
+#include <map>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/List.h>
+#include <fmt/format.h>
+
+#include "flexpipe/support/error.h"
+#include "optimizer.h"
+
+namespace flexpipe::runtime {
+
+namespace {
+
+std::vector<at::Tensor> outputs_of(const c10::IValue& value) {
+  if (value.isTensor()) return {value.toTensor()};
+  std::vector<at::Tensor> out;
+  if (value.isTuple())
+    for (const c10::IValue& e : value.toTupleRef().elements()) out.push_back(e.toTensor());
+  else if (value.isTensorList())
+    out = value.toTensorVector();
+  else
+    throw Error(fmt::format("a piece returned {}, not a tuple of tensors", value.tagKind()));
+  return out;
+}
+
+// One micro-batch through every chunk and the loss, with autograd: the loss tensor.
+at::Tensor microbatch_loss(const ExportManifest& manifest, std::vector<ScriptedChunk>& chunks,
+                           const MicroBatchData& data, uint64_t seed, int step, int microbatch_of_step) {
+  std::map<std::string, at::Tensor> values;
+  for (size_t j = 0; j < manifest.inputs.size() && j < data.inputs.size(); ++j)
+    values[manifest.inputs[j].name] = data.inputs[j];
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const ChunkSpec& spec = *chunks[k].spec;
+    bool random = false;
+    for (const PieceSpec& p : spec.pieces) random = random || p.random;
+    if (random) {
+      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      generator.set_current_seed(dropout_seed(seed, step, static_cast<int>(k), microbatch_of_step));
+    }
+    for (size_t p = 0; p < spec.pieces.size(); ++p) {
+      std::vector<c10::IValue> inputs;
+      for (const TensorSpec& in : spec.pieces[p].inputs) {
+        auto it = values.find(in.name);
+        if (it == values.end())
+          throw Error(fmt::format("{}: {} reads {}, which no earlier piece or chunk provides", manifest.directory,
+                                  spec.pieces[p].file, in.name));
+        inputs.emplace_back(it->second);
+      }
+      const std::vector<at::Tensor> outputs = outputs_of(chunks[k].pieces[p].forward(inputs));
+      for (size_t j = 0; j < outputs.size() && j < spec.pieces[p].outputs.size(); ++j)
+        values[spec.pieces[p].outputs[j].name] = outputs[j];
+    }
+  }
+  c10::List<at::Tensor> loss_inputs;
+  for (const std::string& name : manifest.loss.inputs) loss_inputs.push_back(values.at(name));
+  const c10::IValue target = data.targets.defined() ? c10::IValue(data.targets) : c10::IValue();
+  return chunks.back().loss->forward({loss_inputs, target}).toTensor();
+}
+
+}  // namespace
+
+ScriptedReferenceRun train_scripted_reference(const ExportManifest& manifest, const TensorData& data,
+                                              const ReferenceTraining& training, uint64_t seed) {
+  ScriptedReferenceRun run;
+  std::vector<at::Tensor> parameters;
+  for (size_t k = 0; k < manifest.chunks.size(); ++k) {
+    run.chunks.push_back(load_scripted_chunk(manifest, static_cast<int>(k)));
+    for (const at::Tensor& p : run.chunks.back().parameters) parameters.push_back(p);
+  }
+  Optimizer optimizer(training.optimizer, parameters);
+  const int microbatches = training.microbatches;
+  for (int step = 0; step < training.steps; ++step) {
+    double loss = 0;
+    const std::vector<MicroBatchData> batch = data.batch(step, 0, microbatches, microbatches);
+    for (int j = 0; j < microbatches; ++j) {
+      at::AutoGradMode mode(true);
+      const at::Tensor scaled = microbatch_loss(manifest, run.chunks, batch[j], seed, step, j) / microbatches;
+      scaled.backward();
+      loss += scaled.item<double>();
+    }
+    run.losses.push_back(loss);
+    std::vector<at::Tensor> gradients;
+    for (at::Tensor& p : parameters) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+      gradients.push_back(p.grad());
+    }
+    if (training.max_grad_norm > 0) {
+      double squares = 0;
+      for (const at::Tensor& g : gradients) squares += g.to(at::kDouble).pow(2).sum().item<double>();
+      const double coefficient = std::min(1.0, training.max_grad_norm / (std::sqrt(squares) + 1e-6));
+      for (const at::Tensor& g : gradients) g.mul_(coefficient);
+    }
+    if (training.learning_rate) optimizer.set_learning_rate(learning_rate(*training.learning_rate, step));
+    at::NoGradGuard no_grad;
+    optimizer.step(gradients);
+  }
+  return run;
+}
+
+at::Tensor scripted_tensor(const ScriptedChunk& chunk, const std::string& name) {
+  for (size_t i = 0; i < chunk.parameter_names.size(); ++i)
+    if (chunk.parameter_names[i] == name) return chunk.parameters[i];
+  for (size_t i = 0; i < chunk.buffer_names.size(); ++i)
+    if (chunk.buffer_names[i] == name) return chunk.buffers[i];
+  return {};
+}
+
+}  // namespace flexpipe::runtime
