@@ -100,3 +100,20 @@ class TransformerClassifier(torch.nn.Module):
 
 def transformer_classifier():
     return TransformerClassifier()
+
+
+class TiedLanguageModel(torch.nn.Module):
+    """The output layer reuses the embedding's weight (GPT-2's tying): with a cut between them, two chunks
+    hold it."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(10, 8)
+        self.hidden = torch.nn.Linear(8, 8)
+
+    def forward(self, tokens):
+        return torch.nn.functional.linear(torch.tanh(self.hidden(self.embedding(tokens))), self.embedding.weight)
+
+
+def tied_language_model():
+    return TiedLanguageModel()

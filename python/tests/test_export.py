@@ -298,22 +298,10 @@ class Exported(unittest.TestCase):
             self.assertTrue(torch.equal(out, model(x)), scale)
 
 
-class TiedLanguageModel(torch.nn.Module):
-    """The output layer reuses the embedding's weight: with a cut between them, both chunks hold it."""
-
-    def __init__(self):
-        super().__init__()
-        self.embedding = torch.nn.Embedding(10, 8)
-        self.hidden = torch.nn.Linear(8, 8)
-
-    def forward(self, tokens):
-        return F.linear(torch.tanh(self.hidden(self.embedding(tokens))), self.embedding.weight)
-
-
 class TiedParameters(unittest.TestCase):
     def test_held_by_every_chunk_that_reads_them_and_their_gradients_add_up(self):
         torch.manual_seed(0)
-        model = TiedLanguageModel().double()
+        model = models.TiedLanguageModel().double()
         tokens = torch.tensor([[1, 2, 3, 4, 5], [6, 7, 8, 9, 0]])
         graph = capture(model, [tokens], "cross_entropy", time_operators=False)
         target = torch.tensor([[2, 3, 4, 5, 6], [7, 8, 9, 0, 1]])

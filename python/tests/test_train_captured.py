@@ -36,7 +36,10 @@ CASES = {
     "resnet18": ((2, 3, 32, 32), "cross_entropy", ["layer2_0_bn1"],
                  ["layer1_0_bn1", "layer2_0_downsample_0", "layer3_1_conv2"],
                  ["layer2_0_conv1", "layer2_0_bn1", "layer2_0_relu"], ["layer3_1_conv1", "layer3_1_bn1"]),
+    # The embedding's weight is also the output layer's: every cut below puts its readers in two chunks.
+    "tied_language_model": ((2, 5), "cross_entropy", ["hidden"], ["embedding", "hidden", "linear"], [], []),
 }
+VOCABULARY = {"tied_language_model": 10}  # models fed token ids rather than floats
 
 
 def loss_of(kind, output, target):
@@ -45,7 +48,7 @@ def loss_of(kind, output, target):
     return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
 
 
-def reference(factory, data, microbatches, rates, optimizer):
+def reference(factory, data, microbatches, rates, optimizer, clip=0):
     """Single-process PyTorch training: the seeded model, a step's batch as consecutive micro-batches."""
     torch.manual_seed(0)
     model = getattr(models, factory)().double().train()
@@ -65,6 +68,8 @@ def reference(factory, data, microbatches, rates, optimizer):
             loss = loss_of(kind, model(inputs[rows]), targets[rows])
             (loss / microbatches).backward()
             total += loss.item() / microbatches
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         for group in opt.param_groups:
             group["lr"] = rate
         opt.step()
@@ -90,25 +95,29 @@ class TrainCaptured(unittest.TestCase):
         with open(self.path("plan.json"), "w") as f:
             json.dump(plan, f)
         generator = torch.Generator().manual_seed(7)
-        inputs = torch.randn([SAMPLES, *shape[1:]], generator=generator, dtype=torch.float64)
+        if factory in VOCABULARY:
+            inputs = torch.randint(0, VOCABULARY[factory], [SAMPLES, *shape[1:]], generator=generator)
+        else:
+            inputs = torch.randn([SAMPLES, *shape[1:]], generator=generator, dtype=torch.float64)
+        zeros = torch.zeros(shape, dtype=torch.long if factory in VOCABULARY else torch.float32)
         output = graph["outputs"] if "outputs" in graph else None
         if kind == "mse":
             torch.manual_seed(0)
-            out_shape = getattr(models, factory)()(torch.zeros(shape)).shape
+            out_shape = getattr(models, factory)()(zeros).shape
             targets = torch.randn([SAMPLES, *out_shape[1:]], generator=generator, dtype=torch.float64)
         else:
             torch.manual_seed(0)
-            out_shape = getattr(models, factory)().eval()(torch.zeros(shape)).shape
+            out_shape = getattr(models, factory)().eval()(zeros).shape
             targets = torch.randint(0, out_shape[-1], [SAMPLES, *out_shape[1:-1]], generator=generator)
         data = {"inputs": inputs, "targets": targets}
         torch.save(data, self.path("data.pt"))
         return data
 
-    def train(self, schedule, devices, microbatches, optimizer, extra=()):
+    def train(self, schedule, devices, microbatches, optimizer, extra=(), clip=0):
         plan = [] if schedule == "auto" else ["--plan", self.path("plan.json")]
         done = subprocess.run(
             [BINARY, "train", "--model", self.path("model.graph.json"), *plan, "--schedule", schedule, "-p", str(devices), "-m", str(microbatches), "--steps", str(STEPS),
-             "--dtype", "float64", "--optimizer", optimizer, "--lr", "0.05", "--warmup", "1", "--clip", "0",
+             "--dtype", "float64", "--optimizer", optimizer, "--lr", "0.05", "--warmup", "1", "--clip", str(clip),
              "--weight-decay", "0", "--data", self.path("data.pt"), "--export-weights", self.path("weights.pt"),
              "--timeout", "120", "--json", *extra],
             capture_output=True, text=True, timeout=600)
@@ -116,9 +125,10 @@ class TrainCaptured(unittest.TestCase):
         report = json.loads(done.stdout[done.stdout.index("{"):])["runs"][0]
         return report, torch.load(self.path("weights.pt"))
 
-    def check(self, factory, chunks, schedule, devices, microbatches, optimizer="sgd", extra=(), memory_exact=False):
+    def check(self, factory, chunks, schedule, devices, microbatches, optimizer="sgd", extra=(), memory_exact=False,
+              clip=0):
         data = self.prepare(factory, chunks, timed=schedule == "auto")
-        report, weights = self.train(schedule, devices, microbatches, optimizer, extra)
+        report, weights = self.train(schedule, devices, microbatches, optimizer, extra, clip)
         if memory_exact:
             # What the ranks held for backward passes (saved tensors and what each chunk received) is what
             # the simulator holds from the capture's saved bytes, byte for byte, under this schedule.
@@ -126,7 +136,7 @@ class TrainCaptured(unittest.TestCase):
                 self.assertEqual(rank["measured_peak_saved_bytes"], rank["simulated_peak_activation_bytes"],
                                  f"{schedule}: rank {rank['rank']}")
         rates = [s["learning_rate"] for s in report["steps"]]
-        losses, state = reference(factory, data, microbatches, rates, optimizer)
+        losses, state = reference(factory, data, microbatches, rates, optimizer, clip)
         for step, (got, want) in enumerate(zip([s["loss"] for s in report["steps"]], losses)):
             self.assertLessEqual(abs(got - want), RELATIVE * abs(want), f"{schedule}: loss of step {step}")
         self.assertEqual(sorted(weights), sorted(state), "the state_dict's names")
@@ -169,6 +179,15 @@ class TrainCaptured(unittest.TestCase):
     def test_transformer_classifier_zb_v_and_1f1b(self):
         self.check("transformer_classifier", 4, "zb-v", 2, 4, "adamw")
         self.check("transformer_classifier", 2, "1f1b", 2, 4)
+
+    def test_a_weight_tied_across_chunks(self):
+        # Each chunk holding the tied weight adds its gradient; the copies take the summed step, counted
+        # once in the clipped norm and written once: on two ranks (1F1B), and with both copies on one rank
+        # (interleaved: chunks 0 and 2 on rank 0).
+        self.check("tied_language_model", 2, "1f1b", 2, 4, "adamw", clip=0.5)
+        report = self.check("tied_language_model", 4, "interleaved-1f1b", 2, 4, "adamw", ["-v", "2", "--verify"],
+                            clip=0.5)
+        self.assertTrue(report["verify"]["passed"], report["verify"])
 
     def test_checkpoint_and_resume_equal_an_uninterrupted_run(self):
         self.prepare("resnet18", 2)
@@ -271,7 +290,8 @@ def graph_of_case(factory, timed=False):
         shape, kind = CASES[factory][:2]
         torch.manual_seed(0)
         model = getattr(models, factory)()
-        GRAPHS[factory, timed] = capture(model, [example_input(list(shape), "float32", 0)], kind,
+        dtype = "int64" if factory in VOCABULARY else "float32"
+        GRAPHS[factory, timed] = capture(model, [example_input(list(shape), dtype, 0)], kind,
                                          time_operators=timed, source={"file": models.__file__, "factory": factory})
     return GRAPHS[factory, timed]
 

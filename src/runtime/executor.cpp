@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <map>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -131,6 +132,21 @@ void Executor::State::build_scripted_stages() {
     local.optimizer = std::make_unique<Optimizer>(options.optimizer, local.scripted->parameters);
     locals.push_back(std::move(local));
   }
+  std::map<std::string, TiedWeight> by_name;
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    const ChunkSpec& chunk = manifest.chunks[schedule.chunk_of_stage(s)];
+    int trainable = 0;
+    for (size_t j = 0; j < chunk.parameters.size(); ++j) {
+      if (!chunk.parameters[j].requires_grad) continue;
+      if (!chunk.parameter_tied_chunks[j].empty()) {
+        TiedWeight& w = by_name[chunk.parameter_state_names[j].front()];
+        w.name = chunk.parameter_state_names[j].front();
+        w.copies.emplace_back(s, trainable);
+      }
+      ++trainable;
+    }
+  }
+  for (auto& [name, weight] : by_name) tied.push_back(std::move(weight));
   mark_recomputed_and_stepped();
 }
 
@@ -319,6 +335,7 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
   report.actions = static_cast<int64_t>(actions.size());
   s.sends.clear();
   s.synchronise_replicas();
+  s.synchronise_tied();
   s.synchronise_data_parallel();
   report.grad_norm = s.clip_gradients();
   double local_loss = 0;

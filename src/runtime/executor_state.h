@@ -27,9 +27,11 @@ struct ComputeTimer {
 };
 
 // Tags: one per (boundary, micro-batch, direction); gradient exchanges between copies of a stage above
-// kReplicaTags (DualPipe's two pipelines) and kDataParallelTags (data-parallel replicas).
+// kReplicaTags (DualPipe's two pipelines), kDataParallelTags (data-parallel replicas) and kTiedTags
+// (a weight tied across chunks).
 constexpr uint32_t kReplicaTags = 1u << 30;
 constexpr uint32_t kDataParallelTags = 1u << 29;
+constexpr uint32_t kTiedTags = 1u << 28;
 
 inline void add_to(at::Tensor& sum, const at::Tensor& term) { sum = sum.defined() ? sum + term : term; }
 
@@ -106,6 +108,13 @@ struct Executor::State {
   std::vector<std::vector<int>> crossing_index;  // per chunk: node -> position in plan.crossing[chunk], -1
   std::vector<std::vector<std::vector<int64_t>>> crossing_shapes;  // per chunk
   std::vector<Pending> sends;
+  // A captured model's weights tied across chunks (an output layer reading the embedding's weight): per
+  // weight, in state_dict-name order, every stage holding a copy with the copy's parameter index there.
+  struct TiedWeight {
+    std::string name;
+    std::vector<std::pair<int, int>> copies;  // (stage, parameter), in stage order
+  };
+  std::vector<TiedWeight> tied;
   int step = 0;
   int action_index = 0;
   const std::vector<MicroBatchData>* batch = nullptr;
@@ -170,6 +179,7 @@ struct Executor::State {
   bool steps_at_opt() const;
   std::vector<at::Tensor> gradients_of(Local& l);
   void synchronise_replicas();
+  void synchronise_tied();
   void synchronise_data_parallel();
   double clip_gradients();
 };

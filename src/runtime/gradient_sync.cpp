@@ -10,7 +10,7 @@
 namespace flexpipe::runtime {
 
 bool Executor::State::steps_at_opt() const {
-  return schedule.num_pipelines == 1 && options.replicas == 1 && options.max_grad_norm == 0;
+  return schedule.num_pipelines == 1 && options.replicas == 1 && options.max_grad_norm == 0 && tied.empty();
 }
 
 std::vector<at::Tensor> Executor::State::gradients_of(Local& l) {
@@ -85,6 +85,82 @@ void Executor::State::synchronise_replicas() {
   }
 }
 
+// A weight tied across chunks gets a gradient from each chunk that reads it; the model's gradient is
+// their sum. Within each pipeline every holder sends its copy's gradient to the other holders' ranks
+// and adds all of them in stage order, so the copies take identical steps (as the one tensor of the
+// model does). After the replicas' sum, every pipeline's copies hold the same gradients already.
+void Executor::State::synchronise_tied() {
+  if (tied.empty()) return;
+  auto tag = [&](size_t weight, int stage) {
+    return kTiedTags + static_cast<uint32_t>(weight * schedule.num_stages() + stage);
+  };
+  auto gradient = [&](int stage, int parameter) -> at::Tensor& { return local(stage).scripted->gradients[parameter]; };
+  std::vector<Pending> outgoing;
+  std::vector<std::vector<at::Tensor>> sums(tied.size());
+  std::vector<std::vector<Pending>> incoming(tied.size());
+  for (size_t w = 0; w < tied.size(); ++w) {
+    incoming[w].resize(tied[w].copies.size());
+    for (const auto& [stage, parameter] : tied[w].copies) {
+      if (schedule.stage_device[stage] != rank) continue;
+      const int pipeline = schedule.pipeline_of_stage(stage);
+      for (size_t c = 0; c < tied[w].copies.size(); ++c) {
+        const int other = tied[w].copies[c].first, device = schedule.stage_device[other];
+        if (device == rank || schedule.pipeline_of_stage(other) != pipeline) continue;
+        Pending out;
+        out.buffer = gradient(stage, parameter).contiguous();
+        out.peer = device;
+        out.transfer = transport.post_send(out.buffer, device, tag(w, stage));
+        Pending& in = incoming[w][c];
+        if (!in.transfer) {
+          in.buffer = at::empty_like(out.buffer);
+          in.peer = device;
+          in.transfer = transport.post_recv(in.buffer, device, tag(w, other));
+        }
+        outgoing.push_back(std::move(out));
+      }
+    }
+  }
+  for (size_t w = 0; w < tied.size(); ++w)
+    for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline) {
+      bool held_here = false;
+      for (const auto& [stage, parameter] : tied[w].copies)
+        held_here =
+            held_here || (schedule.stage_device[stage] == rank && schedule.pipeline_of_stage(stage) == pipeline);
+      if (!held_here) continue;
+      at::Tensor sum;
+      for (size_t c = 0; c < tied[w].copies.size(); ++c) {
+        const auto& [stage, parameter] = tied[w].copies[c];
+        if (schedule.pipeline_of_stage(stage) != pipeline) continue;
+        if (schedule.stage_device[stage] == rank) {
+          add_to(sum, gradient(stage, parameter));
+          continue;
+        }
+        Pending& in = incoming[w][c];
+        wait(*in.transfer, fmt::format("rank {}: step {}, gradient of the tied weight {}: waiting for rank {}", me,
+                                       step, tied[w].name, transport.global_rank(in.peer)));
+        in.transfer.reset();
+        add_to(sum, in.buffer);
+      }
+      sums[w].push_back(sum.clone());
+    }
+  // What was sent may be a view of the gradients themselves: overwrite them only once it is out.
+  for (Pending& p : outgoing)
+    wait(*p.transfer, fmt::format("rank {}: step {}, gradient of a tied weight: sending to rank {}", me, step,
+                                  transport.global_rank(p.peer)));
+  for (size_t w = 0; w < tied.size(); ++w) {
+    size_t next = 0;
+    for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline) {
+      bool held_here = false;
+      for (const auto& [stage, parameter] : tied[w].copies)
+        if (schedule.stage_device[stage] == rank && schedule.pipeline_of_stage(stage) == pipeline) {
+          gradient(stage, parameter).copy_(sums[w][next]);
+          held_here = true;
+        }
+      if (held_here) ++next;
+    }
+  }
+}
+
 // Data parallelism: every replica holds the same stages; their gradients are exchanged and summed
 // in replica order on every holder, so the copies take identical steps.
 void Executor::State::synchronise_data_parallel() {
@@ -150,7 +226,12 @@ double Executor::State::clip_gradients() {
   double local = 0;
   for (Local& l : locals) {
     if (schedule.pipeline_of_stage(l.stage) != 0) continue;
-    for (const at::Tensor& g : gradients_of(l)) local += g.to(at::kDouble).pow(2).sum().item<double>();
+    const std::vector<at::Tensor> gradients = gradients_of(l);
+    for (size_t i = 0; i < gradients.size(); ++i) {
+      // A tied weight's copies hold the same sum: counted at its first chunk only.
+      if (l.scripted && first_holder(*l.scripted, l.chunk, static_cast<int>(i)) != l.chunk) continue;
+      local += gradients[i].to(at::kDouble).pow(2).sum().item<double>();
+    }
   }
   at::Tensor total = at::full({1}, options.replica == 0 ? local : 0.0, at::TensorOptions().dtype(at::kDouble));
   try {

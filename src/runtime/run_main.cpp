@@ -266,10 +266,15 @@ class RankJob {
       std::string key = name.substr(dot + 1);
       if (key.starts_with("buffer.")) key = key.substr(7);
       if (key.starts_with("adam_")) continue;
-      for (const ChunkSpec& chunk : manifest_->chunks) {
+      for (size_t k = 0; k < manifest_->chunks.size(); ++k) {
+        const ChunkSpec& chunk = manifest_->chunks[k];
         auto match = [&](const std::vector<TensorSpec>& specs, const std::vector<std::vector<std::string>>& names) {
           for (size_t i = 0; i < specs.size(); ++i)
             if (specs[i].name == key && !names[i].empty()) {
+              // A weight tied across chunks is added once, by its first chunk's holder.
+              if (&specs == &chunk.parameters)
+                for (int other : chunk.parameter_tied_chunks[i])
+                  if (other < static_cast<int>(k)) return true;
               Entry& e = entries[by_state_name.at(names[i][0])];
               flat.narrow(0, e.offset, tensor.numel()).copy_(tensor.detach().reshape({-1}));
               return true;

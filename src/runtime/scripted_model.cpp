@@ -1,6 +1,7 @@
 // Reading an export's manifest and loading its TorchScript modules.
 #include "scripted_model.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -138,12 +139,21 @@ ExportManifest read_export_manifest(const std::string& directory) {
     chunk.buffers = r.tensors(c, "buffers", where);
     chunk.parameter_state_names = r.state_names(c, "parameters", where);
     chunk.buffer_state_names = r.state_names(c, "buffers", where);
-    for (const Json& p : r.field(c, "parameters", where))
-      if (p.contains("tied_chunks"))
-        throw Error(fmt::format(
-            "{}: {} shares parameter {} with other chunks (a tied weight): training tied weights across chunks is "
-            "not supported yet; cut so that one chunk holds every reader",
-            path, where, p.value("name", "?")));
+    const Json& parameters = r.field(c, "parameters", where);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      chunk.parameter_tied_chunks.emplace_back();
+      if (!parameters[i].contains("tied_chunks")) continue;
+      const Json& tied = parameters[i].at("tied_chunks");
+      for (const Json& other : tied.is_array() ? tied : Json::array({tied})) {
+        if (!other.is_number_integer() || other.get<int64_t>() < 0 ||
+            other.get<int64_t>() >= static_cast<int64_t>(chunks.size()) || other.get<int64_t>() == int64_t(k))
+          throw Error(fmt::format("{}: {}.parameters[{}].tied_chunks: {} is not another chunk's index (0 to {})", path,
+                                  where, i, other.dump(), chunks.size() - 1));
+        chunk.parameter_tied_chunks.back().push_back(other.get<int>());
+      }
+      if (chunk.parameter_state_names[i].empty())
+        throw Error(fmt::format("{}: {}.parameters[{}]: a tied weight needs its state_dict names", path, where, i));
+    }
     if (c.contains("pieces")) {
       const Json& pieces = c.at("pieces");
       for (size_t i = 0; i < pieces.size(); ++i) {
@@ -211,15 +221,27 @@ torch::jit::Module load_module(const ExportManifest& manifest, const std::string
 
 }  // namespace
 
+int first_holder(const ScriptedChunk& c, int chunk, int i) {
+  int first = chunk;
+  for (int other : c.spec->parameter_tied_chunks.at(c.parameter_spec.at(i))) first = std::min(first, other);
+  return first;
+}
+
+const std::string& state_name(const ScriptedChunk& c, int i) {
+  const std::vector<std::string>& names = c.spec->parameter_state_names.at(c.parameter_spec.at(i));
+  return names.empty() ? c.parameter_names.at(i) : names.front();
+}
+
 ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk) {
   const ChunkSpec& spec = manifest.chunks.at(chunk);
   ScriptedChunk c;
   c.spec = &spec;
   std::map<std::string, int> parameter_index, buffer_index;
-  for (const TensorSpec& p : spec.parameters)
-    if (p.requires_grad) {
-      parameter_index[p.name] = static_cast<int>(c.parameter_names.size());
-      c.parameter_names.push_back(p.name);
+  for (size_t j = 0; j < spec.parameters.size(); ++j)
+    if (spec.parameters[j].requires_grad) {
+      parameter_index[spec.parameters[j].name] = static_cast<int>(c.parameter_names.size());
+      c.parameter_names.push_back(spec.parameters[j].name);
+      c.parameter_spec.push_back(static_cast<int>(j));
       c.parameters.emplace_back();
     }
   // Frozen parameters (requires_grad=False) are kept like buffers: checkpointed and exported, never trained.

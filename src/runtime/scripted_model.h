@@ -37,6 +37,8 @@ struct ChunkSpec {
   std::vector<TensorSpec> inputs, outputs;
   std::vector<TensorSpec> parameters, buffers;
   std::vector<std::vector<std::string>> parameter_state_names, buffer_state_names;  // state_dict keys
+  // Per parameter: the other chunks holding the same tensor (a tied weight), empty for most.
+  std::vector<std::vector<int>> parameter_tied_chunks;
   std::vector<PieceSpec> pieces;  // never empty: the whole chunk as one piece where the plan decides nothing
   bool offloads = false;          // some piece is an offload run
 };
@@ -73,6 +75,7 @@ struct ScriptedChunk {
   std::vector<at::Tensor> buffers;
   std::vector<std::vector<int>> piece_buffers;  // per piece: indices into buffers
   std::vector<const void*> parameter_storages;  // not activations, whatever a graph saves
+  std::vector<int> parameter_spec;              // per trainable parameter: its index in spec->parameters
   std::optional<torch::jit::Module> loss;
 };
 
@@ -86,6 +89,12 @@ ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk);
 inline uint64_t dropout_seed(uint64_t seed, int step, int chunk, int microbatch_of_step) {
   return seed * 1000003u + (uint64_t(step) * 4099u + uint64_t(chunk)) * 65537u + uint64_t(microbatch_of_step);
 }
+
+// The chunk whose copy of trainable parameter `i` of chunk `chunk` counts once, in the gradient norm
+// and the exported weights: the lowest index of the chunks holding it (`chunk` unless it is tied).
+int first_holder(const ScriptedChunk& c, int chunk, int i);
+// The state_dict name that identifies trainable parameter `i` across chunks.
+const std::string& state_name(const ScriptedChunk& c, int i);
 
 // Points `name` (a dotted path of submodules) of `module` at `value`.
 void set_module_tensor(torch::jit::Module& module, const std::string& name, const at::Tensor& value);

@@ -69,7 +69,24 @@ ScriptedReferenceRun train_scripted_reference(const ExportManifest& manifest, co
   std::vector<at::Tensor> parameters;
   for (size_t k = 0; k < manifest.chunks.size(); ++k) {
     run.chunks.push_back(load_scripted_chunk(manifest, static_cast<int>(k)));
-    for (const at::Tensor& p : run.chunks.back().parameters) parameters.push_back(p);
+    ScriptedChunk& chunk = run.chunks.back();
+    for (size_t i = 0; i < chunk.parameters.size(); ++i) {
+      const int first = first_holder(chunk, static_cast<int>(k), static_cast<int>(i));
+      if (first == static_cast<int>(k)) {
+        parameters.push_back(chunk.parameters[i]);
+        continue;
+      }
+      // A weight tied to an earlier chunk's is that chunk's tensor, as in the model: one tensor, one
+      // gradient, one step.
+      const ScriptedChunk& owner = run.chunks[first];
+      for (size_t j = 0; j < owner.parameters.size(); ++j)
+        if (state_name(owner, static_cast<int>(j)) == state_name(chunk, static_cast<int>(i)))
+          chunk.parameters[i] = owner.parameters[j];
+      for (size_t p = 0; p < chunk.pieces.size(); ++p)
+        for (int used : chunk.piece_parameters[p])
+          if (used == static_cast<int>(i))
+            set_module_tensor(chunk.pieces[p], chunk.parameter_names[i], chunk.parameters[i]);
+    }
   }
   Optimizer optimizer(training.optimizer, parameters);
   const int microbatches = training.microbatches;
