@@ -26,15 +26,19 @@ std::string describe_variant(const ZeroBubbleVariant& v) {
                      v.fill_short_waits ? "W fills every wait" : "short waits left idle");
 }
 
-// Each micro-batch's forwards and whole backwards before the next one's (one pipeline).
+// Each micro-batch's forwards and whole backwards before the next one's, on its own pipeline.
 Schedule one_at_a_time(const Schedule& skeleton) {
   Schedule order = skeleton;
-  const int stages = skeleton.num_stages();
+  const int chunks = skeleton.stages_per_pipeline;
   for (int mb = 0; mb < skeleton.num_microbatches; ++mb) {
-    for (int k = 0; k < stages; ++k)
-      order.device_actions[skeleton.stage_device[k]].push_back(Action::make(ActionKind::F, k, mb));
-    for (int k = stages - 1; k >= 0; --k)
-      order.device_actions[skeleton.stage_device[k]].push_back(Action::make(ActionKind::B, k, mb));
+    for (int k = 0; k < chunks; ++k) {
+      const int stage = skeleton.stage_for(k, mb);
+      order.device_actions[skeleton.stage_device[stage]].push_back(Action::make(ActionKind::F, stage, mb));
+    }
+    for (int k = chunks - 1; k >= 0; --k) {
+      const int stage = skeleton.stage_for(k, mb);
+      order.device_actions[skeleton.stage_device[stage]].push_back(Action::make(ActionKind::B, stage, mb));
+    }
   }
   return order;
 }
@@ -192,8 +196,6 @@ ScheduleCandidateReport AnytimeSearch::smallest_footprint() const {
   for (int i = 0; i < static_cast<int>(structures_.size()) && structure < 0; ++i)
     if (structures_[i].placement == PlacementKind::Loop && structures_[i].chunks == 1)
       structure = i;  // the first: the compute-balanced cut
-  for (int i = 0; i < static_cast<int>(structures_.size()) && structure < 0; ++i)
-    if (structures_[i].skeleton.num_pipelines == 1) structure = i;
   structure = std::max(structure, 0);
   const Structure& s = structures_[structure];
   ScheduleCandidate c{structure, std::vector<uint8_t>(s.rows.size(), kKeep), {}, -1, 0};
@@ -207,7 +209,7 @@ ScheduleCandidateReport AnytimeSearch::smallest_footprint() const {
   // With several stages per device, a limit of one stalls the list scheduler: one micro-batch after
   // the other through the whole pipeline instead.
   std::optional<Schedule> order;
-  if (!order_of(c, unlimited) && s.skeleton.num_pipelines == 1) order = one_at_a_time(s.skeleton);
+  if (!order_of(c, unlimited)) order = one_at_a_time(s.skeleton);
   ScheduleCandidateReport r = report(c, order, true);
   r.name = "smallest footprint";
   r.family = describe_candidate(c);
