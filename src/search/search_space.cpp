@@ -363,8 +363,7 @@ std::vector<ScheduleCandidate> AnytimeSearch::seed_candidates(size_t first) cons
           out.push_back(std::move(c));
         }
     // The heuristic's eight variants: the search's answer is never slower than its best.
-    for (int8_t variant = 0;
-         zero_bubble_applies(s) && variant < int8_t(zero_bubble_variants().size()); ++variant) {
+    for (int8_t variant = 0; zero_bubble_applies(s) && variant < int8_t(zero_bubble_variants().size()); ++variant) {
       ScheduleCandidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, variant, 0};
       c.policy.split_backward = true;
       c.lower_bound = lower_bound_of(c);
