@@ -59,7 +59,9 @@ struct SearchCommand {
 // fewest micro-batches that still feed every device to 8 per device.
 std::vector<BatchSplit> batch_splits(const SearchCommand& o) {
   if (o.global_batch <= 0) {
-    if (o.microbatches < 1) throw Error("search: give -m (micro-batches per step) or --global-batch");
+    if (o.microbatches < 1)
+      throw Error(o.costs.empty() ? "search: give -m (micro-batches per step) or --global-batch"
+                                  : "search: give -m (micro-batches per step)");
     return {{o.microbatches, o.model.microbatch_size}};
   }
   if (o.microbatches > 0) {
