@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -28,6 +30,7 @@ namespace {
 
 struct SearchCommand {
   ModelOptions model;
+  std::string costs;  // a per-stage cost table instead of --model
   int devices = 0;
   int microbatches = 0;
   int global_batch = 0;
@@ -41,6 +44,10 @@ struct SearchCommand {
   bool no_local_search = false;
   bool no_exact = false;
   bool no_partitioner = false;
+  std::string families;  // empty: every family
+  bool no_recompute = false;
+  bool no_offload = false;
+  bool no_bidirectional = false;
   bool quiet = false;
   std::vector<std::string> plans;
   std::string output;
@@ -52,7 +59,9 @@ struct SearchCommand {
 // fewest micro-batches that still feed every device to 8 per device.
 std::vector<BatchSplit> batch_splits(const SearchCommand& o) {
   if (o.global_batch <= 0) {
-    if (o.microbatches < 1) throw Error("search: give -m (micro-batches per step) or --global-batch");
+    if (o.microbatches < 1)
+      throw Error(o.costs.empty() ? "search: give -m (micro-batches per step) or --global-batch"
+                                  : "search: give -m (micro-batches per step)");
     return {{o.microbatches, o.model.microbatch_size}};
   }
   if (o.microbatches > 0) {
@@ -66,6 +75,79 @@ std::vector<BatchSplit> batch_splits(const SearchCommand& o) {
     if (o.global_batch % m == 0 && m >= std::min(o.devices, o.global_batch) && m <= 8 * o.devices)
       out.push_back({m, double(o.global_batch / m)});
   return out;
+}
+
+// What shapes, times or partitions a model, and a cost table has already done.
+constexpr std::pair<std::string_view, std::string_view> kModelOnly[] = {
+    {"--hardware", "its times are measured"},
+    {"--microbatch-size", "its costs are per micro-batch as measured"},
+    {"--seq-len", "its costs are per micro-batch as measured"},
+    {"--flash-attention", "its costs are per micro-batch as measured"},
+    {"--global-batch", "its costs are per micro-batch as measured; give -m"},
+    {"--max-chunks", "its stage count decides the placements"},
+    {"--link-bandwidth", "it gives its links (\"link\", \"links\")"},
+    {"--link-latency", "it gives its links (\"link\", \"links\")"},
+    {"--host-bandwidth", "it gives its host link (\"host_link\")"},
+    {"--plan", "its stages are the partition"},
+    {"--no-partitioner", "its stages are the partition"},
+};
+
+// The placement families of --families, and what each switches on.
+constexpr std::string_view kFamilies[] = {"loop", "interleaved", "v", "bidirectional"};
+
+void choose_families(const SearchCommand& o, SearchProblem& problem) {
+  if (!o.families.empty()) {
+    std::vector<std::string> chosen;
+    for (size_t from = 0; from <= o.families.size();) {
+      size_t comma = std::min(o.families.find(',', from), o.families.size());
+      std::string name = o.families.substr(from, comma - from);
+      name.erase(0, name.find_first_not_of(' '));
+      name.erase(name.find_last_not_of(' ') + 1);
+      if (std::find(std::begin(kFamilies), std::end(kFamilies), name) == std::end(kFamilies))
+        throw Error(
+            fmt::format("--families: '{}' is not a family; choose from loop, interleaved, v, bidirectional", name));
+      chosen.push_back(name);
+      from = comma + 1;
+    }
+    auto has = [&](std::string_view family) { return std::find(chosen.begin(), chosen.end(), family) != chosen.end(); };
+    problem.single_stage_loop = has("loop");
+    if (!has("interleaved")) problem.max_chunks = 1;
+    problem.v_shape = has("v");
+    problem.bidirectional = has("bidirectional");
+  }
+  if (o.no_bidirectional) problem.bidirectional = false;
+  problem.recompute = !o.no_recompute;
+  problem.offload = !o.no_offload;
+}
+
+// A per-stage cost table: recompute and offload only where it gives their costs.
+StageCostProblem load_stage_costs(const std::string& path) {
+  StatedCosts stated;
+  StageCostProblem table;
+  table.costs = load_cost_table(path, 0, &stated);
+  table.name = std::filesystem::path(path).filename().string();
+  table.recompute = stated.recompute;
+  table.offload = stated.host_link;
+  return table;
+}
+
+// Sizes as the input gives them: a model's in bytes (printed in GB), a cost table's in its own unit,
+// bare when it names none.
+std::string memory_text(const SearchProblem& problem, double amount) {
+  if (!problem.stage_costs) return gigabytes(amount);
+  if (!std::isfinite(amount)) return "unlimited";
+  const std::string& unit = problem.stage_costs->costs.memory_unit;
+  return unit == "unit" ? fmt::format("{:.4g}", amount) : fmt::format("{:.4g} {}", amount, unit);
+}
+
+// The limit the search measured against, for the report's first line.
+std::string limit_text(const SearchProblem& problem) {
+  if (!problem.stage_costs || problem.memory_limit < kInfinity) return memory_text(problem, problem.memory_limit);
+  const std::vector<double>& capacity = problem.stage_costs->costs.memory_capacity;
+  if (capacity.empty()) return "no memory limit";
+  std::string text;
+  for (double c : capacity) text += (text.empty() ? "" : ", ") + memory_text(problem, c);
+  return text;
 }
 
 nlohmann::json report_json(const ScheduleCandidateReport& r) {
@@ -82,6 +164,7 @@ nlohmann::json report_json(const ScheduleCandidateReport& r) {
   j["peak_memory"] = r.peak_memory;
   j["fits"] = r.fits;
   j["microbatches"] = r.batch.microbatches;
+  if (r.partition.stage_of_node.empty()) return j;  // a cost table's stages: no operators
   j["microbatch_size"] = r.batch.microbatch_size;
   std::vector<int> sizes(r.partition.num_stages, 0);
   for (int k : r.partition.stage_of_node) ++sizes[k];
@@ -96,7 +179,7 @@ double largest(const std::vector<double>& values) {
 }
 
 // One bound for every row: the search's, which no schedule of the space (nor a built-in) can beat.
-void print_table(const SearchResult& r, const std::string& unit) {
+void print_table(const SearchResult& r, const std::string& unit, const SearchProblem& problem) {
   fmt::print("{:<22} {:>12} {:>8} {:>10} {:>6} {:>12}\n", "schedule", "makespan", "bubble", "peak", "fits",
              "above bound");
   auto line = [&](const std::string& name, const ScheduleCandidateReport& c) {
@@ -105,7 +188,7 @@ void print_table(const SearchResult& r, const std::string& unit) {
       return;
     }
     fmt::print("{:<22} {:>9.4g} {:<2} {:>7.1f}% {:>10} {:>6} {:>+11.1f}%\n", name, c.makespan, unit,
-               100 * c.bubble_ratio, gigabytes(largest(c.peak_memory)), c.fits ? "yes" : "NO",
+               100 * c.bubble_ratio, memory_text(problem, largest(c.peak_memory)), c.fits ? "yes" : "NO",
                r.lower_bound > 0 ? 100 * (c.makespan / r.lower_bound - 1) : 0.0);
   };
   line("best: " + r.best.name, r.best);
@@ -117,23 +200,36 @@ void run(const SearchCommand& o, int& exit_code) {
   const auto started = std::chrono::steady_clock::now();
   if (o.devices < 1) throw Error("search: -p (devices) must be at least 1");
   if (o.time_budget <= 0) throw Error(fmt::format("search: --time-budget {}: must be positive", o.time_budget));
+  if (o.model.model.empty() == o.costs.empty()) throw Error("search: give --model (a model) or --costs (a cost table)");
   const HardwareProfile& hardware = find_hardware(o.model.hardware);
   SearchProblem problem;
   std::function<void(const std::string&)> reading;
   if (!o.quiet) reading = [started](const std::string& text) { print_progress_line(started, text); };
-  problem.graph = load_model_graph(o.model, reading);
+  if (!o.costs.empty()) {
+    problem.stage_costs = load_stage_costs(o.costs);
+    problem.graph.name = problem.stage_costs->name;
+    // A table that names no unit ("unit", the default) prints its times bare.
+    const std::string& time_unit = problem.stage_costs->costs.time_unit;
+    problem.graph.time_unit = time_unit == "unit" ? "" : time_unit;
+  } else {
+    problem.graph = load_model_graph(o.model, reading);
+  }
+  choose_families(o, problem);
   problem.devices = o.devices;
   problem.batches = batch_splits(o);
   if (problem.batches.empty())
     throw Error(fmt::format("search: --global-batch {} has no split into {}..{} micro-batches", o.global_batch,
                             o.devices, 8 * o.devices));
   problem.seq_len = o.model.seq_len;
-  problem.memory_limit = o.memory_limit > 0 ? o.memory_limit : hardware.memory_bytes;
-  problem.max_chunks = o.max_chunks;
-  const double link = o.link_bandwidth >= 0 ? o.link_bandwidth : hardware.nvlink_bandwidth;
-  problem.aggregation.device_link = {o.link_latency, link > 0 ? per_time_unit(problem.graph, link) : kInfinity};
-  const double host = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
-  problem.aggregation.host_link = {0, host > 0 ? per_time_unit(problem.graph, host) : 0.0};
+  // A cost table's own capacity unless --memory-limit replaces it.
+  problem.memory_limit = o.memory_limit > 0 ? o.memory_limit : o.costs.empty() ? hardware.memory_bytes : kInfinity;
+  if (problem.max_chunks > 1) problem.max_chunks = o.max_chunks;
+  if (o.costs.empty()) {  // a cost table gives its own links
+    const double link = o.link_bandwidth >= 0 ? o.link_bandwidth : hardware.nvlink_bandwidth;
+    problem.aggregation.device_link = {o.link_latency, link > 0 ? per_time_unit(problem.graph, link) : kInfinity};
+    const double host = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
+    problem.aggregation.host_link = {0, host > 0 ? per_time_unit(problem.graph, host) : 0.0};
+  }
 
   for (const std::string& path : o.plans) {
     const PartitionPlan plan = load_partition_plan(path);
@@ -173,18 +269,21 @@ void run(const SearchCommand& o, int& exit_code) {
 
   if (!o.output.empty() && !result.best.schedule.device_actions.empty()) {
     const ScheduleCandidateReport& b = result.best;
+    const std::string batch =
+        problem.stage_costs ? fmt::format("{} micro-batches", b.batch.microbatches)
+                            : fmt::format("{} micro-batches of {}", b.batch.microbatches, b.batch.microbatch_size);
     std::string header = fmt::format(
-        "# flexpipe search: {} on {} devices, {} micro-batches of {}, limit {} per device\n# {}\n# simulated makespan "
+        "# flexpipe search: {} on {} devices, {}, limit {} per device\n# {}\n# simulated makespan "
         "{:.6g} {}, lower bound {:.6g}, peak {}{}\n",
-        problem.graph.name, o.devices, b.batch.microbatches, b.batch.microbatch_size, gigabytes(problem.memory_limit),
-        b.family, b.makespan, unit, b.lower_bound, gigabytes(largest(b.peak_memory)), b.fits ? "" : " (DOES NOT FIT)");
+        problem.graph.name, o.devices, batch, limit_text(problem), b.family, b.makespan, unit, b.lower_bound,
+        memory_text(problem, largest(b.peak_memory)), b.fits ? "" : " (DOES NOT FIT)");
     write_text_file(o.output, header + write_program(b.schedule));
   }
   if (!o.costs_output.empty() && !result.best.costs.stages.empty())
     write_text_file(o.costs_output, cost_table_to_json(result.best.costs));
 
   if (o.json) {
-    nlohmann::json j = {{"model", problem.graph.name},
+    nlohmann::json j = {{problem.stage_costs ? "costs" : "model", problem.graph.name},
                         {"devices", o.devices},
                         {"memory_limit", problem.memory_limit},
                         {"time_unit", unit},
@@ -207,7 +306,7 @@ void run(const SearchCommand& o, int& exit_code) {
     fmt::print(
         "{} on {} devices, limit {} per device: simulated {} schedules in {:.2f} s{}, and skipped {} whose lower "
         "bound showed they could not beat the best\n",
-        problem.graph.name, o.devices, gigabytes(problem.memory_limit), result.evaluated, result.seconds,
+        problem.graph.name, o.devices, limit_text(problem), result.evaluated, result.seconds,
         result.exhausted ? "" : " (stopped by the time budget: the best so far)", result.pruned);
     if (result.found) fmt::print("best: {}\n", result.best.family);
     if (result.proven_optimal)
@@ -215,12 +314,12 @@ void run(const SearchCommand& o, int& exit_code) {
           "proved: no per-device order of the placements and partitions searched, with everything kept, is "
           "faster (branch and bound)\n");
     fmt::print(
-        "lower bound {:.4g} {}: no order of the placements and partitions searched, nor any built-in, takes less;\n"
+        "lower bound {:.4g}{}: no order of the placements and partitions searched, nor any built-in, takes less;\n"
         "\"above bound\" below is how much longer than that each schedule takes\n",
-        result.lower_bound, unit);
-    print_table(result, unit);
+        result.lower_bound, unit.empty() ? "" : " " + unit);
+    print_table(result, unit, problem);
     std::string peaks;
-    for (double peak : result.best.peak_memory) peaks += (peaks.empty() ? "" : ", ") + gigabytes(peak);
+    for (double peak : result.best.peak_memory) peaks += (peaks.empty() ? "" : ", ") + memory_text(problem, peak);
     fmt::print("best's peak memory per device: {}\n", peaks);
     if (!o.output.empty() && result.found) fmt::print("wrote {}\n", o.output);
   }
@@ -238,8 +337,14 @@ void add_search_command(CLI::App& app, int& exit_code) {
       "Find the fastest schedule that fits: placements, partitions, split backward, in-flight limits, "
       "W placement, recompute / offload and micro-batch counts, each simulated; compared with every built-in");
   auto o = std::make_shared<SearchCommand>();
-  command->add_option("--model", o->model.model, "Zoo name or cost-graph file (.json)")->required();
+  auto* model = command->add_option("--model", o->model.model, "Zoo name or cost-graph file (.json); or --costs");
   add_model_shape_options(command, o->model);
+  auto* costs = command->add_option(
+      "--costs", o->costs,
+      "Instead of --model: a per-stage cost table (docs/cost-table.md) as Zero Bubble or Megatron profiles give. "
+      "p stages: loop and bidirectional placements; 2p: V and interleaved. Stages recompute where the table gives "
+      "\"recompute\", offload where it gives \"host_link\"");
+  costs->excludes(model);
   command->add_option("-p,--devices", o->devices, "Devices (pipeline ranks)")
       ->required()
       ->check(whole_number_at_least(1));
@@ -248,7 +353,10 @@ void add_search_command(CLI::App& app, int& exit_code) {
       ->add_option("--global-batch", o->global_batch,
                    "Samples per step: the search also chooses how many micro-batches (of whole samples) to cut it into")
       ->check(whole_number_at_least(1));
-  command->add_option("--memory-limit", o->memory_limit, "Memory per device in bytes [the hardware's]")
+  command
+      ->add_option("--memory-limit", o->memory_limit,
+                   "Memory per device in bytes (with --costs, in the table's memory unit) [the hardware's; the "
+                   "table's memory_capacity]")
       ->check(positive_number());
   command->add_option("--time-budget", o->time_budget, "Seconds the search may take")->capture_default_str();
   command->add_option("--threads", o->threads, "Search threads [every core]")->check(whole_number_at_least(0));
@@ -269,6 +377,15 @@ void add_search_command(CLI::App& app, int& exit_code) {
       ->add_option("--plan", o->plans,
                    "A partition plan (flexpipe partition -o) to search with as well, on every placement with its stage "
                    "count (repeatable)");
+  command
+      ->add_option("--families", o->families,
+                   "Only these placement families, comma-separated: loop (one stage per device), interleaved (loop "
+                   "with several), v, bidirectional; a built-in may be the answer only in one of them [all]")
+      ->type_name("LIST");
+  command->add_flag("--no-recompute", o->no_recompute, "Never recompute: keep or offload every stage's activations");
+  command->add_flag("--no-offload", o->no_offload, "Never offload activations to the host");
+  command->add_flag("--no-bidirectional", o->no_bidirectional,
+                    "No pair of pipelines in opposite directions (DualPipe's placement)");
   command->add_flag("--no-local-search", o->no_local_search, "Only the enumerated candidates, no hill climbing");
   command->add_flag(
       "--no-partitioner", o->no_partitioner,
@@ -279,7 +396,14 @@ void add_search_command(CLI::App& app, int& exit_code) {
   command->add_option("-o,--output", o->output, "Write the best schedule as a program (.fps)");
   command->add_option("--costs-output", o->costs_output, "Write the best schedule's cost table (JSON) for `simulate`");
   command->add_flag("--json", o->json, "Print JSON: best, builtins, search statistics");
-  command->callback([o, &exit_code] { run(*o, exit_code); });
+  command->callback([o, command, &exit_code] {
+    // Checked here rather than declared to CLI11, whose help would list them all after --costs.
+    if (!o->costs.empty())
+      for (const auto& [option, why] : kModelOnly)
+        if (command->count(std::string(option)) > 0)
+          throw Error(fmt::format("search: {} does not apply to a cost table (--costs): {}", option, why));
+    run(*o, exit_code);
+  });
 }
 
 }  // namespace flexpipe::cli

@@ -102,12 +102,15 @@ class Reader : public detail::JsonPathReader {
     if (object.contains("bandwidth")) {
       const std::string where = json_child(path, "bandwidth");
       result.bandwidth = number_or_unlimited(object["bandwidth"], where);
-      if (result.bandwidth == 0) fail(where, "must be positive (null for unlimited), got 0");
+      if (result.bandwidth == 0)
+        fail(where, path == "host_link" ? "must be positive (null for unlimited), got 0; for no host link at all, "
+                                          "write \"host_link\": null"
+                                        : "must be positive (null for unlimited), got 0");
     }
     return result;
   }
 
-  CostTable table(const json& document) const {
+  CostTable table(const json& document, StatedCosts* stated) const {
     if (!document.is_object())
       fail("", fmt::format("expected a JSON object at the top level, got {}", describe_json(document)));
     only_known_keys(document, "", kTopLevelKeys);
@@ -125,7 +128,9 @@ class Reader : public detail::JsonPathReader {
       costs.link = link(document["link"], "link", Link{});
     }
     if (document.contains("links")) read_link_overrides(document["links"], costs);
-    if (document.contains("host_link")) {
+    if (document.contains("host_link") && document["host_link"].is_null()) {
+      costs.host_link = kNoHostLink;
+    } else if (document.contains("host_link")) {
       require_object(document["host_link"], "host_link");
       only_known_keys(document["host_link"], "host_link", kLinkKeys);
       costs.host_link = link(document["host_link"], "host_link", Link{});
@@ -143,6 +148,14 @@ class Reader : public detail::JsonPathReader {
       }
     }
     if (document.contains("overlap_ratio")) costs.overlap_ratio = number(document["overlap_ratio"], "overlap_ratio");
+    if (stated) {
+      stated->host_link = document.contains("host_link") && !document["host_link"].is_null();
+      stated->recompute.clear();
+      if (document.contains("stages"))
+        for (const json& entry : document["stages"]) stated->recompute.push_back(entry.contains("recompute"));
+      else
+        stated->recompute.assign(costs.stages.size(), document["all_stages"].contains("recompute"));
+    }
     return costs;
   }
 
@@ -237,13 +250,14 @@ nlohmann::ordered_json link_json(const Link& link) {
 
 }  // namespace
 
-CostTable parse_cost_table(const std::string& text, const std::string& origin, int expected_stages) {
+CostTable parse_cost_table(const std::string& text, const std::string& origin, int expected_stages,
+                           StatedCosts* stated) {
   const json document = detail::parse_json_text(text, origin, "invalid JSON", detail::ColumnUnit::Byte);
-  return Reader(origin, expected_stages).table(document);
+  return Reader(origin, expected_stages).table(document, stated);
 }
 
-CostTable load_cost_table(const std::string& path, int expected_stages) {
-  return parse_cost_table(read_text_file(path), path, expected_stages);
+CostTable load_cost_table(const std::string& path, int expected_stages, StatedCosts* stated) {
+  return parse_cost_table(read_text_file(path), path, expected_stages, stated);
 }
 
 std::string cost_table_to_json(const CostTable& costs) {
@@ -272,7 +286,11 @@ std::string cost_table_to_json(const CostTable& costs) {
       out["links"].push_back(entry);
     }
   }
-  out["host_link"] = link_json(costs.host_link);
+  // No host link (nothing can be offloaded) is null, since a link's bandwidth must be positive.
+  if (costs.host_link.bandwidth == 0)
+    out["host_link"] = nullptr;
+  else
+    out["host_link"] = link_json(costs.host_link);
   if (costs.memory_capacity.size() == 1 && std::isfinite(costs.memory_capacity[0])) {
     out["memory_capacity"] = number_json(costs.memory_capacity[0]);
   } else if (!costs.memory_capacity.empty()) {

@@ -26,6 +26,9 @@ using Clock = std::chrono::steady_clock;
 enum Row : uint8_t { kKeep = 0, kRecompute = 1, kOffload = 2, kPlan = 3, kRows = 4 };
 inline constexpr const char* kRowNames[kRows] = {"keep", "recompute", "offload", "plan"};
 
+// The partition name of a cost table's structures: its entries are the stages.
+inline constexpr const char* kTablePartition = "cost table";
+
 // How a structure lays its stages on the devices; with a loop's chunk count it makes the placement.
 enum class PlacementKind : uint8_t { Loop, V, Bidirectional };
 
@@ -54,12 +57,14 @@ struct Structure {
   std::vector<char> plan_offloads_checkpoints;
 };
 
-// What one simulation evaluates: a structure, its memory rows and a list policy (reported as a
+// What one simulation evaluates: a structure, its memory rows and what orders its actions, the list
+// scheduler under a policy or one of Zero Bubble's heuristic's variants (reported as a
 // ScheduleCandidateReport).
 struct ScheduleCandidate {
   int structure = 0;
   std::vector<uint8_t> rows;  // per stage
-  ListPolicy policy;
+  ListPolicy policy;          // with zero_bubble: split_backward only (the heuristic splits)
+  int8_t zero_bubble = -1;    // index into zero_bubble_variants(); -1: the list scheduler orders
   double lower_bound = 0;
 };
 
@@ -67,7 +72,7 @@ struct ScheduleCandidate {
 // equal makespans are settled by it, the same way whatever order the workers find them in.
 inline auto candidate_key(const ScheduleCandidate& c) {
   return std::tie(c.structure, c.rows, c.policy.split_backward, c.policy.backward_first, c.policy.weight,
-                  c.policy.forward, c.policy.inflight);
+                  c.policy.forward, c.policy.inflight, c.zero_bubble);
 }
 
 // Where an answer comes from. Equal makespans go to the earlier source here, then to the lower
@@ -106,6 +111,16 @@ class AnytimeSearch {
   std::vector<ListPolicy> policies(const Structure& s, bool split) const;
   std::vector<std::vector<uint8_t>> row_patterns(const Structure& s) const;
   std::vector<ScheduleCandidate> seed_candidates(size_t first) const;
+  bool zero_bubble_applies(const Structure& s) const;
+  // The families searched (SearchProblem's placement switches).
+  bool placement_searched(PlacementKind placement, int chunks) const;
+  bool builtin_placement_searched(const Schedule& builtin) const;
+  Schedule skeleton_of(const BatchSplit& batch, PlacementKind placement, int stages) const;
+
+  // cost_table_space.cpp: the structures of a per-stage cost table (SearchProblem::stage_costs).
+  void prepare_table_structures();
+  Structure table_structure(const BatchSplit& batch, PlacementKind placement, int chunks) const;
+  CostTable table_costs() const;
 
   // candidates.cpp: a candidate's costs, bounds, schedule and evaluation, and its neighbours.
   CostTable table_of(const ScheduleCandidate& c) const;
@@ -121,6 +136,9 @@ class AnytimeSearch {
   bool improves_locked(double makespan, Source source, const ScheduleCandidate& c) const;
   void set_best_locked(double makespan, Source source, const ScheduleCandidate& c);
   std::vector<ScheduleCandidate> neighbours(const ScheduleCandidate& c) const;
+  // Whether memory row r of stage k does something other than keep (a table may not let every stage
+  // recompute; a row that would not is never chosen).
+  static bool row_acts(const Structure& s, size_t k, int r);
 
   // hill_climbing.cpp: phase 2.
   void climb_from(const std::vector<ScheduleCandidate>& seeds, const std::vector<std::pair<double, int>>& finished,
@@ -146,6 +164,7 @@ class AnytimeSearch {
                                  bool unlimited = false) const;
   void finish();
   ScheduleCandidateReport smallest_footprint() const;
+  std::string smallest_footprint_actions() const;
   static double peak(const ScheduleCandidateReport& r);
   std::string what_would_fit() const;
 

@@ -7,6 +7,7 @@
 #include "anytime_search.h"
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/ir/memory_actions.h"
+#include "flexpipe/search/zero_bubble_heuristic.h"
 
 namespace flexpipe::search_detail {
 
@@ -52,8 +53,11 @@ double AnytimeSearch::tight_bound_of(const ScheduleCandidate& c) const {
   return bound;
 }
 
-// The list scheduler's compute-only order for the candidate; nothing when its policy stalls.
+// The candidate's compute-only order, from the list scheduler or Zero Bubble's heuristic; nothing when
+// the policy stalls or the heuristic finds no room for a forward.
 std::optional<Schedule> AnytimeSearch::order_of(const ScheduleCandidate& c, const CostTable& table) const {
+  if (c.zero_bubble >= 0)
+    return zero_bubble_order(structures_[c.structure].skeleton, table, zero_bubble_variants()[c.zero_bubble]);
   Schedule order = structures_[c.structure].skeleton;
   if (!list_schedule(order, table, c.policy, flags(c, Flag::Recompute), flags(c, Flag::Offload))) return std::nullopt;
   return order;
@@ -90,9 +94,15 @@ Evaluation AnytimeSearch::evaluate(const ScheduleCandidate& c, double prune_at) 
     ++stalled_;
     return e;
   }
-  const SimResult sim = simulate(lower(*schedule), table, {.record_timeline = false, .record_memory = false});
-  e.fits = sim.fits;
-  e.makespan = sim.makespan;
+  // Zero Bubble's heuristic can write an order that deadlocks (its estimate of time is not the
+  // simulator's); the list scheduler's never do.
+  const SimOutcome sim = try_simulate(lower(*schedule), table, {.record_timeline = false, .record_memory = false});
+  if (!sim.ran()) {
+    ++stalled_;
+    return e;
+  }
+  e.fits = sim.result.fits;
+  e.makespan = sim.result.makespan;
   offer(c, e);
   return e;
 }
@@ -137,9 +147,15 @@ void AnytimeSearch::offer(const ScheduleCandidate& c, const Evaluation& e) {
   if (top_.size() > kPolished) top_.pop_back();
 }
 
+bool AnytimeSearch::row_acts(const Structure& s, size_t k, int r) {
+  return r == kKeep || r == kPlan || (r == kRecompute && s.recomputes[k][r]) || (r == kOffload && s.offloads[k][r]);
+}
+
+// A heuristic's variants are all seeds already and take no policy, so it has no neighbours.
 std::vector<ScheduleCandidate> AnytimeSearch::neighbours(const ScheduleCandidate& c) const {
   const Structure& s = structures_[c.structure];
   std::vector<ScheduleCandidate> out;
+  if (c.zero_bubble >= 0) return out;
   for (size_t d = 0; d < c.policy.inflight.size(); ++d)
     for (int delta : {-1, 1}) {
       ScheduleCandidate n = c;
@@ -148,7 +164,7 @@ std::vector<ScheduleCandidate> AnytimeSearch::neighbours(const ScheduleCandidate
     }
   for (size_t k = 0; k < c.rows.size() && problem_.memory_choices; ++k)
     for (int r = 0; r < kRows; ++r)
-      if (r != c.rows[k] && s.has_row[r]) {
+      if (r != c.rows[k] && s.has_row[r] && row_acts(s, k, r)) {
         ScheduleCandidate n = c;
         n.rows[k] = static_cast<uint8_t>(r);
         out.push_back(std::move(n));

@@ -21,7 +21,7 @@ void AnytimeSearch::exact_phase() {
   for (int i = 0; i < static_cast<int>(structures_.size()); ++i) {
     const Structure& s = structures_[i];
     for (bool split : {true, false}) {
-      ScheduleCandidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, 0};
+      ScheduleCandidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, -1, 0};
       c.policy.split_backward = split;
       c.lower_bound = tight_bound_of(c);
       // Up to 8 stages; up to 16 when there are no more micro-batches than devices, where filling

@@ -52,8 +52,8 @@ void AnytimeSearch::climb(ScheduleCandidate current, size_t seed, double prune_a
   const CostTable table = table_of(current);
   double value = kInfinity;
   if (const auto schedule = build(current, table)) {
-    const SimResult sim = simulate(lower(*schedule), table, {.record_timeline = false, .record_memory = false});
-    value = sim.fits ? sim.makespan : kInfinity;
+    const SimOutcome sim = try_simulate(lower(*schedule), table, {.record_timeline = false, .record_memory = false});
+    value = sim.status == SimStatus::Ok ? sim.result.makespan : kInfinity;
     if (current.policy.inflight.empty()) current.policy.inflight = observed_inflight(*schedule);
   }
   std::mt19937 random(static_cast<uint32_t>(seed * 7919 + 17));

@@ -23,9 +23,8 @@ void AnytimeSearch::polish(int64_t work) {
     std::lock_guard lock(mutex_);
     for (const auto& entry : top_) {
       const ScheduleCandidate& c = entry.second;
-      const bool done = std::any_of(polished_starts_.begin(), polished_starts_.end(), [&](const ScheduleCandidate& d) {
-        return d.structure == c.structure && d.rows == c.rows && d.policy == c.policy;
-      });
+      const bool done = std::any_of(polished_starts_.begin(), polished_starts_.end(),
+                                    [&](const ScheduleCandidate& d) { return candidate_key(d) == candidate_key(c); });
       if (!done) starts.push_back(c), polished_starts_.push_back(c);
     }
   }

@@ -12,11 +12,36 @@
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/schedules/library.h"
 #include "flexpipe/search/bound.h"
+#include "flexpipe/search/zero_bubble_heuristic.h"
 #include "flexpipe/support/error.h"
 
 namespace flexpipe::search_detail {
 
 namespace {
+
+std::string describe_variant(const ZeroBubbleVariant& v) {
+  return fmt::format("split backward, Zero Bubble's greedy heuristic ({}, {}, {})",
+                     v.bubble_before_first_backward ? "waits before the first I" : "no wait before the first I",
+                     v.backward_first ? "I first" : "F first",
+                     v.fill_short_waits ? "W fills every wait" : "short waits left idle");
+}
+
+// Each micro-batch's forwards and whole backwards before the next one's, on its own pipeline.
+Schedule one_at_a_time(const Schedule& skeleton) {
+  Schedule order = skeleton;
+  const int chunks = skeleton.stages_per_pipeline;
+  for (int mb = 0; mb < skeleton.num_microbatches; ++mb) {
+    for (int k = 0; k < chunks; ++k) {
+      const int stage = skeleton.stage_for(k, mb);
+      order.device_actions[skeleton.stage_device[stage]].push_back(Action::make(ActionKind::F, stage, mb));
+    }
+    for (int k = chunks - 1; k >= 0; --k) {
+      const int stage = skeleton.stage_for(k, mb);
+      order.device_actions[skeleton.stage_device[stage]].push_back(Action::make(ActionKind::B, stage, mb));
+    }
+  }
+  return order;
+}
 
 std::string placement_name(PlacementKind placement, int chunks) {
   if (placement == PlacementKind::Bidirectional) return "bidirectional";
@@ -33,13 +58,31 @@ void AnytimeSearch::report_builtins() {
     r.name = builtin.name;
     r.batch = batch;
     try {
-      r.schedule = library_schedule(builtin.name, {problem_.devices, batch.microbatches, 0});
+      if (problem_.stage_costs) {
+        // A table's stages are fixed: a built-in runs on it when it has as many (the interleaved ones
+        // with as many stages per device as the table allows).
+        const int stages = static_cast<int>(problem_.stage_costs->costs.stages.size());
+        const int per_device = stages % problem_.devices == 0 ? stages / problem_.devices : 0;
+        const int chunks = builtin.chunks_adjustable && per_device >= 2 ? per_device : 0;
+        r.schedule = library_schedule(builtin.name, {problem_.devices, batch.microbatches, chunks});
+        if (r.schedule.stages_per_pipeline != stages) {
+          r.skipped =
+              fmt::format("has {} stages per pipeline, the cost table {}", r.schedule.stages_per_pipeline, stages);
+          r.schedule = {};
+          result_.builtins.push_back(std::move(r));
+          continue;
+        }
+        r.partition = Partition{stages, {}};
+        r.costs = table_costs();
+      } else {
+        r.schedule = library_schedule(builtin.name, {problem_.devices, batch.microbatches, 0});
+        const Shape shape{batch.microbatch_size, seq_len_};
+        const double host = problem_.aggregation.host_link.bandwidth;
+        r.partition = balanced_partition(r.schedule.stages_per_pipeline, batch, shape, std::isfinite(host) ? host : 0);
+        r.decisions.assign(problem_.graph.nodes.size(), MemoryDecision::Keep);
+        r.costs = aggregate_stages(problem_.graph, r.partition, aggregation(batch)).table;
+      }
       r.family = fmt::format("built-in {}", builtin.name);
-      const Shape shape{batch.microbatch_size, seq_len_};
-      const double host = problem_.aggregation.host_link.bandwidth;
-      r.partition = balanced_partition(r.schedule.stages_per_pipeline, batch, shape, std::isfinite(host) ? host : 0);
-      r.decisions.assign(problem_.graph.nodes.size(), MemoryDecision::Keep);
-      r.costs = aggregate_stages(problem_.graph, r.partition, aggregation(batch)).table;
       simulate_report(r);
       ++result_.evaluated;
       const std::vector<char> split_stages = split_backward_stages(r.schedule);
@@ -52,7 +95,8 @@ void AnytimeSearch::report_builtins() {
       r.skipped = e.what();
       r.schedule = {};
     }
-    if (options_.builtin_candidates && r.skipped.empty() && r.fits && r.makespan < best_.makespan) {
+    if (options_.builtin_candidates && r.skipped.empty() && r.fits && r.makespan < best_.makespan &&
+        builtin_placement_searched(r.schedule)) {
       std::lock_guard lock(mutex_);
       best_.makespan = r.makespan;
       best_builtin_ = static_cast<int>(result_.builtins.size());
@@ -79,8 +123,13 @@ std::string AnytimeSearch::describe_candidate(const ScheduleCandidate& c) const 
   std::string memory;
   for (int r = 0; r < kRows; ++r)
     if (counts[r] > 0) memory += fmt::format("{}{} {}", memory.empty() ? "" : ", ", kRowNames[r], counts[r]);
+  const std::string order =
+      c.zero_bubble >= 0 ? describe_variant(zero_bubble_variants()[c.zero_bubble]) : describe(c.policy);
+  if (problem_.stage_costs)  // the table's stages; its costs are per micro-batch, of whatever size
+    return fmt::format("{}, m={}, stages {}; {}", placement_name(s.placement, s.chunks), s.batch.microbatches, memory,
+                       order);
   return fmt::format("{}, {} partition, m={} x {}, stages {}; {}", placement_name(s.placement, s.chunks),
-                     s.partition_name, s.batch.microbatches, s.batch.microbatch_size, memory, describe(c.policy));
+                     s.partition_name, s.batch.microbatches, s.batch.microbatch_size, memory, order);
 }
 
 ScheduleCandidateReport AnytimeSearch::report(const ScheduleCandidate& c, const std::optional<Schedule>& order,
@@ -116,7 +165,7 @@ ScheduleCandidateReport AnytimeSearch::report(const ScheduleCandidate& c, const 
 void AnytimeSearch::finish() {
   result_.lower_bound = kInfinity;
   for (int i = 0; i < static_cast<int>(structures_.size()); ++i) {
-    ScheduleCandidate c{i, std::vector<uint8_t>(structures_[i].rows.size(), kKeep), {}, 0};
+    ScheduleCandidate c{i, std::vector<uint8_t>(structures_[i].rows.size(), kKeep), {}, -1, 0};
     for (bool split : {true, false}) {  // a whole B may cost less than I + W
       c.policy.split_backward = split;
       result_.lower_bound = std::min(result_.lower_bound, tight_bound_of(c));
@@ -139,23 +188,58 @@ void AnytimeSearch::finish() {
   if (options_.progress) options_.progress(progress());
 }
 
-// The least memory the space offers: every stage recomputing, one micro-batch in flight per device,
-// on the placement with one stage per device, scheduled as if memory were unlimited.
+// The least memory the space offers: every stage recomputing (or offloading) where it may, one
+// micro-batch in flight per device, on the placement with one stage per device (or the first
+// searched), scheduled as if memory were unlimited.
 ScheduleCandidateReport AnytimeSearch::smallest_footprint() const {
-  int structure = 0;
-  for (int i = 0; i < static_cast<int>(structures_.size()); ++i)
-    if (structures_[i].placement == PlacementKind::Loop && structures_[i].chunks == 1) {
+  int structure = -1;
+  for (int i = 0; i < static_cast<int>(structures_.size()) && structure < 0; ++i)
+    if (structures_[i].placement == PlacementKind::Loop && structures_[i].chunks == 1)
       structure = i;  // the first: the compute-balanced cut
-      break;
-    }
+  structure = std::max(structure, 0);
   const Structure& s = structures_[structure];
-  ScheduleCandidate c{structure, std::vector<uint8_t>(s.rows.size(), kRecompute), {}, 0};
+  ScheduleCandidate c{structure, std::vector<uint8_t>(s.rows.size(), kKeep), {}, -1, 0};
+  for (size_t k = 0; k < c.rows.size(); ++k)
+    c.rows[k] = s.has_row[kRecompute] && row_acts(s, k, kRecompute) ? kRecompute
+                : s.has_row[kOffload] && row_acts(s, k, kOffload)   ? kOffload
+                                                                    : kKeep;
   c.policy.inflight.assign(problem_.devices, 1);
-  ScheduleCandidateReport r = report(c, std::nullopt, true);
+  CostTable unlimited = table_of(c);
+  unlimited.memory_capacity.clear();
+  // With several stages per device, a limit of one stalls the list scheduler: one micro-batch after
+  // the other through the whole pipeline instead.
+  std::optional<Schedule> order;
+  if (!order_of(c, unlimited)) order = one_at_a_time(s.skeleton);
+  ScheduleCandidateReport r = report(c, order, true);
   r.name = "smallest footprint";
-  r.costs.memory_capacity = {problem_.memory_limit};
+  r.family = describe_candidate(c);
+  r.costs.memory_capacity =
+      problem_.stage_costs ? table_costs().memory_capacity : std::vector<double>{problem_.memory_limit};
   simulate_report(r);
   return r;
+}
+
+// The memory actions smallest_footprint() takes, for the message that says nothing fits.
+std::string AnytimeSearch::smallest_footprint_actions() const {
+  const ScheduleCandidateReport& r = result_.best;
+  int recomputing = 0, offloading = 0;
+  std::vector<char> seen(r.schedule.num_stages(), 0);
+  for (const auto& list : r.schedule.device_actions)
+    for (const Action& a : list) {
+      if (a.stage < 0 || seen[a.stage] == 3) continue;
+      if (a.kind == ActionKind::R && !(seen[a.stage] & 1)) seen[a.stage] |= 1, ++recomputing;
+      if (a.kind == ActionKind::Offload && !(seen[a.stage] & 2)) seen[a.stage] |= 2, ++offloading;
+    }
+  const int stages = r.schedule.num_stages();
+  if (recomputing == stages) return "every stage recomputing";
+  std::string text;
+  if (recomputing > 0) text = fmt::format("{} of {} stages recomputing", recomputing, stages);
+  if (offloading > 0) text += fmt::format("{}{} offloading", text.empty() ? "" : ", ", offloading);
+  if (text.empty()) text = "everything kept";
+  const bool limited = !problem_.memory_choices || !problem_.recompute || !problem_.offload;
+  return text + (limited                ? " (the memory actions searched)"
+                 : problem_.stage_costs ? " (where the cost table gives their costs)"
+                                        : "");
 }
 
 double AnytimeSearch::peak(const ScheduleCandidateReport& r) {
@@ -169,19 +253,25 @@ std::string AnytimeSearch::what_would_fit() const {
     return row.parameter_bytes + row.gradient_bytes + row.optimizer_bytes;
   };
   for (const auto& row : structures_.front().rows) total_static += static_bytes(row[kKeep]);
-  const double limit = problem_.memory_limit;
+  const std::vector<double> capacity = result_.best.costs.memory_capacity;
+  const double limit = capacity.empty() ? kInfinity : *std::min_element(capacity.begin(), capacity.end());
   const int p = problem_.devices;
   const double smallest = peak(result_.best);
+  // A graph's sizes are bytes; a table's are in its own unit, printed bare when it names none.
+  const std::string unit = !problem_.stage_costs ? " bytes"
+                           : problem_.stage_costs->costs.memory_unit == "unit"
+                               ? ""
+                               : " " + problem_.stage_costs->costs.memory_unit;
   std::string text = fmt::format(
-      "no schedule fits {:.4g} bytes per device: even with every stage recomputing and one micro-batch in flight "
-      "per device, the fullest device needs {:.4g} bytes",
-      limit, smallest);
+      "no schedule fits {:.4g}{} per device: even with {} and one micro-batch in flight per device, the fullest "
+      "device needs {:.4g}{}",
+      limit, unit, smallest_footprint_actions(), smallest, unit);
   if (total_static / p >= limit) {
     const int needed = static_cast<int>(std::ceil(total_static / limit));
     return text + fmt::format(
-                      "; parameters, gradients and optimizer state alone take {:.4g} bytes, so at least {} "
+                      "; parameters, gradients and optimizer state alone take {:.4g}{}, so at least {} "
                       "devices are needed (have {})",
-                      total_static, needed + 1, p);
+                      total_static, unit, needed + 1, p);
   }
   double fixed = 0;
   if (!result_.best.costs.stages.empty()) {

@@ -49,7 +49,9 @@ SearchResult AnytimeSearch::run() {
   // DawnPiper's plans twice: with the partitioner's greedy memory solver (fast), then with its exact
   // one on small stages (better plans, seconds on large models under tight limits).
   for (MemorySolver solver : {MemorySolver::Greedy, MemorySolver::Auto}) {
-    if (!options_.partitioner || !problem_.memory_choices || problem_.memory_limit == kInfinity || out_of_time()) break;
+    if (!options_.partitioner || problem_.stage_costs || !problem_.memory_choices ||
+        problem_.memory_limit == kInfinity || out_of_time())
+      break;
     const size_t first_structure = structures_.size(), first_seed = seeds.size();
     prepare_structures(true, solver);
     phase("partitioner's plans");

@@ -10,6 +10,7 @@
 
 #include "anytime_search.h"
 #include "flexpipe/schedules/library.h"
+#include "flexpipe/search/zero_bubble_heuristic.h"
 #include "flexpipe/support/error.h"
 
 namespace flexpipe::search_detail {
@@ -37,6 +38,10 @@ std::optional<Schedule> reference_or_none(PlacementKind placement, int devices, 
 }  // namespace
 
 void AnytimeSearch::prepare_structures(bool dawn, MemorySolver solver) {
+  if (problem_.stage_costs) {
+    if (!dawn) prepare_table_structures();  // the table's stages are the partition
+    return;
+  }
   phase(dawn ? "partitioner's plans" : "partitions and costs");
   const int p = problem_.devices;
   const int ops = static_cast<int>(problem_.graph.nodes.size());
@@ -49,10 +54,11 @@ void AnytimeSearch::prepare_structures(bool dawn, MemorySolver solver) {
   };
   std::vector<Job> jobs;
   for (const BatchSplit& batch : problem_.batches) {
-    for (int v = 1; v <= problem_.max_chunks; ++v)
-      if (v * p <= ops) jobs.push_back({batch, PlacementKind::Loop, v, dawn});
-    if (problem_.v_shape && p > 1 && 2 * p <= ops) jobs.push_back({batch, PlacementKind::V, 2, dawn});
-    if (problem_.bidirectional && p > 1 && batch.microbatches > 1 && p <= ops)
+    for (int v = 1; v <= std::max(1, problem_.max_chunks); ++v)
+      if (v * p <= ops && placement_searched(PlacementKind::Loop, v))
+        jobs.push_back({batch, PlacementKind::Loop, v, dawn});
+    if (placement_searched(PlacementKind::V, 2) && 2 * p <= ops) jobs.push_back({batch, PlacementKind::V, 2, dawn});
+    if (placement_searched(PlacementKind::Bidirectional, 1) && batch.microbatches > 1 && p <= ops)
       jobs.push_back({batch, PlacementKind::Bidirectional, 1, dawn});
   }
   // Given partitions (plans from `flexpipe partition`) on every placement with their stage count,
@@ -86,6 +92,11 @@ void AnytimeSearch::prepare_structures(bool dawn, MemorySolver solver) {
     if (!tried[i]) make(i);
   for (auto& s : made)
     if (s) structures_.push_back(std::move(*s));
+  const bool any_placement = placement_searched(PlacementKind::Loop, 1) || problem_.max_chunks >= 2 ||
+                             placement_searched(PlacementKind::V, 2) ||
+                             placement_searched(PlacementKind::Bidirectional, 1);
+  if (structures_.empty() && !dawn && !any_placement)
+    throw Error(fmt::format("search: no placement searched on {} devices (the families excluded every one)", p));
   if (structures_.empty() && !dawn)
     throw Error(fmt::format("search: '{}' has {} operators, too few for {} devices", problem_.graph.name, ops, p));
 }
@@ -96,6 +107,40 @@ AggregationOptions AnytimeSearch::aggregation(const BatchSplit& batch) const {
   a.memory_capacity = {problem_.memory_limit};
   a.decisions.clear();
   return a;
+}
+
+bool AnytimeSearch::placement_searched(PlacementKind placement, int chunks) const {
+  const bool several_devices = problem_.devices > 1;
+  switch (placement) {
+    case PlacementKind::Loop:
+      if (chunks == 1) return problem_.single_stage_loop;
+      return problem_.stage_costs ? problem_.max_chunks >= 2 : chunks <= problem_.max_chunks;
+    case PlacementKind::V: return problem_.v_shape && several_devices;
+    case PlacementKind::Bidirectional: return problem_.bidirectional && several_devices;
+  }
+  return false;
+}
+
+// A built-in may be the answer when its placement is one the search searches.
+bool AnytimeSearch::builtin_placement_searched(const Schedule& builtin) const {
+  const int p = problem_.devices, stages = builtin.stages_per_pipeline;
+  if (builtin.num_pipelines > 1) return placement_searched(PlacementKind::Bidirectional, 1);
+  if (p > 1 && stages == 2 * p && builtin.stage_device == v_placement(p, stages))
+    return placement_searched(PlacementKind::V, 2);
+  return stages % p == 0 && placement_searched(PlacementKind::Loop, stages / p);
+}
+
+Schedule AnytimeSearch::skeleton_of(const BatchSplit& batch, PlacementKind placement, int stages) const {
+  const int p = problem_.devices;
+  if (placement == PlacementKind::Bidirectional) {
+    // DualPipe's pair of pipelines: the first half of the micro-batches down, the rest up.
+    Schedule skeleton = make_schedule("search", p, batch.microbatches, bidirectional_placement(p), 2);
+    for (int mb = 0; mb < batch.microbatches; ++mb)
+      skeleton.microbatch_pipeline.push_back(mb < (batch.microbatches + 1) / 2 ? 0 : 1);
+    return skeleton;
+  }
+  return make_schedule("search", p, batch.microbatches,
+                       placement == PlacementKind::V ? v_placement(p, stages) : loop_placement(p, stages));
 }
 
 // The compute-balanced cut (PipeDream's planner over the cuts where little crosses), or DawnPiper's
@@ -112,18 +157,10 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
                      : !dawn                          ? "balanced"
                      : solver == MemorySolver::Greedy ? "dawn (greedy)"
                                                       : "dawn";
-  if (placement == PlacementKind::Bidirectional) {
-    // DualPipe's pair of pipelines: the first half of the micro-batches down, the rest up.
-    s.skeleton = make_schedule("search", p, batch.microbatches, bidirectional_placement(p), 2);
-    for (int mb = 0; mb < batch.microbatches; ++mb)
-      s.skeleton.microbatch_pipeline.push_back(mb < (batch.microbatches + 1) / 2 ? 0 : 1);
-  } else {
-    s.skeleton = make_schedule("search", p, batch.microbatches,
-                               placement == PlacementKind::V ? v_placement(p, stages) : loop_placement(p, stages));
-  }
+  s.skeleton = skeleton_of(batch, placement, stages);
   const Shape shape{batch.microbatch_size, seq_len_};
   const double host = problem_.aggregation.host_link.bandwidth;
-  const double host_bandwidth = std::isfinite(host) ? host : 0;
+  const double host_bandwidth = std::isfinite(host) && problem_.offload ? host : 0;
   std::vector<MemoryDecision> plan;
   std::vector<char> plan_checkpoints;  // per stage: the plan offloads its checkpoints
   try {
@@ -186,9 +223,13 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
   if (plan_checkpoints.empty()) plan_checkpoints.assign(stages, 0);
   if (static_cast<int>(plan_checkpoints.size()) != stages) return std::nullopt;  // a plan for other stages
   s.plan_offloads_checkpoints.assign(stages, 0);
+  const bool plan_recomputes =
+      std::any_of(plan.begin(), plan.end(), [](MemoryDecision d) { return d == MemoryDecision::Recompute; });
+  if (dawn && plan_recomputes && !problem_.recompute) return std::nullopt;  // cuts made for recomputing
   for (int r = 0; r < kRows; ++r) {
     if (r == kOffload && host_bandwidth <= 0) continue;
-    if (r == kPlan && plan.empty()) continue;
+    if (r == kRecompute && !problem_.recompute) continue;
+    if (r == kPlan && (plan.empty() || (plan_recomputes && !problem_.recompute))) continue;
     if (r == kPlan && std::all_of(plan.begin(), plan.end(), [](MemoryDecision d) { return d == MemoryDecision::Keep; }))
       continue;
     std::vector<MemoryDecision>& decisions = s.decisions[r];
@@ -283,22 +324,31 @@ std::vector<ListPolicy> AnytimeSearch::policies(const Structure& s, bool split) 
 
 // Memory choices to start from: everything kept, everything recomputed, the front half of the
 // devices recomputing (they hold the most micro-batches), everything offloaded, and DawnPiper's plan.
+// (A table's stages recompute and offload only where it gives their costs: the others keep.)
 std::vector<std::vector<uint8_t>> AnytimeSearch::row_patterns(const Structure& s) const {
   const int stages = static_cast<int>(s.rows.size());
   std::vector<std::vector<uint8_t>> out;
-  if (s.partition_name != "balanced") return {std::vector<uint8_t>(stages, s.has_row[kPlan] ? kPlan : kKeep)};
+  if (s.partition_name != "balanced" && s.partition_name != kTablePartition)
+    return {std::vector<uint8_t>(stages, s.has_row[kPlan] ? kPlan : kKeep)};
   if (s.has_row[kPlan]) out.push_back(std::vector<uint8_t>(stages, kPlan));
   out.push_back(std::vector<uint8_t>(stages, kKeep));
   if (!problem_.memory_choices) return out;
-  out.push_back(std::vector<uint8_t>(stages, kRecompute));
-  if (problem_.devices > 1) {
-    std::vector<uint8_t> front(stages, kKeep);
+  auto add = [&](Row row, auto chosen) {
+    if (!s.has_row[row]) return;
+    std::vector<uint8_t> rows(stages, kKeep);
     for (int k = 0; k < stages; ++k)
-      if (s.skeleton.stage_device[k] < problem_.devices / 2) front[k] = kRecompute;
-    out.push_back(front);
-  }
-  if (s.has_row[kOffload]) out.push_back(std::vector<uint8_t>(stages, kOffload));
+      if (chosen(k) && row_acts(s, k, row)) rows[k] = row;
+    if (std::find(out.begin(), out.end(), rows) == out.end()) out.push_back(rows);
+  };
+  add(kRecompute, [](int) { return true; });
+  if (problem_.devices > 1) add(kRecompute, [&](int k) { return s.skeleton.stage_device[k] < problem_.devices / 2; });
+  add(kOffload, [](int) { return true; });
   return out;
+}
+
+// Zero Bubble's heuristic orders one stage per device on one pipeline, everything kept.
+bool AnytimeSearch::zero_bubble_applies(const Structure& s) const {
+  return s.placement == PlacementKind::Loop && s.chunks == 1 && s.skeleton.num_pipelines == 1 && s.has_row[kKeep];
 }
 
 std::vector<ScheduleCandidate> AnytimeSearch::seed_candidates(size_t first) const {
@@ -308,10 +358,17 @@ std::vector<ScheduleCandidate> AnytimeSearch::seed_candidates(size_t first) cons
     for (const std::vector<uint8_t>& rows : row_patterns(s))
       for (bool split : {true, false})
         for (const ListPolicy& policy : policies(s, split)) {
-          ScheduleCandidate c{i, rows, policy, 0};
+          ScheduleCandidate c{i, rows, policy, -1, 0};
           c.lower_bound = lower_bound_of(c);
           out.push_back(std::move(c));
         }
+    // The heuristic's eight variants: the search's answer is never slower than its best.
+    for (int8_t variant = 0; zero_bubble_applies(s) && variant < int8_t(zero_bubble_variants().size()); ++variant) {
+      ScheduleCandidate c{i, std::vector<uint8_t>(s.rows.size(), kKeep), {}, variant, 0};
+      c.policy.split_backward = true;
+      c.lower_bound = lower_bound_of(c);
+      out.push_back(std::move(c));
+    }
   }
   return out;
 }

@@ -237,6 +237,11 @@ bool Simulation::prepare() {
                    a.kind == ActionKind::Reload ||
                    (a.kind == ActionKind::Custom && schedule_.custom_ops[a.custom].communicates);
       track_held_ = track_held_ || a.kind == ActionKind::Offload;
+      if (a.kind == ActionKind::Offload && costs_.host_link.bandwidth == 0)
+        return fail(SimStatus::Malformed,
+                    fmt::format("device {} offloads (OFFLOAD of stage {}), but the cost table has no host link "
+                                "(\"host_link\": null)",
+                                d, a.stage));
     }
   }
   prepare_stages();

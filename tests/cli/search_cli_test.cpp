@@ -167,5 +167,111 @@ TEST_F(Search, BadInputGetsOneClearError) {
   EXPECT_NE(run.err.find("does not split into 4 micro-batches"), std::string::npos) << run.err;
 }
 
+// A Zero Bubble-style profile: four stages of their own F, I, W and memory, links, a host link, R's cost
+// on the first two stages.
+constexpr const char* kFourStages = R"({
+  "format": "flexpipe-costs", "version": 1, "time_unit": "ms", "memory_unit": "GB",
+  "stages": [
+    {"forward": 1.2, "backward_input": 1.3, "backward_weight": 0.9, "activation_bytes": 4, "freed_by_input": 2,
+     "parameter_bytes": 10, "output_bytes": 0.05, "recompute": 1.2, "checkpoint_bytes": 0.2},
+    {"forward": 1.0, "backward_input": 1.1, "backward_weight": 0.8, "activation_bytes": 3.5, "freed_by_input": 1.7,
+     "parameter_bytes": 10, "output_bytes": 0.05, "recompute": 1.0, "checkpoint_bytes": 0.2},
+    {"forward": 1.1, "backward_input": 1.2, "backward_weight": 0.7, "activation_bytes": 3.8, "freed_by_input": 1.9,
+     "parameter_bytes": 10, "output_bytes": 0.05},
+    {"forward": 1.4, "backward_input": 1.6, "backward_weight": 1.0, "activation_bytes": 4.2, "freed_by_input": 2.1,
+     "parameter_bytes": 12, "output_bytes": 0.05}
+  ],
+  "link": {"latency": 0.02, "bandwidth": 25},
+  "host_link": {"latency": 0.01, "bandwidth": 12},
+  "memory_capacity": 30
+})";
+
+// Eight equal stages without units: the V and interleaved placements on four devices.
+constexpr const char* kEightStages = R"({"format": "flexpipe-costs", "version": 1, "num_stages": 8,
+  "all_stages": {"forward": 1, "backward_input": 1.2, "backward_weight": 0.8, "activation_bytes": 2,
+                 "parameter_bytes": 3, "output_bytes": 0.05},
+  "link": {"latency": 0.05}, "memory_capacity": 20})";
+
+// What the search writes (-o and --costs-output) simulates to what it reported, in every case: a
+// model searched with no host link (which used to write a bandwidth of 0 that simulate refused), cost
+// tables of one and two stages per device, families and memory actions left out, nothing fitting.
+TEST_F(Search, WhatItWritesSimulatesToWhatItReportedInEveryCase) {
+  const std::string four = write("four.json", kFourStages).string(), eight = write("eight.json", kEightStages).string();
+  const std::string program = (dir_ / "best.fps").string(), costs = (dir_ / "best-costs.json").string();
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"--model bert-large -p 2 -m 4 --host-bandwidth 0", 0},
+      {"--costs " + four + " -p 4 -m 16", 0},
+      {"--costs " + four + " -p 4 -m 16 --memory-limit 20", 0},
+      {"--costs " + four + " -p 4 -m 12 --families loop --no-recompute --no-offload", 0},
+      {"--costs " + four + " -p 4 -m 8 --families bidirectional --memory-limit 60", 0},
+      {"--costs " + four + " -p 4 -m 8 --families bidirectional", 1},
+      {"--costs " + eight + " -p 4 -m 12 --no-exact", 0},
+      {"--costs " + eight + " -p 4 -m 12 --families interleaved", 0},
+      {"--costs " + four + " -p 4 -m 8 --memory-limit 14", 1},
+  };
+  for (const auto& [args, exit_code] : cases) {
+    const Outcome run = flexpipe("search " + args + " -q --json -o " + program + " --costs-output " + costs);
+    ASSERT_EQ(run.exit_code, exit_code) << args << "\n" << run.err;
+    const nlohmann::json best = nlohmann::json::parse(run.out)["best"];
+    const Outcome simulated = flexpipe("simulate " + program + " --costs " + costs + " --json");
+    ASSERT_EQ(simulated.exit_code, 0) << args << "\n" << simulated.err;
+    const nlohmann::json s = nlohmann::json::parse(simulated.out);
+    EXPECT_DOUBLE_EQ(s["makespan"].get<double>(), best["makespan"].get<double>()) << args;
+    for (size_t d = 0; d < best["peak_memory"].size(); ++d)
+      EXPECT_DOUBLE_EQ(s["devices"][d]["peak_memory"].get<double>(), best["peak_memory"][d].get<double>()) << args;
+  }
+}
+
+// From a cost table: the placements its stage count allows, the report in its units (bare when it
+// names none), built-ins with other stage counts skipped, the families asked for.
+TEST_F(Search, SearchesFromACostTable) {
+  const std::string four = write("four.json", kFourStages).string(), eight = write("eight.json", kEightStages).string();
+  Outcome run = flexpipe("search --costs " + four + " -p 4 -m 16 -q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("four.json on 4 devices, limit 30 GB per device"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("best: loop, m=16, stages keep 4;"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("zb-v                   skipped: has 8 stages per pipeline, the cost table 4"),
+            std::string::npos)
+      << run.out;
+  run = flexpipe("search --costs " + eight + " -p 4 -m 12 --no-exact -q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("eight.json on 4 devices, limit 20 per device"), std::string::npos) << run.out;
+  EXPECT_TRUE(std::regex_search(run.out, std::regex("best's peak memory per device: [0-9.]+, [0-9.]+, "))) << run.out;
+  run = flexpipe("search --costs " + eight + " -p 4 -m 12 --no-exact -q --families v --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string family = nlohmann::json::parse(run.out)["best"]["family"];
+  EXPECT_FALSE(family.starts_with("loop") || family == "built-in interleaved-1f1b" || family == "built-in looped-bfs")
+      << family;
+}
+
+TEST_F(Search, CostTableOptionsGetOneClearError) {
+  const std::string four = write("four.json", kFourStages).string();
+  expect_refused({{"search --costs " + four + " --model gpt3-1.3b -p 4 -m 8", "--model excludes --costs"}}, 2, true);
+  expect_refused({
+      {"search --costs " + four + " -p 4 -m 8 --max-chunks 2",
+       "error: search: --max-chunks does not apply to a cost table (--costs): its stage count decides the "
+       "placements\n"},
+      {"search --costs " + four + " -p 4 --global-batch 8",
+       "error: search: --global-batch does not apply to a cost table (--costs): its costs are per micro-batch as "
+       "measured; give -m\n"},
+      {"search --costs " + four + " -p 4 -m 8 --link-latency 1",
+       "error: search: --link-latency does not apply to a cost table (--costs): it gives its links (\"link\", "
+       "\"links\")\n"},
+  });
+  expect_refused({
+      {"search -p 4 -m 8", "error: search: give --model (a model) or --costs (a cost table)\n"},
+      {"search --costs " + four + " -p 4 -m 8 --families loop,vv",
+       "error: --families: 'vv' is not a family; choose from loop, interleaved, v, bidirectional\n"},
+      {"search --costs " + four + " -p 3 -m 8",
+       "error: search: four.json has 4 stages, and no placement searched on 3 devices has as many (a table of 3 "
+       "stages allows the loop with one stage per device and the bidirectional pair, 6 the V and the loop with two "
+       "stages per device, v x 3 the loop with v)\n"},
+      {"search --costs " + four + " -p 4 -m 8 --families v",
+       "error: search: four.json has 4 stages, and no placement searched on 4 devices has as many (a table of 4 "
+       "stages allows the loop with one stage per device and the bidirectional pair, 8 the V and the loop with two "
+       "stages per device, v x 4 the loop with v)\n"},
+  });
+}
+
 }  // namespace
 }  // namespace flexpipe::test

@@ -124,6 +124,33 @@ TEST(CostTableJson, RoundTripsEveryField) {
   EXPECT_EQ(parse_cost_table(cost_table_to_json(one_capacity), "written"), one_capacity);
 }
 
+// No host link (a search that may not offload measures with one) is written as null and read back,
+// where a bandwidth of 0 would be refused.
+TEST(CostTableJson, NoHostLinkIsNullAndReadsBack) {
+  CostTable costs = uniform_costs(2, 1, 1, 1);
+  costs.host_link = kNoHostLink;
+  const std::string text = cost_table_to_json(costs);
+  EXPECT_NE(text.find("\"host_link\": null"), std::string::npos) << text;
+  EXPECT_EQ(parse_cost_table(text, "written"), costs);
+  costs.host_link = Link{0.5, 0};  // a latency over no bandwidth is no host link either
+  EXPECT_EQ(parse_cost_table(cost_table_to_json(costs), "written").host_link, kNoHostLink);
+}
+
+// Which costs a table states rather than leaves to defaults: R's time per stage, the host link.
+TEST(CostTableJson, SaysWhichCostsAreStated) {
+  StatedCosts stated;
+  parse_cost_table(document("\"stages\": [{\"recompute\": 1}, {\"forward\": 2}], \"host_link\": {}"), "c", 0, &stated);
+  EXPECT_EQ(stated.recompute, (std::vector<char>{1, 0}));
+  EXPECT_TRUE(stated.host_link);
+  parse_cost_table(document("\"num_stages\": 3, \"all_stages\": {\"recompute\": 2}, \"host_link\": null"), "c", 0,
+                   &stated);
+  EXPECT_EQ(stated.recompute, (std::vector<char>{1, 1, 1}));
+  EXPECT_FALSE(stated.host_link);
+  parse_cost_table(document("\"num_stages\": 2, \"all_stages\": {}"), "c", 0, &stated);
+  EXPECT_EQ(stated.recompute, (std::vector<char>{0, 0}));
+  EXPECT_FALSE(stated.host_link);
+}
+
 TEST(CostTableJson, FillsDefaults) {
   const CostTable costs = parse_cost_table(
       document("\"stages\": [{\"forward\": 2, \"backward_input\": 3}, {\"backward\": 9, \"recompute\": 0.5}]"), "c");
@@ -180,7 +207,10 @@ TEST(CostTableJson, NamesTheBadFieldExactly) {
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"link\": {\"latency\": true}")),
             "costs.json: link.latency: expected a number, got true");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"host_link\": {\"bandwidth\": 0}")),
-            "costs.json: host_link.bandwidth: must be positive (null for unlimited), got 0");
+            "costs.json: host_link.bandwidth: must be positive (null for unlimited), got 0; for no host link at all, "
+            "write \"host_link\": null");
+  EXPECT_EQ(parse_error(document("\"stages\": [{}], \"link\": {\"bandwidth\": 0}")),
+            "costs.json: link.bandwidth: must be positive (null for unlimited), got 0");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"links\": [{\"src\": 0, \"dst\": 1.5}]")),
             "costs.json: links[0].dst: expected an integer, got 1.5");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"links\": [{\"src\": 0}]")),

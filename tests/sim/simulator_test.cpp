@@ -203,6 +203,18 @@ TEST(Simulator, OffloadAndReloadMoveActivationsThroughTheHostLink) {
             "device 0 #2 0B0: waits for 0RELOAD0");
 }
 
+// A table without a host link ("host_link": null, what a search that may not offload writes) runs
+// every schedule but one that offloads, which it names instead of taking forever.
+TEST(Simulator, OffloadWithoutAHostLinkIsMalformed) {
+  CostTable costs = uniform_costs(1, 1, 1, 1);
+  costs.host_link = kNoHostLink;
+  EXPECT_DOUBLE_EQ(simulate(build(2, {0}, {"0F0 0F1 0B1 0B0"}), costs, {}).makespan, 6);  // F 1, B 2
+  const SimOutcome outcome = try_simulate(build(2, {0}, {"0F0 0OFFLOAD0 0F1 0RELOAD0 0B1 0B0"}), costs);
+  EXPECT_EQ(outcome.status, SimStatus::Malformed);
+  EXPECT_EQ(outcome.message,
+            "device 0 offloads (OFFLOAD of stage 0), but the cost table has no host link (\"host_link\": null)");
+}
+
 TEST(Simulator, OffloadMovesOnlyItsBytesCappedByWhatIsHeld) {
   // Stage 0 on device 0 (F takes 4), stage 1 on device 1 holding 4 per micro-batch of which its
   // OFFLOAD moves 3 (the operators decided Offload); host link 0.5 + bytes / 2.

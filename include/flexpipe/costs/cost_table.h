@@ -49,6 +49,9 @@ struct Link {
   friend bool operator==(const Link&, const Link&) = default;
 };
 
+// A host link with no bandwidth: the device cannot offload (a table's "host_link": null).
+inline constexpr Link kNoHostLink{0, 0};
+
 struct LinkOverride {
   int src = 0;
   int dst = 0;
@@ -60,7 +63,7 @@ struct CostTable {
   std::vector<StageCosts> stages;       // one per model chunk
   Link link;                            // between any two devices unless overridden
   std::vector<LinkOverride> pairs;      // per directed device pair
-  Link host_link;                       // device <-> host, for OFFLOAD / RELOAD
+  Link host_link;                       // device <-> host, for OFFLOAD / RELOAD; kNoHostLink: none
   std::vector<double> memory_capacity;  // per device; empty: unlimited; one value: every device
   double overlap_ratio = 1.0;           // an Overlap F&B unit takes overlap_ratio * (F + B)
   std::string time_unit = "unit";

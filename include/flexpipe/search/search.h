@@ -39,18 +39,39 @@ struct GivenPartition {
   double microbatch_size = 1;
 };
 
+// A per-stage cost table to search from instead of a model's graph: the profile Zero Bubble and
+// Megatron users have (docs/search.md, "From a cost table"). Its entries are the model chunks, so it
+// allows the placements with that many stages: p entries the loop with one stage per device and the
+// bidirectional pair, 2p the V and the loop with two stages per device (interleaved), v p the loop
+// with v.
+struct StageCostProblem {
+  std::string name;             // for reports: the file's name
+  CostTable costs;              // one entry per model chunk, its links, host link and memory capacity
+  std::vector<char> recompute;  // per chunk: R's cost is given, so the stage may recompute
+  bool offload = false;         // the host link is given, so stages may offload
+};
+
 struct SearchProblem {
+  // Set: the search takes its stages from this table, and `graph`, `batches`' micro-batch sizes,
+  // `seq_len`, `aggregation` and `partitions` are not read.
+  std::optional<StageCostProblem> stage_costs;
   CostGraph graph;
   int devices = 0;
   std::vector<BatchSplit> batches;  // at least one; more when the global batch allows several
   double seq_len = 0;               // 0: the graph's reference
-  double memory_limit = kInfinity;  // bytes per device
+  double memory_limit = kInfinity;  // bytes per device; with stage_costs, when finite, instead of its capacity
   // Byte sizes and links; its shape, decisions and capacity are set per candidate.
   AggregationOptions aggregation;
-  int max_chunks = 4;          // loop placements with 1..max_chunks stages per device
-  bool v_shape = true;         // also the V-shaped placement (2 stages per device)
-  bool bidirectional = true;   // also DualPipe's pair of pipelines in opposite directions
-  bool memory_choices = true;  // also per-stage recompute / offload (else everything is kept)
+  // The placements searched (the families of `flexpipe search --families`); a built-in may be the
+  // answer only when its placement is among them. With stage_costs, the loop with the table's S / p
+  // stages per device is searched whenever max_chunks >= 2.
+  bool single_stage_loop = true;  // the loop with one stage per device (1F1B's, ZB-H1's)
+  int max_chunks = 4;             // loop placements with 2..max_chunks stages per device (interleaved)
+  bool v_shape = true;            // the V-shaped placement (2 stages per device)
+  bool bidirectional = true;      // DualPipe's pair of pipelines in opposite directions
+  bool memory_choices = true;     // per-stage recompute / offload (else everything is kept)
+  bool recompute = true;          // with memory_choices: recompute (`--no-recompute` clears it)
+  bool offload = true;            // with memory_choices: offload (`--no-offload` clears it)
   std::vector<GivenPartition> partitions;
 };
 
