@@ -63,7 +63,9 @@ TEST(CostTableSearch, SearchesThePlacementsItsStageCountAllows) {
     EXPECT_EQ(r.best.schedule.stages_per_pipeline, per_device * p) << per_device;
     EXPECT_TRUE(r.exhausted);
     for (const ScheduleCandidateReport& b : r.builtins)
-      if (b.skipped.empty()) EXPECT_EQ(b.schedule.stages_per_pipeline, per_device * p) << b.name;
+      if (b.skipped.empty()) {
+        EXPECT_EQ(b.schedule.stages_per_pipeline, per_device * p) << b.name;
+      }
   }
   SearchProblem only_v = problem_of(table_of(2 * p), p, m);
   only_v.max_chunks = 1;

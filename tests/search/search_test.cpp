@@ -345,7 +345,9 @@ TEST(ScheduleSearch, ACompleteSearchDoesNotDependOnThreadsOrBudget) {
         options.threads = threads;
         options.exact = c.exact;
         const SearchResult result = search_schedules(c.problem, options);
-        if (budget == 60) ASSERT_TRUE(result.exhausted) << threads << " threads";
+        if (budget == 60) {
+          ASSERT_TRUE(result.exhausted) << threads << " threads";
+        }
         if (!result.exhausted) continue;
         if (!reference) {
           reference = result;
