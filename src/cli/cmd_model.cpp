@@ -191,12 +191,6 @@ double per_time_unit(const CostGraph& graph, double per_second) {
                           graph.time_unit));
 }
 
-std::string gigabytes(double bytes) {
-  if (bytes >= 1e9 || bytes <= -1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
-  if (bytes >= 1e6 || bytes <= -1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
-  return fmt::format("{:.1f} kB", bytes / 1e3);
-}
-
 CostTable model_cost_table(const ModelOptions& options, const std::string& partition, int stages) {
   const CostGraph graph = load_model_graph(options);
   const HardwareProfile& hardware = find_hardware(options.hardware);

@@ -48,8 +48,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->add_option("schedule", o->command.schedules,
                    "Built-in schedule names or files (.fps, .csv, .json); several are trained one after another")
       ->required();
-  add_training_options(command, o->command);
-  command->add_option("--steps", o->command.request.training.steps, "Training steps [2]");
+  add_training_options(command, o->command, "the job's ranks / --dp");
+  command->add_option("--steps", o->command.request.training.steps, "Training steps [2]")
+      ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
                       "A text file to train on (byte-level tokens: use --vocab 256) [synthetic sequences]");
   command

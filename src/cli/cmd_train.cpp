@@ -261,7 +261,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command->add_option("--profile", o->profile,
                       "With --schedule auto: the measured cost graph to use (written by `flexpipe profile`; "
                       "measured and saved here when the file does not exist)");
-  add_training_options(command, o->command);
+  add_training_options(command, o->command, std::to_string(kDefaultDevices));
   command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")
       ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
@@ -284,7 +284,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command
       ->add_option("--min-lr-ratio", o->command.request.training.min_lr_ratio,
                    "Cosine decay floor, as a fraction of --lr [0.1]")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(fraction());
   command
       ->add_option("--clip", o->command.request.training.max_grad_norm,
                    "Clip gradients by their global norm over all stages; 0: never [1.0]")

@@ -121,7 +121,9 @@ TEST_F(Partition, AnswersWithTheBestPlanFoundWithinItsTimeBudget) {
 TEST_F(Partition, BadInputIsOneClearError) {
   const Outcome limit = flexpipe("partition --model gpt3-1.3b --memory-limit 0");
   EXPECT_EQ(limit.exit_code, 2);
-  EXPECT_EQ(limit.err, "error: --memory-limit must be a positive number of bytes per device\n");
+  EXPECT_EQ(limit.err,
+            "error: --memory-limit: '0' is not a positive size; write 80GiB, 85.9GB or 85899345920 (see flexpipe "
+            "partition --help)\n");
   const Outcome method = flexpipe("partition --model gpt3-1.3b --memory-limit 1e9 --method magic");
   EXPECT_EQ(method.exit_code, 2);
   EXPECT_NE(method.err.find("--method"), std::string::npos) << method.err;

@@ -158,7 +158,7 @@ TEST_F(Search, BadInputGetsOneClearError) {
   EXPECT_NE(run.err.find("give -m"), std::string::npos) << run.err;
   run = flexpipe("search --model gpt3-1.3b -p 4 -m 8 --time-budget 0");
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.err.find("--time-budget 0: must be positive"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("--time-budget: '0' is not a positive time"), std::string::npos) << run.err;
   run = flexpipe("search --model no-such-model -p 4 -m 8");
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_NE(run.err.find("no-such-model"), std::string::npos) << run.err;
