@@ -207,13 +207,29 @@ void add_model_command(CLI::App& app, int&) {
   command->require_subcommand(1);
 
   auto* list = command->add_subcommand("list", "List the zoo's models with their parameter counts");
-  list->callback([] {
-    fmt::print("{:<18} {:>10} {:>10}  {}\n", "model", "params", "active", "description");
+  auto list_json = std::make_shared<bool>(false);
+  list->add_flag("--json", *list_json,
+                 "Print JSON: name, description, parameters, active_parameters, layers, hidden, heads, seq_len");
+  list->callback([list_json] {
+    nlohmann::ordered_json models = nlohmann::ordered_json::array();
+    if (!*list_json) fmt::print("{:<18} {:>10} {:>10}  {}\n", "model", "params", "active", "description");
     for (const ModelConfig& config : model_zoo()) {
       const CostGraph graph = build_model_graph(config, find_hardware("H100-80GB"));
-      fmt::print("{:<18} {:>10} {:>10}  {}\n", config.name, billions(total_parameters(graph)),
-                 billions(total_active_parameters(graph)), config.description);
+      if (!*list_json) {
+        fmt::print("{:<18} {:>10} {:>10}  {}\n", config.name, billions(total_parameters(graph)),
+                   billions(total_active_parameters(graph)), config.description);
+        continue;
+      }
+      models.push_back({{"name", config.name},
+                        {"description", config.description},
+                        {"parameters", total_parameters(graph)},
+                        {"active_parameters", total_active_parameters(graph)},
+                        {"layers", config.layers + config.encoder_layers},
+                        {"hidden", config.hidden},
+                        {"heads", config.heads},
+                        {"seq_len", config.seq_len}});
     }
+    if (*list_json) fmt::print("{}\n", models.dump(2));
   });
 
   auto* show_command =

@@ -1,4 +1,5 @@
 // Drives `flexpipe model` and `flexpipe simulate --model`: exit codes, messages and files written.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -26,6 +27,25 @@ TEST_F(ModelCli, ListShowsEveryModelWithItsSize) {
   EXPECT_NE(run.out.find("mixtral-8x7b           46.70B     12.88B"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("llama2-7b               6.74B      6.74B"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("deepseek-moe-16b"), std::string::npos);
+}
+
+TEST_F(ModelCli, ListJsonHasEveryModelOfTheTable) {
+  const Outcome text = flexpipe("model list");
+  const Outcome run = flexpipe("model list --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json models = nlohmann::json::parse(run.out);
+  ASSERT_TRUE(models.is_array());
+  EXPECT_EQ(models.size() + 1, static_cast<size_t>(std::count(text.out.begin(), text.out.end(), '\n')));
+  for (const nlohmann::json& model : models) {
+    EXPECT_NE(text.out.find(model["name"].get<std::string>() + " "), std::string::npos) << model;
+    EXPECT_GE(model["parameters"].get<double>(), model["active_parameters"].get<double>()) << model;
+  }
+  const auto mixtral =
+      std::find_if(models.begin(), models.end(), [](const auto& m) { return m["name"] == "mixtral-8x7b"; });
+  ASSERT_NE(mixtral, models.end());
+  EXPECT_NEAR((*mixtral)["parameters"].get<double>(), 46.70e9, 0.01e9);
+  EXPECT_NEAR((*mixtral)["active_parameters"].get<double>(), 12.88e9, 0.01e9);
+  EXPECT_EQ((*mixtral)["layers"], 32);
 }
 
 TEST_F(ModelCli, ShowJsonHasTotalAndActiveParameters) {
