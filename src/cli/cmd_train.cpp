@@ -196,6 +196,18 @@ int prepare_captured_model(TrainOptions& o, bool launcher) {
   return run_python_package(arguments);
 }
 
+// A warm-up longer than the run is allowed (a short trial of a long run's settings) but said: the rate
+// never reaches --lr and never decays.
+void warn_if_warmup_outlasts_run(const runtime::TrainingOptions& t) {
+  if (!t.lr_schedule || t.warmup_steps <= t.steps) return;
+  fmt::print(stderr,
+             "warning: --warmup {} is longer than the run ({} steps): the learning rate only rises, to {:.3g} ({}% "
+             "of --lr {:g}), and never decays; give --warmup {} or less to reach it\n",
+             t.warmup_steps, t.steps, t.learning_rate * t.steps / t.warmup_steps, 100 * t.steps / t.warmup_steps,
+             t.learning_rate, t.steps);
+  std::fflush(stderr);
+}
+
 void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_code) {
   runtime::RunRequest& request = o.command.request;
   if (request.data_parallel < 1) throw Error(fmt::format("--dp {}: at least one copy", request.data_parallel));
@@ -219,6 +231,9 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   if (request.save_every < 0) throw Error(fmt::format("--save-every {}: not negative", request.save_every));
   if (o.schedule == "auto") choose_schedule(o, command_line);
   const int ranks = pipeline_devices(o) * request.data_parallel;
+  // Once per job: by the process that trains alone, or by rank 0 (a launcher leaves it to its rank 0).
+  const bool in_job = std::getenv("WORLD_SIZE") != nullptr;
+  if (in_job ? std::getenv("RANK") == std::string("0") : ranks == 1) warn_if_warmup_outlasts_run(request.training);
   o.command.schedules = {o.schedule};
   if (!is_file(o.schedule) && o.command.schedule.devices == 0) o.command.schedule.devices = kDefaultDevices;
   // No job around us: become the launcher of one, with this very command line as every rank's. What

@@ -98,6 +98,20 @@ TEST_F(BadInput, TrainChecksTheJobOnceBeforeStartingAnyRank) {
   EXPECT_EQ(run.out, "");
 }
 
+TEST_F(BadInput, AWarmUpLongerThanTheRunIsReportedOnce) {
+  // The partition error comes after the warning and before any runtime is loaded.
+  const std::string partition_error =
+      "error: 1f1b: partition ops:1,2: the stages hold 3 operators but the graph 'gpt-4x64' has 54\n";
+  Outcome run = flexpipe("train --steps 5 -p 1 --partition ops:1,2");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "warning: --warmup 10 is longer than the run (5 steps): the learning rate only rises, to 0.0015 (50% of "
+            "--lr 0.003), and never decays; give --warmup 5 or less to reach it\n" +
+                partition_error);
+  run = flexpipe("train --steps 5 --warmup 5 -p 1 --partition ops:1,2");
+  EXPECT_EQ(run.err, partition_error);
+}
+
 TEST_F(BadInput, CheckPrintsAScreenfulOfErrorsAndCountsTheRest) {
   // 60 forwards without a backward: 60 errors, of which 50 are printed.
   std::string row;
