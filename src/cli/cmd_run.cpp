@@ -55,7 +55,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
                       "A text file to train on (byte-level tokens: use --vocab 256) [synthetic sequences]");
   command
       ->add_option("--clip", o->command.request.training.max_grad_norm,
-                   "Clip gradients by their global norm over all stages [off]")
+                   "Clip gradients by their global norm over all stages; 0: never [0]")
       ->check(non_negative_number());
   command->add_flag("--verify", o->command.request.verify,
                     "Also train the model in one process with autograd and compare losses and parameters");

@@ -271,8 +271,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
       "progress per step, then measured against simulated time and memory; checkpoints and resume");
   auto o = std::make_shared<TrainOptions>(defaults());
   command->add_option("--schedule", o->schedule,
-                      "Built-in name, file (.fps, .csv, .json), or auto: the fastest built-in as simulated with "
-                      "the model's measured operator times [1f1b]");
+                      "Built-in name, file (.fps, .csv, .json), or auto: the fastest schedule `flexpipe search` finds "
+                      "with the model's measured operator times [1f1b]");
   command->add_option("--profile", o->profile,
                       "With --schedule auto: the measured cost graph to use (written by `flexpipe profile`; "
                       "measured and saved here when the file does not exist)");
@@ -280,7 +280,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")
       ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
-                      "A text file to train on, as byte-level tokens (vocabulary 256); with a captured --model, a "
+                      "A text file to train on, as byte-level tokens (sets --vocab 256); with a captured --model, a "
                       "torch.save'd dict {\"inputs\": ..., \"targets\": ...} [synthetic]");
   command->add_option("--model", o->command.captured_model,
                       "A captured PyTorch model (flexpipe capture -o GRAPH.json), trained with --plan's cuts "
@@ -290,7 +290,9 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command->add_option("--export-weights", o->command.request.export_weights,
                       "With --model: write the trained weights by their state_dict names, for "
                       "model.load_state_dict(torch.load(FILE))");
-  command->add_option("--warmup", o->command.request.training.warmup_steps, "Warm-up steps [10]")
+  command
+      ->add_option("--warmup", o->command.request.training.warmup_steps,
+                   "Steps of linear learning-rate warm-up; one longer than --steps is warned about [10]")
       ->check(whole_number_at_least(0));
   command
       ->add_option("--decay-steps", o->command.request.training.decay_steps,
@@ -306,7 +308,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
       ->check(non_negative_number());
   command->add_option("--curve", o->command.request.curve_path, "Write the loss curve as an SVG chart (rank 0)");
   command->add_option("--checkpoint", o->command.request.checkpoint_dir, "Directory for checkpoints [none]");
-  command->add_option("--save-every", o->command.request.save_every, "Steps between checkpoints; 0: at the end [0]");
+  command->add_option("--save-every", o->command.request.save_every, "Steps between checkpoints; 0: at the end [0]")
+      ->check(whole_number_at_least(0));
   command->add_flag("--resume", o->command.request.resume, "Continue from the latest checkpoint in --checkpoint");
   command->add_flag("--verify", o->command.request.verify,
                     "Also train in one process with autograd and compare (small models only)");

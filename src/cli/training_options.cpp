@@ -47,7 +47,7 @@ void add_training_options(CLI::App* command, TrainingCommand& o, const std::stri
       ->check(whole_number_at_least(1));
   command->add_option("--heads", o.model.heads, fmt::format("Attention heads [{}]", o.model.heads))
       ->check(whole_number_at_least(1));
-  command->add_option("--vocab", o.model.vocab, fmt::format("Vocabulary size (256 with --data) [{}]", o.model.vocab))
+  command->add_option("--vocab", o.model.vocab, fmt::format("Vocabulary size [{}]", o.model.vocab))
       ->check(whole_number_at_least(1));
   command->add_option("--seq-len", o.model.seq_len, fmt::format("Tokens per sequence [{}]", o.model.seq_len))
       ->check(whole_number_at_least(1));
