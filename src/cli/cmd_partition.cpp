@@ -103,17 +103,22 @@ CheckedPlanner make_planner(const PartitionOptions& o, std::chrono::steady_clock
   return CheckedPlanner(std::move(graph), hardware, std::move(schedule), std::move(settings));
 }
 
+// Advice names only what would change something: not a smaller micro-batch than 1, not the schedule in use.
 std::string does_not_fit(const CheckedPlan& out, const CheckedPlanner& planner, const PartitionOptions& o) {
-  // 1F1B holds the fewest micro-batches of the built-ins: advice to switch to it is for other schedules.
-  const bool on_1f1b = o.schedule.spec == "1f1b" || planner.schedule().name == "1f1b";
+  std::vector<std::string> tries = {"more devices"};
+  if (out.microbatch_size > 1) tries.push_back("a smaller micro-batch");
+  // 1F1B holds the fewest micro-batches of the built-ins.
+  if (o.schedule.spec != "1f1b" && planner.schedule().name != "1f1b")
+    tries.push_back("a schedule that holds fewer micro-batches (1f1b)");
+  tries.push_back("a faster host link");
+  std::string advice = tries.front();
+  for (size_t i = 1; i < tries.size(); ++i) advice += (i + 1 == tries.size() ? " or " : ", ") + tries[i];
   return fmt::format(
       "{}: '{}' does not fit {} devices with {} each at micro-batch {} under {}: a device needs "
-      "{} more even with every recompute and offload the method allows; try more devices, a smaller micro-batch, "
-      "{}or a faster host link",
+      "{} more even with every recompute and offload the method allows; try {}",
       partition_method_name(out.method), planner.graph().name, planner.schedule().num_devices,
       format_bytes(o.memory_limit.value, bytes_of(o)), out.microbatch_size, planner.schedule().name,
-      format_bytes(out.result.shortfall, bytes_of(o)),
-      on_1f1b ? "" : "a schedule that holds fewer micro-batches (1f1b) ");
+      format_bytes(out.result.shortfall, bytes_of(o)), advice);
 }
 
 void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const PartitionOptions& o) {
@@ -144,9 +149,10 @@ void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const Par
                fmt::format("{}{}", p.offload.size(), p.offload_checkpoints ? "+ckpt" : ""));
   }
   fmt::print(
-      "ops: operators in the stage; k: micro-batches it holds at once; compute: F + B per micro-batch in {}; +recomp, "
-      "+offload: what recomputing and offloading add to it; time: their sum; memory: the stage's peak; R: operators "
-      "recomputed; O: operators offloaded (+ckpt: the recompute checkpoints too)\n",
+      "ops: operators; k: micro-batches held at once; compute: F + B per micro-batch, in {}; +recomp, +offload: what "
+      "recompute and offload add to it; time: the sum\n"
+      "memory: the stage's peak; R: operators recomputed; O: operators offloaded (+ckpt: the recompute checkpoints "
+      "too)\n",
       unit);
   std::string peaks;
   for (const DeviceReport& d : out.simulated.devices)

@@ -93,6 +93,14 @@ TEST_F(Partition, AModelThatCannotFitSaysByHowMuch) {
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.out.find("does not fit 8 devices with 80.00 GB each"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("GB more even with every recompute and offload"), std::string::npos) << run.out;
+  // At micro-batch 1 under 1f1b neither a smaller micro-batch nor 1f1b is advice.
+  EXPECT_NE(run.out.find("the method allows; try more devices or a faster host link\n"), std::string::npos) << run.out;
+  const Outcome gpipe =
+      flexpipe("partition --model gpt3-175b -p 8 --memory-limit 80e9 --schedule gpipe --microbatch-size 2");
+  EXPECT_NE(gpipe.out.find("the method allows; try more devices, a smaller micro-batch, a schedule that holds fewer "
+                           "micro-batches (1f1b) or a faster host link\n"),
+            std::string::npos)
+      << gpipe.out;
   const Outcome written =
       flexpipe("partition --model gpt3-175b -p 8 --memory-limit 80e9 -o " + (dir_ / "p.json").string());
   EXPECT_EQ(written.exit_code, 2);
