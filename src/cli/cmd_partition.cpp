@@ -200,6 +200,9 @@ void run(const PartitionOptions& o, int& exit_code) {
                  out.simulated_ok ? fmt::format("{:.4g} {}", out.simulated.makespan, unit) : "-",
                  out.simulated_ok ? format_bytes(peak, bytes_of(o)) : "-");
     }
+    fmt::print(
+        "max b: the largest micro-batch that fits (with --max-batch); b: the micro-batch planned; bottleneck: the "
+        "slowest stage's time per micro-batch; step: the simulated step; peak: the fullest device's memory\n");
     if (std::any_of(outcomes.begin(), outcomes.end(), [](const CheckedPlan& out) { return out.stopped; }))
       fmt::print("time budget reached: each method's plan is the best it found by then\n");
     return;

@@ -86,6 +86,24 @@ TEST_F(Partition, MaxBatchBeatsTheBaselinesThatDoNotOptimizeMemory) {
   ASSERT_EQ(compare.exit_code, 0) << compare.err;
   for (const char* method : {"uniform", "params", "pipedream", "vpipe", "dawn"})
     EXPECT_NE(compare.out.find(method), std::string::npos) << compare.out;
+  EXPECT_NE(compare.out.find("\nmax b: the largest micro-batch that fits (with --max-batch); b: the micro-batch "
+                             "planned; bottleneck: the slowest stage's time per micro-batch; step: the simulated "
+                             "step; peak: the fullest device's memory\n"),
+            std::string::npos)
+      << compare.out;
+}
+
+// Every column of the plan's table has a unit or a legend line, and sizes come in the limit's units.
+TEST_F(Partition, TheTableSaysWhatEachColumnIsInTheLimitsUnits) {
+  const Outcome run = flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 16GiB -q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("limit 16.00 GiB per device\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\nops: operators; k: micro-batches held at once; compute: F + B per micro-batch, in ms; "
+                         "+recomp, +offload: what recompute and offload add to it; time: the sum\n"
+                         "memory: the stage's peak; R: operators recomputed; O: operators offloaded (+ckpt: the "
+                         "recompute checkpoints too)\nsimulated peak memory per device: 15.80 GiB, "),
+            std::string::npos)
+      << run.out;
 }
 
 TEST_F(Partition, AModelThatCannotFitSaysByHowMuch) {
