@@ -85,6 +85,10 @@ TEST_F(BadInput, MistypedSubcommandsAndOptionsGetTheClosestName) {
        "simulate --help\n"},
       {"simulate 1f1b --bogus extra",
        "error: simulate: unexpected arguments '--bogus', 'extra'; see flexpipe simulate --help\n"},
+      {"model lst", "error: model: unknown subcommand 'lst'; did you mean 'list'? (see flexpipe model --help)\n"},
+      {"model", "error: model: name a subcommand: list, show, export (see flexpipe model --help)\n"},
+      {"model show gpt3-1.3b --layerz",
+       "error: model show: unexpected argument '--layerz' (did you mean --layers?); see flexpipe model show --help\n"},
   });
   expect_refused({{"partition --model gpt3-1.3b -p 4", "--memory-limit is required"}}, 2, true);
 }
