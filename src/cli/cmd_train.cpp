@@ -37,9 +37,11 @@ constexpr int kDefaultDevices = 2;
 
 bool is_file(const std::string& spec) { return spec.find_first_of("./") != std::string::npos; }
 
-// A built-in schedule runs on --devices (default 2); a file fixes its own device count.
+// A built-in schedule runs on --devices (default 2); -D p=N, or a file, makes the program say.
 int pipeline_devices(const TrainOptions& o) {
-  if (!is_file(o.schedule)) return o.command.schedule.devices > 0 ? o.command.schedule.devices : kDefaultDevices;
+  const bool p_defined = defines_parameter(o.command.schedule, "p");
+  if (o.schedule == "auto" || (!is_file(o.schedule) && !p_defined))
+    return o.command.schedule.devices > 0 ? o.command.schedule.devices : kDefaultDevices;
   ScheduleOptions options = o.command.schedule;
   options.spec = o.schedule;
   return load_schedule_spec(options).schedule.num_devices;
@@ -235,7 +237,8 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   const bool in_job = std::getenv("WORLD_SIZE") != nullptr;
   if (in_job ? std::getenv("RANK") == std::string("0") : ranks == 1) warn_if_warmup_outlasts_run(request.training);
   o.command.schedules = {o.schedule};
-  if (!is_file(o.schedule) && o.command.schedule.devices == 0) o.command.schedule.devices = kDefaultDevices;
+  if (!is_file(o.schedule) && o.command.schedule.devices == 0 && !defines_parameter(o.command.schedule, "p"))
+    o.command.schedule.devices = kDefaultDevices;
   // No job around us: become the launcher of one, with this very command line as every rank's. What
   // can be checked without ranks is checked first, once: a schedule, plan or partition that cannot
   // work is one error here rather than the same error from every rank.

@@ -55,6 +55,10 @@ void add_schedule_options(CLI::App* command, ScheduleOptions& options) {
 
 bool is_program(const std::string& spec) { return spec.size() > 4 && spec.ends_with(".fps"); }
 
+bool defines_parameter(const ScheduleOptions& options, const std::string& name) {
+  return parse_defines(options.defines).contains(name);
+}
+
 std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& defines) {
   std::map<std::string, int64_t> values;
   for (const std::string& define : defines) {

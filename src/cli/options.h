@@ -37,6 +37,8 @@ void add_schedule_options(CLI::App* command, ScheduleOptions& options);
 std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& defines);
 // A schedule program file (.fps); built-in names are programs too, compiled into the binary.
 bool is_program(const std::string& spec);
+// Whether -D sets `name`: then a command's own default for -p (run: the job's ranks) does not apply.
+bool defines_parameter(const ScheduleOptions& options, const std::string& name);
 
 // A schedule and, when it came from a program, the program's source map.
 struct LoadedSchedule {

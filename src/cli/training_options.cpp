@@ -125,7 +125,7 @@ void prepare_request(TrainingCommand& o, const runtime::RankEnv& env) {
     options.spec = spec;
     // A built-in schedule takes its device count from the job; a file fixes its own.
     const bool file = spec.find_first_of("./") != std::string::npos;
-    if (!file && options.devices == 0) options.devices = pipeline_ranks;
+    if (!file && options.devices == 0 && !defines_parameter(options, "p")) options.devices = pipeline_ranks;
     runtime::ScheduledRun run;
     run.schedule = load_checked_schedule(options);
     if (run.schedule.num_devices * request.data_parallel != request.env.world_size)

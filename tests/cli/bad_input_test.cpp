@@ -116,6 +116,18 @@ TEST_F(BadInput, AWarmUpLongerThanTheRunIsReportedOnce) {
   EXPECT_EQ(run.err, partition_error);
 }
 
+TEST_F(BadInput, TrainAndRunTakeABuiltinsDevicesFromItsDefineToo) {
+  // -D p=3 is the schedule's p: train plans 3 stages (not its default 2), run expects 3 ranks (not the job's 1).
+  expect_refused({
+      {"train -D p=3 --steps 1 --partition ops:1,53",
+       "error: 1f1b: partition ops:1,53: --partition makes 2 stages but the schedule has 3\n"},
+      {"run 1f1b -D p=3",
+       "error: 1f1b runs on 3 devices but this job has 1 rank (WORLD_SIZE); start it with `flexpipe launch -n 3 -- "
+       "flexpipe ...`\n"},
+      {"train -D p=3 -p 2 --steps 1", "error: -p 2 and -D p=3 both set the parameter p: give one\n"},
+  });
+}
+
 TEST_F(BadInput, CheckPrintsAScreenfulOfErrorsAndCountsTheRest) {
   // 60 forwards without a backward: 60 errors, of which 50 are printed.
   std::string row;
