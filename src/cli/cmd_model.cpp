@@ -14,6 +14,7 @@
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/support/quantity.h"
 #include "number_checks.h"
 #include "options.h"
 
@@ -24,13 +25,6 @@ namespace {
 std::string billions(double count) {
   if (count >= 1e9) return fmt::format("{:.2f}B", count / 1e9);
   return fmt::format("{:.1f}M", count / 1e6);
-}
-
-std::string bytes_text(double bytes) {
-  if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
-  if (bytes >= 1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
-  if (bytes >= 1e3) return fmt::format("{:.2f} kB", bytes / 1e3);
-  return fmt::format("{:.0f} B", bytes);
 }
 
 // "4,8,6,6" after a prefix; names the bad field.
@@ -133,7 +127,7 @@ void show(const ModelShowOptions& o) {
              fmt::format("W {}", graph.time_unit), "GFLOP (F)", "saved", "params");
   for (const Row& row : rows)
     fmt::print("{:<32} {:<16} {:>10.4f} {:>10.4f} {:>10.4f} {:>12.2f} {:>12} {:>10}\n", row.name, row.kind, row.forward,
-               row.backward_input, row.backward_weight, row.flops / 1e9, bytes_text(row.saved),
+               row.backward_input, row.backward_weight, row.flops / 1e9, format_bytes(row.saved),
                billions(row.parameters));
 }
 
