@@ -48,6 +48,27 @@ TEST_F(ModelCli, ListJsonHasEveryModelOfTheTable) {
   EXPECT_EQ((*mixtral)["layers"], 32);
 }
 
+// Output in the input's units: a model's costs print ms and bytes, in GiB when the limit was written so;
+// a unit-less table prints bare numbers, its limit of 8 as 8.
+TEST_F(ModelCli, SimulatePrintsInTheUnitsOfItsInput) {
+  const Outcome model = flexpipe("simulate 1f1b -p 2 -m 4 --model gpt3-1.3b --memory-limit 80GiB");
+  ASSERT_EQ(model.exit_code, 0) << model.err;
+  EXPECT_EQ(model.out,
+            "schedule 1f1b: 2 devices, 4 micro-batches, 2 stages (time in ms, memory in bytes)\n"
+            "makespan 171.9 ms, bubble 22.1%, lower bound 139.9 ms, efficiency 81.4%\n"
+            "communication 8 transfers, volume 64.00 MiB; memory fits\n"
+            "device      busy      idle  peak memory  peak time  static memory   capacity  fits\n"
+            "d0      127.9 ms  44.06 ms    21.30 GiB   12.91 ms      10.60 GiB  80.00 GiB   yes\n"
+            "d1      139.9 ms     32 ms    16.67 GiB   12.93 ms      10.54 GiB  80.00 GiB   yes\n");
+  const Outcome decimal = flexpipe("simulate 1f1b -p 2 -m 4 --model gpt3-1.3b --memory-limit 85.9e9");
+  EXPECT_NE(decimal.out.find("     22.87 GB   12.91 ms       11.38 GB  85.90 GB   yes\n"), std::string::npos)
+      << decimal.out;
+  const Outcome unitless = flexpipe("simulate 1f1b -p 2 -m 4 --uniform-costs 1,1,1 --memory-limit 8");
+  EXPECT_NE(unitless.out.find("d0        12     3            2          1              0         8   yes\n"),
+            std::string::npos)
+      << unitless.out;
+}
+
 TEST_F(ModelCli, ShowJsonHasTotalAndActiveParameters) {
   const Outcome run = flexpipe("model show mixtral-8x7b --json --layers");
   ASSERT_EQ(run.exit_code, 0) << run.err;
