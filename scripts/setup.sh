@@ -29,4 +29,4 @@ step() {  # step DESCRIPTION COMMAND...: one line, the command's output in the l
 export DEBIAN_FRONTEND=noninteractive
 step "updating the package lists" apt-get update
 step "installing ${#missing[@]} packages: ${missing[*]}" apt-get install -y --no-install-recommends "${missing[@]}"
-echo "setup: done"
+echo "setup: done; build with scripts/build.sh (docs: README.md, Build)"

@@ -1,6 +1,7 @@
 // flexpipe capture FILE.py:FACTORY --input SHAPE ... -o model.graph.json: a user's PyTorch model as an
 // operator-level cost graph (docs/capture.md). Tracing and measuring run in the Python package; this
 // command is its front door, with the same options as `python3 -m flexpipe capture`.
+#include "number_checks.h"
 #include "options.h"
 #include "python_package.h"
 
@@ -33,10 +34,11 @@ void add_capture_command(CLI::App& app, int&) {
   command->add_option("--loss", o->loss, "The loss after the output: cross_entropy, mse or none (the model's own)")
       ->check(CLI::IsMember({"cross_entropy", "mse", "none"}));
   command->add_option("-o,--output", o->output, "The cost graph JSON to write")->required();
-  command->add_option("--name", o->name, "The graph's name (default: the model's class)");
-  command->add_option("--warmup", o->warmup, "Untimed runs before each measurement")->check(CLI::NonNegativeNumber);
-  command->add_option("--repeats", o->repeats, "Timed runs per measurement; the median is kept")
-      ->check(CLI::PositiveNumber);
+  command->add_option("--name", o->name, "The graph's name [the model's class]");
+  command->add_option("--warmup", o->warmup, "Untimed runs before each measurement [2]")
+      ->check(whole_number_at_least(0));
+  command->add_option("--repeats", o->repeats, "Timed runs per measurement; the median is kept [5]")
+      ->check(whole_number_at_least(1));
   command
       ->add_option("--clock", o->clock,
                    "wall, or cpu: the measuring thread's CPU time, which other processes on a shared machine do not "

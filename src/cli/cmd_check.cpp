@@ -61,7 +61,7 @@ int run(const CheckOptions& o) {
 void add_check_command(CLI::App& app, int& exit_code) {
   auto* command = app.add_subcommand("check", "Validate a schedule and report every error (exit 1 when invalid)");
   auto o = std::make_shared<CheckOptions>();
-  add_file_options(command, o->schedule);
+  add_schedule_options(command, o->schedule);
   command->add_flag("--json", o->json, "Print the result as JSON");
   command->callback([o, &exit_code] { exit_code = run(*o); });
 }

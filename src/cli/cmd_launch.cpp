@@ -5,6 +5,7 @@
 
 #include "flexpipe/support/error.h"
 #include "launcher.h"
+#include "number_checks.h"
 #include "options.h"
 
 namespace flexpipe::cli {
@@ -54,10 +55,11 @@ void add_launch_command(CLI::App& app, int& exit_code) {
   command->add_option("--master-addr", o->master_addr, "MASTER_ADDR given to every rank")->capture_default_str();
   auto* port = command->add_option("--master-port", o->master_port,
                                    "MASTER_PORT given to every rank, 1..65535 (default: a free port on 127.0.0.1)");
-  command
-      ->add_option("--grace", o->grace_seconds,
-                   "Seconds the other ranks get to exit on their own after one fails, before SIGTERM")
-      ->capture_default_str();
+  add_quantity_option(command, "--grace", o->grace_seconds, QuantityKind::Time, QuantityRange::NonNegative,
+                      kSecondsExamples,
+                      fmt::format("How long the other ranks get to exit on their own after one fails, before SIGTERM: "
+                                  "10s, 1min or seconds [{:g}s]",
+                                  o->grace_seconds));
   command->add_flag("--tag-output", o->tag_output,
                     "Prefix every line the ranks print with '[rank i] ' (stdout and stderr each go through a pipe)");
   command->add_option("command", o->command, "The command to run and its arguments, after --");

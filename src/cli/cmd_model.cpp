@@ -14,6 +14,7 @@
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/support/quantity.h"
 #include "number_checks.h"
 #include "options.h"
 
@@ -24,13 +25,6 @@ namespace {
 std::string billions(double count) {
   if (count >= 1e9) return fmt::format("{:.2f}B", count / 1e9);
   return fmt::format("{:.1f}M", count / 1e6);
-}
-
-std::string bytes_text(double bytes) {
-  if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
-  if (bytes >= 1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
-  if (bytes >= 1e3) return fmt::format("{:.2f} kB", bytes / 1e3);
-  return fmt::format("{:.0f} B", bytes);
 }
 
 // "4,8,6,6" after a prefix; names the bad field.
@@ -133,7 +127,7 @@ void show(const ModelShowOptions& o) {
              fmt::format("W {}", graph.time_unit), "GFLOP (F)", "saved", "params");
   for (const Row& row : rows)
     fmt::print("{:<32} {:<16} {:>10.4f} {:>10.4f} {:>10.4f} {:>12.2f} {:>12} {:>10}\n", row.name, row.kind, row.forward,
-               row.backward_input, row.backward_weight, row.flops / 1e9, bytes_text(row.saved),
+               row.backward_input, row.backward_weight, row.flops / 1e9, format_bytes(row.saved),
                billions(row.parameters));
 }
 
@@ -191,12 +185,6 @@ double per_time_unit(const CostGraph& graph, double per_second) {
                           graph.time_unit));
 }
 
-std::string gigabytes(double bytes) {
-  if (bytes >= 1e9 || bytes <= -1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
-  if (bytes >= 1e6 || bytes <= -1e6) return fmt::format("{:.2f} MB", bytes / 1e6);
-  return fmt::format("{:.1f} kB", bytes / 1e3);
-}
-
 CostTable model_cost_table(const ModelOptions& options, const std::string& partition, int stages) {
   const CostGraph graph = load_model_graph(options);
   const HardwareProfile& hardware = find_hardware(options.hardware);
@@ -213,13 +201,29 @@ void add_model_command(CLI::App& app, int&) {
   command->require_subcommand(1);
 
   auto* list = command->add_subcommand("list", "List the zoo's models with their parameter counts");
-  list->callback([] {
-    fmt::print("{:<18} {:>10} {:>10}  {}\n", "model", "params", "active", "description");
+  auto list_json = std::make_shared<bool>(false);
+  list->add_flag("--json", *list_json,
+                 "Print JSON: name, description, parameters, active_parameters, layers, hidden, heads, seq_len");
+  list->callback([list_json] {
+    nlohmann::ordered_json models = nlohmann::ordered_json::array();
+    if (!*list_json) fmt::print("{:<18} {:>10} {:>10}  {}\n", "model", "params", "active", "description");
     for (const ModelConfig& config : model_zoo()) {
       const CostGraph graph = build_model_graph(config, find_hardware("H100-80GB"));
-      fmt::print("{:<18} {:>10} {:>10}  {}\n", config.name, billions(total_parameters(graph)),
-                 billions(total_active_parameters(graph)), config.description);
+      if (!*list_json) {
+        fmt::print("{:<18} {:>10} {:>10}  {}\n", config.name, billions(total_parameters(graph)),
+                   billions(total_active_parameters(graph)), config.description);
+        continue;
+      }
+      models.push_back({{"name", config.name},
+                        {"description", config.description},
+                        {"parameters", total_parameters(graph)},
+                        {"active_parameters", total_active_parameters(graph)},
+                        {"layers", config.layers + config.encoder_layers},
+                        {"hidden", config.hidden},
+                        {"heads", config.heads},
+                        {"seq_len", config.seq_len}});
     }
+    if (*list_json) fmt::print("{}\n", models.dump(2));
   });
 
   auto* show_command =

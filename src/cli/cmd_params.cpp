@@ -6,6 +6,7 @@
 
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/lang/parameters.h"
+#include "flexpipe/schedules/library.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
 #include "options.h"
@@ -22,9 +23,15 @@ std::string bound(const std::optional<int64_t>& value) { return value ? std::to_
 
 void run(const ParamsOptions& o) {
   const std::string& spec = o.schedule.spec;
-  if (!is_program(spec)) throw Error(fmt::format("{}: params needs a program (.fps)", spec));
   const std::map<std::string, int64_t> defines = parse_defines(o.schedule.defines);
-  const std::vector<ProgramParameter> parameters = program_parameters(read_text_file(spec), spec, defines);
+  std::vector<ProgramParameter> parameters;
+  if (is_program(spec)) {
+    parameters = program_parameters(read_text_file(spec), spec, defines);
+  } else if (const LibraryProgram* builtin = find_library_program(spec)) {
+    parameters = program_parameters(std::string(builtin->text), fmt::format("{}.fps", builtin->name), defines);
+  } else {
+    throw Error(fmt::format("{}: params needs a program: a built-in schedule's name or a file (.fps)", spec));
+  }
   if (o.json) {
     nlohmann::json list = nlohmann::json::array();
     for (const ProgramParameter& p : parameters) {
@@ -51,9 +58,10 @@ void run(const ParamsOptions& o) {
 }  // namespace
 
 void add_params_command(CLI::App& app, int&) {
-  auto* command = app.add_subcommand("params", "List a program's parameters, values and allowed ranges");
+  auto* command = app.add_subcommand(
+      "params", "List a program's parameters, values and allowed ranges: a .fps file's or a built-in schedule's");
   auto o = std::make_shared<ParamsOptions>();
-  command->add_option("program", o->schedule.spec, "Schedule program (.fps)")->required();
+  command->add_option("program", o->schedule.spec, "Schedule program (.fps) or built-in schedule name")->required();
   command->add_option("-D,--define", o->schedule.defines, "Set a parameter: -D name=value (repeatable)");
   command->add_flag("--json", o->json, "Print the parameters as JSON");
   command->callback([o] { run(*o); });

@@ -29,7 +29,7 @@ namespace {
 struct PartitionOptions {
   ModelOptions model;
   ScheduleOptions schedule;
-  double memory_limit = 0;
+  Quantity memory_limit;
   double host_bandwidth = -1;  // bytes per second; -1: the hardware's PCIe
   std::string method = "dawn";
   std::string solver = "auto";
@@ -42,6 +42,9 @@ struct PartitionOptions {
   double time_budget = 0;  // seconds, reading included; 0: none
   bool quiet = false;
 };
+
+// Sizes print in the units the limit was written in: GiB for 80GiB, GB for 80e9.
+ByteUnits bytes_of(const PartitionOptions& o) { return byte_units_of(o.memory_limit); }
 
 // Progress lines on stderr for the long phases: what the planner is doing, at most one a second,
 // so that a partition done within a second prints none (-q: none at all).
@@ -70,7 +73,6 @@ class ProgressLines {
 // best plan found by then.
 CheckedPlanner make_planner(const PartitionOptions& o, std::chrono::steady_clock::time_point start,
                             ProgressLines& lines) {
-  if (!(o.memory_limit > 0)) throw Error("--memory-limit must be a positive number of bytes per device");
   if (o.model.microbatch_size != std::floor(o.model.microbatch_size))
     throw Error(fmt::format("--microbatch-size {}: the partitioner plans whole samples", o.model.microbatch_size));
   CostGraph graph = load_model_graph(o.model, [&lines](const std::string& text) { lines.say(text); });
@@ -85,7 +87,7 @@ CheckedPlanner make_planner(const PartitionOptions& o, std::chrono::steady_clock
   settings.chunks = o.schedule.chunks;
   settings.microbatch_size = static_cast<int>(o.model.microbatch_size);
   settings.seq_len = o.model.seq_len;
-  settings.memory_limit = o.memory_limit;
+  settings.memory_limit = o.memory_limit.value;
   settings.host_bandwidth = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
   settings.host_bandwidth_per_time_unit = per_time_unit(graph, settings.host_bandwidth);
   settings.solver = o.solver == "exact"    ? MemorySolver::Exact
@@ -101,13 +103,22 @@ CheckedPlanner make_planner(const PartitionOptions& o, std::chrono::steady_clock
   return CheckedPlanner(std::move(graph), hardware, std::move(schedule), std::move(settings));
 }
 
+// Advice names only what would change something: not a smaller micro-batch than 1, not the schedule in use.
 std::string does_not_fit(const CheckedPlan& out, const CheckedPlanner& planner, const PartitionOptions& o) {
+  std::vector<std::string> tries = {"more devices"};
+  if (out.microbatch_size > 1) tries.push_back("a smaller micro-batch");
+  // 1F1B holds the fewest micro-batches of the built-ins.
+  if (o.schedule.spec != "1f1b" && planner.schedule().name != "1f1b")
+    tries.push_back("a schedule that holds fewer micro-batches (1f1b)");
+  tries.push_back("a faster host link");
+  std::string advice = tries.front();
+  for (size_t i = 1; i < tries.size(); ++i) advice += (i + 1 == tries.size() ? " or " : ", ") + tries[i];
   return fmt::format(
       "{}: '{}' does not fit {} devices with {} each at micro-batch {} under {}: a device needs "
-      "{} more even with every recompute and offload the method allows; try more devices, a smaller micro-batch, "
-      "a schedule that holds fewer micro-batches (1f1b) or a faster host link",
+      "{} more even with every recompute and offload the method allows; try {}",
       partition_method_name(out.method), planner.graph().name, planner.schedule().num_devices,
-      gigabytes(o.memory_limit), out.microbatch_size, planner.schedule().name, gigabytes(out.result.shortfall));
+      format_bytes(o.memory_limit.value, bytes_of(o)), out.microbatch_size, planner.schedule().name,
+      format_bytes(out.result.shortfall, bytes_of(o)), advice);
 }
 
 void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const PartitionOptions& o) {
@@ -116,7 +127,7 @@ void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const Par
   const std::string unit = graph.time_unit;
   fmt::print("{} on {} devices ({}), {} with m={}, micro-batch {}, sequence {}, limit {} per device\n", graph.name,
              schedule.num_devices, out.plan.hardware, schedule.name, schedule.num_microbatches, out.microbatch_size,
-             planner.seq_len(), gigabytes(o.memory_limit));
+             planner.seq_len(), format_bytes(o.memory_limit.value, bytes_of(o)));
   if (out.max_microbatch_size >= 0) fmt::print("largest micro-batch that fits: {}\n", out.max_microbatch_size);
   if (!out.result.fits) {
     fmt::print("{}\n", does_not_fit(out, planner, o));
@@ -126,7 +137,6 @@ void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const Par
              partition_method_name(out.method), out.result.bottleneck, unit, out.simulated.makespan, unit,
              out.simulated.fits ? "fits" : "DOES NOT FIT in simulation", out.seconds,
              out.stopped ? "; time budget reached: the best plan found by then" : "");
-  // O counts offloaded operators; "+ckpt": the recompute checkpoints are offloaded too.
   fmt::print("{:<5} {:<44} {:>5} {:>4} {:>10} {:>10} {:>10} {:>10} {:>11} {:>5} {:>8}\n", "stage", "operators", "ops",
              "k", "compute", "+recomp", "+offload", "time", "memory", "R", "O");
   for (size_t s = 0; s < out.result.stages.size(); ++s) {
@@ -135,11 +145,18 @@ void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const Par
     fmt::print("{:<5} {:<44} {:>5} {:>4} {:>10.4g} {:>10.4g} {:>10.4g} {:>10.4g} {:>11} {:>5} {:>8}\n", s,
                graph.nodes[r.begin].name + " .. " + graph.nodes[r.end - 1].name, r.end - r.begin,
                p.report["in_flight"].get<int>(), r.compute_time, r.memory.recompute_time, r.memory.offload_time, r.time,
-               gigabytes(r.memory.memory), p.recompute.size(),
+               format_bytes(r.memory.memory, bytes_of(o)), p.recompute.size(),
                fmt::format("{}{}", p.offload.size(), p.offload_checkpoints ? "+ckpt" : ""));
   }
+  fmt::print(
+      "ops: operators; k: micro-batches held at once; compute: F + B per micro-batch, in {}; +recomp, +offload: what "
+      "recompute and offload add to it; time: the sum\n"
+      "memory: the stage's peak; R: operators recomputed; O: operators offloaded (+ckpt: the recompute checkpoints "
+      "too)\n",
+      unit);
   std::string peaks;
-  for (const DeviceReport& d : out.simulated.devices) peaks += (peaks.empty() ? "" : ", ") + gigabytes(d.peak_memory);
+  for (const DeviceReport& d : out.simulated.devices)
+    peaks += (peaks.empty() ? "" : ", ") + format_bytes(d.peak_memory, bytes_of(o));
   fmt::print("simulated peak memory per device: {}\n", peaks);
 }
 
@@ -147,7 +164,7 @@ void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const Par
 MemoryBarPanel memory_bar_panel(std::string title, const PartitionResult& result) {
   MemoryBarPanel panel{std::move(title), {}};
   for (const StageResult& r : result.stages)
-    panel.stages.push_back({r.memory.static_memory, r.memory.memory, r.end - r.begin, gigabytes(r.memory.memory)});
+    panel.stages.push_back({r.memory.static_memory, r.memory.memory, r.end - r.begin, format_bytes(r.memory.memory)});
   return panel;
 }
 
@@ -172,7 +189,7 @@ void run(const PartitionOptions& o, int& exit_code) {
     }
     const std::string unit = planner.graph().time_unit;
     fmt::print("{} on {} devices, {}, limit {} per device\n", planner.graph().name, planner.schedule().num_devices,
-               planner.schedule().name, gigabytes(o.memory_limit));
+               planner.schedule().name, format_bytes(o.memory_limit.value, bytes_of(o)));
     fmt::print("{:<10} {:>8} {:>8} {:>14} {:>14} {:>12}\n", "method", "max b", "b", "bottleneck", "step", "peak");
     for (const CheckedPlan& out : outcomes) {
       double peak = 0;
@@ -181,8 +198,11 @@ void run(const PartitionOptions& o, int& exit_code) {
                  out.max_microbatch_size >= 0 ? std::to_string(out.max_microbatch_size) : "-", out.microbatch_size,
                  out.result.fits ? fmt::format("{:.4g} {}", out.result.bottleneck, unit) : "does not fit",
                  out.simulated_ok ? fmt::format("{:.4g} {}", out.simulated.makespan, unit) : "-",
-                 out.simulated_ok ? gigabytes(peak) : "-");
+                 out.simulated_ok ? format_bytes(peak, bytes_of(o)) : "-");
     }
+    fmt::print(
+        "max b: the largest micro-batch that fits (with --max-batch); b: the micro-batch planned; bottleneck: the "
+        "slowest stage's time per micro-batch; step: the simulated step; peak: the fullest device's memory\n");
     if (std::any_of(outcomes.begin(), outcomes.end(), [](const CheckedPlan& out) { return out.stopped; }))
       fmt::print("time budget reached: each method's plan is the best it found by then\n");
     return;
@@ -235,18 +255,24 @@ void add_partition_command(CLI::App& app, int& exit_code) {
   add_model_shape_options(command, o->model);
   command->add_option("--schedule", o->schedule.spec, "Built-in schedule or file whose in-flight counts apply")
       ->capture_default_str();
-  command->add_option("-p,--devices", o->schedule.devices, "Devices (pipeline ranks) [4]")
+  command->add_option("-p,--devices", o->schedule.devices, "Devices: the schedule program's parameter p [4]")
       ->check(whole_number_at_least(1));
-  command->add_option("-m,--microbatches", o->schedule.microbatches, "Micro-batches per step [2p]")
-      ->check(whole_number_at_least(1));
-  command->add_option("-v,--chunks", o->schedule.chunks, "Stages per device of a built-in schedule [its default]")
-      ->check(whole_number_at_least(1));
-  command->add_option("-D,--define", o->schedule.defines, "Parameter of a .fps schedule: name=value");
-  command->add_option("--memory-limit", o->memory_limit, "Memory per device in bytes")->required();
   command
-      ->add_option("--host-bandwidth", o->host_bandwidth,
-                   "Host link in bytes per second; 0: no offloading, inf: no limit [the hardware's PCIe]")
-      ->check(non_negative_rate());
+      ->add_option("-m,--microbatches", o->schedule.microbatches,
+                   "Micro-batches per step: the schedule program's parameter m [2p for built-ins]")
+      ->check(whole_number_at_least(1));
+  command
+      ->add_option("-v,--chunks", o->schedule.chunks,
+                   "Stages per device: the schedule program's parameter v, where it has one [its default]")
+      ->check(whole_number_at_least(1));
+  command->add_option("-D,--define", o->schedule.defines,
+                      "Set any parameter of the schedule's program, built-in or .fps: -D name=value (repeatable)");
+  add_quantity_option(command, "--memory-limit", o->memory_limit, QuantityKind::Size, QuantityRange::Positive,
+                      kBytesExamples, "Memory per device: 80GiB, 85.9GB or bytes")
+      ->required();
+  add_quantity_option(command, "--host-bandwidth", o->host_bandwidth, QuantityKind::Bandwidth,
+                      QuantityRange::NonNegativeOrInfinite, kBytesPerSecondExamples,
+                      "Host link: 64GB/s or bytes per second; 0: no offloading, inf: no limit [the hardware's PCIe]");
   command->add_option("--method", o->method, "dawn, uniform, params, pipedream, vpipe or exhaustive")
       ->capture_default_str()
       ->check(CLI::IsMember({"dawn", "uniform", "params", "pipedream", "vpipe", "exhaustive"}));
@@ -260,11 +286,10 @@ void add_partition_command(CLI::App& app, int& exit_code) {
   command->add_flag("--compare", o->compare, "Run every method (not exhaustive) and print one line each");
   command->add_option("-o,--output", o->output, "Write the plan (JSON, docs/partition-plan.md)");
   command->add_flag("--json", o->json, "Print the plan as JSON");
-  command
-      ->add_option("--time-budget", o->time_budget,
-                   "Seconds the partitioner may take, reading the model included; then it answers with the best plan "
-                   "found by then [no limit]")
-      ->check(positive_number());
+  add_quantity_option(command, "--time-budget", o->time_budget, QuantityKind::Time, QuantityRange::Positive,
+                      kSecondsExamples,
+                      "How long the partitioner may take (30s, 2min or seconds), reading the model included; then it "
+                      "answers with the best plan found by then [no limit]");
   command->add_flag("-q,--quiet", o->quiet, "No progress lines on stderr (printed at most once a second)");
   command->add_option("--svg", o->svg, "Write per-stage memory, before (compute-balanced, all kept) and after, as SVG");
   command->callback([o, &exit_code] { run(*o, exit_code); });

@@ -48,13 +48,14 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->add_option("schedule", o->command.schedules,
                    "Built-in schedule names or files (.fps, .csv, .json); several are trained one after another")
       ->required();
-  add_training_options(command, o->command);
-  command->add_option("--steps", o->command.request.training.steps, "Training steps [2]");
+  add_training_options(command, o->command, "the job's ranks / --dp");
+  command->add_option("--steps", o->command.request.training.steps, "Training steps [2]")
+      ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
                       "A text file to train on (byte-level tokens: use --vocab 256) [synthetic sequences]");
   command
       ->add_option("--clip", o->command.request.training.max_grad_norm,
-                   "Clip gradients by their global norm over all stages [off]")
+                   "Clip gradients by their global norm over all stages; 0: never [0]")
       ->check(non_negative_number());
   command->add_flag("--verify", o->command.request.verify,
                     "Also train the model in one process with autograd and compare losses and parameters");

@@ -34,12 +34,12 @@ struct SearchCommand {
   int devices = 0;
   int microbatches = 0;
   int global_batch = 0;
-  double memory_limit = 0;  // 0: the hardware's memory
-  double time_budget = 10;
-  int threads = 0;  // 0: every core
+  Quantity memory_limit;    // 0: the hardware's memory (a cost table's: its memory_capacity)
+  double time_budget = 10;  // seconds
+  int threads = 0;          // 0: every core
   int max_chunks = 4;
   double link_bandwidth = -1;  // bytes per second; -1: the hardware's NVLink
-  double link_latency = 0;     // in the graph's time unit
+  Quantity link_latency;       // a bare number: in the graph's time unit
   double host_bandwidth = -1;  // bytes per second; -1: the hardware's PCIe
   bool no_local_search = false;
   bool no_exact = false;
@@ -133,20 +133,21 @@ StageCostProblem load_stage_costs(const std::string& path) {
 
 // Sizes as the input gives them: a model's in bytes (printed in GB), a cost table's in its own unit,
 // bare when it names none.
-std::string memory_text(const SearchProblem& problem, double amount) {
-  if (!problem.stage_costs) return gigabytes(amount);
+std::string memory_text(const SearchProblem& problem, double amount, ByteUnits bytes) {
+  if (!problem.stage_costs) return format_bytes(amount, bytes);
   if (!std::isfinite(amount)) return "unlimited";
   const std::string& unit = problem.stage_costs->costs.memory_unit;
   return unit == "unit" ? fmt::format("{:.4g}", amount) : fmt::format("{:.4g} {}", amount, unit);
 }
 
 // The limit the search measured against, for the report's first line.
-std::string limit_text(const SearchProblem& problem) {
-  if (!problem.stage_costs || problem.memory_limit < kInfinity) return memory_text(problem, problem.memory_limit);
+std::string limit_text(const SearchProblem& problem, ByteUnits bytes) {
+  if (!problem.stage_costs || problem.memory_limit < kInfinity)
+    return memory_text(problem, problem.memory_limit, bytes);
   const std::vector<double>& capacity = problem.stage_costs->costs.memory_capacity;
   if (capacity.empty()) return "no memory limit";
   std::string text;
-  for (double c : capacity) text += (text.empty() ? "" : ", ") + memory_text(problem, c);
+  for (double c : capacity) text += (text.empty() ? "" : ", ") + memory_text(problem, c, bytes);
   return text;
 }
 
@@ -179,7 +180,7 @@ double largest(const std::vector<double>& values) {
 }
 
 // One bound for every row: the search's, which no schedule of the space (nor a built-in) can beat.
-void print_table(const SearchResult& r, const std::string& unit, const SearchProblem& problem) {
+void print_table(const SearchResult& r, const std::string& unit, const SearchProblem& problem, ByteUnits bytes) {
   fmt::print("{:<22} {:>12} {:>8} {:>10} {:>6} {:>12}\n", "schedule", "makespan", "bubble", "peak", "fits",
              "above bound");
   auto line = [&](const std::string& name, const ScheduleCandidateReport& c) {
@@ -188,7 +189,7 @@ void print_table(const SearchResult& r, const std::string& unit, const SearchPro
       return;
     }
     fmt::print("{:<22} {:>9.4g} {:<2} {:>7.1f}% {:>10} {:>6} {:>+11.1f}%\n", name, c.makespan, unit,
-               100 * c.bubble_ratio, memory_text(problem, largest(c.peak_memory)), c.fits ? "yes" : "NO",
+               100 * c.bubble_ratio, memory_text(problem, largest(c.peak_memory), bytes), c.fits ? "yes" : "NO",
                r.lower_bound > 0 ? 100 * (c.makespan / r.lower_bound - 1) : 0.0);
   };
   line("best: " + r.best.name, r.best);
@@ -199,7 +200,6 @@ void run(const SearchCommand& o, int& exit_code) {
   // The budget counts from here: reading and preparing a large model is part of the wait.
   const auto started = std::chrono::steady_clock::now();
   if (o.devices < 1) throw Error("search: -p (devices) must be at least 1");
-  if (o.time_budget <= 0) throw Error(fmt::format("search: --time-budget {}: must be positive", o.time_budget));
   if (o.model.model.empty() == o.costs.empty()) throw Error("search: give --model (a model) or --costs (a cost table)");
   const HardwareProfile& hardware = find_hardware(o.model.hardware);
   SearchProblem problem;
@@ -222,11 +222,16 @@ void run(const SearchCommand& o, int& exit_code) {
                             o.devices, 8 * o.devices));
   problem.seq_len = o.model.seq_len;
   // A cost table's own capacity unless --memory-limit replaces it.
-  problem.memory_limit = o.memory_limit > 0 ? o.memory_limit : o.costs.empty() ? hardware.memory_bytes : kInfinity;
+  problem.memory_limit = o.memory_limit.value <= 0 ? (o.costs.empty() ? hardware.memory_bytes : kInfinity)
+                         : o.costs.empty()
+                             ? o.memory_limit.value
+                             : in_memory_unit(o.memory_limit, problem.stage_costs->costs.memory_unit, "--memory-limit");
+  const ByteUnits bytes = byte_units_of(o.memory_limit);
   if (problem.max_chunks > 1) problem.max_chunks = o.max_chunks;
   if (o.costs.empty()) {  // a cost table gives its own links
     const double link = o.link_bandwidth >= 0 ? o.link_bandwidth : hardware.nvlink_bandwidth;
-    problem.aggregation.device_link = {o.link_latency, link > 0 ? per_time_unit(problem.graph, link) : kInfinity};
+    problem.aggregation.device_link = {in_time_unit(o.link_latency, problem.graph.time_unit, "--link-latency"),
+                                       link > 0 ? per_time_unit(problem.graph, link) : kInfinity};
     const double host = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
     problem.aggregation.host_link = {0, host > 0 ? per_time_unit(problem.graph, host) : 0.0};
   }
@@ -275,8 +280,8 @@ void run(const SearchCommand& o, int& exit_code) {
     std::string header = fmt::format(
         "# flexpipe search: {} on {} devices, {}, limit {} per device\n# {}\n# simulated makespan "
         "{:.6g} {}, lower bound {:.6g}, peak {}{}\n",
-        problem.graph.name, o.devices, batch, limit_text(problem), b.family, b.makespan, unit, b.lower_bound,
-        memory_text(problem, largest(b.peak_memory)), b.fits ? "" : " (DOES NOT FIT)");
+        problem.graph.name, o.devices, batch, limit_text(problem, bytes), b.family, b.makespan, unit, b.lower_bound,
+        memory_text(problem, largest(b.peak_memory), bytes), b.fits ? "" : " (DOES NOT FIT)");
     write_text_file(o.output, header + write_program(b.schedule));
   }
   if (!o.costs_output.empty() && !result.best.costs.stages.empty())
@@ -306,7 +311,7 @@ void run(const SearchCommand& o, int& exit_code) {
     fmt::print(
         "{} on {} devices, limit {} per device: simulated {} schedules in {:.2f} s{}, and skipped {} whose lower "
         "bound showed they could not beat the best\n",
-        problem.graph.name, o.devices, limit_text(problem), result.evaluated, result.seconds,
+        problem.graph.name, o.devices, limit_text(problem, bytes), result.evaluated, result.seconds,
         result.exhausted ? "" : " (stopped by the time budget: the best so far)", result.pruned);
     if (result.found) fmt::print("best: {}\n", result.best.family);
     if (result.proven_optimal)
@@ -317,9 +322,10 @@ void run(const SearchCommand& o, int& exit_code) {
         "lower bound {:.4g}{}: no order of the placements and partitions searched, nor any built-in, takes less;\n"
         "\"above bound\" below is how much longer than that each schedule takes\n",
         result.lower_bound, unit.empty() ? "" : " " + unit);
-    print_table(result, unit, problem);
+    print_table(result, unit, problem, bytes);
     std::string peaks;
-    for (double peak : result.best.peak_memory) peaks += (peaks.empty() ? "" : ", ") + memory_text(problem, peak);
+    for (double peak : result.best.peak_memory)
+      peaks += (peaks.empty() ? "" : ", ") + memory_text(problem, peak, bytes);
     fmt::print("best's peak memory per device: {}\n", peaks);
     if (!o.output.empty() && result.found) fmt::print("wrote {}\n", o.output);
   }
@@ -353,26 +359,25 @@ void add_search_command(CLI::App& app, int& exit_code) {
       ->add_option("--global-batch", o->global_batch,
                    "Samples per step: the search also chooses how many micro-batches (of whole samples) to cut it into")
       ->check(whole_number_at_least(1));
-  command
-      ->add_option("--memory-limit", o->memory_limit,
-                   "Memory per device in bytes (with --costs, in the table's memory unit) [the hardware's; the "
-                   "table's memory_capacity]")
-      ->check(positive_number());
-  command->add_option("--time-budget", o->time_budget, "Seconds the search may take")->capture_default_str();
+  add_quantity_option(command, "--memory-limit", o->memory_limit, QuantityKind::Size, QuantityRange::Positive,
+                      kBytesExamples,
+                      "Memory per device: 80GiB, 85.9GB or bytes; with --costs, a bare number in the table's memory "
+                      "unit [the hardware's; the table's memory_capacity]");
+  add_quantity_option(command, "--time-budget", o->time_budget, QuantityKind::Time, QuantityRange::Positive,
+                      kSecondsExamples, "How long the search may take: 30s, 2min or seconds [10s]");
   command->add_option("--threads", o->threads, "Search threads [every core]")->check(whole_number_at_least(0));
   command->add_option("--max-chunks", o->max_chunks, "Largest number of stages per device in loop placements")
       ->capture_default_str()
-      ->check(CLI::Range(1, 16));
-  command
-      ->add_option("--link-bandwidth", o->link_bandwidth,
-                   "Between devices, bytes per second; inf: no limit [the hardware's NVLink]")
-      ->check(positive_rate());
-  command->add_option("--link-latency", o->link_latency, "Per transfer between devices, in the graph's time unit")
-      ->check(non_negative_number());
-  command
-      ->add_option("--host-bandwidth", o->host_bandwidth,
-                   "Host link for offloading, bytes per second; 0: no offloading, inf: no limit [PCIe]")
-      ->check(non_negative_rate());
+      ->check(whole_number_between(1, 16));
+  add_quantity_option(command, "--link-bandwidth", o->link_bandwidth, QuantityKind::Bandwidth,
+                      QuantityRange::PositiveOrInfinite, kBytesPerSecondExamples,
+                      "Between devices: 900GB/s or bytes per second; inf: no limit [the hardware's NVLink]");
+  add_quantity_option(command, "--link-latency", o->link_latency, QuantityKind::Time, QuantityRange::NonNegative,
+                      kGraphTimeExamples,
+                      "Per transfer between devices: 5us, or a bare number in the model's time unit [0]");
+  add_quantity_option(command, "--host-bandwidth", o->host_bandwidth, QuantityKind::Bandwidth,
+                      QuantityRange::NonNegativeOrInfinite, kBytesPerSecondExamples,
+                      "Host link for offloading: 64GB/s or bytes per second; 0: no offloading, inf: no limit [PCIe]");
   command
       ->add_option("--plan", o->plans,
                    "A partition plan (flexpipe partition -o) to search with as well, on every placement with its stage "

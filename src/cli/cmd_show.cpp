@@ -31,7 +31,7 @@ std::string simulated_view(const ShowOptions& o, const Schedule& schedule, const
   const Schedule simulated = schedule.has_communication() ? schedule : lower(schedule);
   const SimResult result = simulate(simulated, costs);
   if (format == "grid") return render_grid(simulated, result);
-  if (format == "svg") return render_svg(simulated, result);
+  if (format == "svg") return render_svg(simulated, result, {costs.time_unit});
   return render_trace(simulated, result, costs.time_unit);
 }
 

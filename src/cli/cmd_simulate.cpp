@@ -27,14 +27,14 @@ void run(const SimulateOptions& o) {
   if (o.plan.empty()) {
     costs = load_costs(o.costs, schedule);
   } else {
-    AppliedPlan applied = apply_plan_file(o.plan, schedule, o.costs.memory_limit);
+    AppliedPlan applied = apply_plan_file(o.plan, schedule, o.costs.memory_limit.value);
     schedule = std::move(applied.schedule);
     costs = std::move(applied.costs);
   }
   // A file that already spells out its communication is simulated as written.
   const Schedule lowered = schedule.has_communication() ? schedule : lower(schedule);
   const SimResult result = simulate(lowered, costs);
-  if (!o.svg.empty()) write_text_file(o.svg, render_svg(lowered, result));
+  if (!o.svg.empty()) write_text_file(o.svg, render_svg(lowered, result, {costs.time_unit}));
   if (!o.trace.empty()) write_text_file(o.trace, render_trace(lowered, result, costs.time_unit));
   if (o.json) {
     nlohmann::json report = report_json(lowered, costs, result);
@@ -43,7 +43,7 @@ void run(const SimulateOptions& o) {
     fmt::print("{}\n", report.dump(2));
     return;
   }
-  fmt::print("{}", render_report(lowered, costs, result));
+  fmt::print("{}", render_report(lowered, costs, result, byte_units_of(o.costs.memory_limit)));
   if (o.grid) fmt::print("\n{}", render_grid(lowered, result));
   if (!o.svg.empty()) fmt::print("SVG timeline: {}\n", o.svg);
   if (!o.trace.empty()) fmt::print("Perfetto trace: {}\n", o.trace);

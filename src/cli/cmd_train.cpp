@@ -39,9 +39,11 @@ constexpr int kDefaultDevices = 2;
 
 bool is_file(const std::string& spec) { return spec.find_first_of("./") != std::string::npos; }
 
-// A built-in schedule runs on --devices (default 2); a file fixes its own device count.
+// A built-in schedule runs on --devices (default 2); -D p=N, or a file, makes the program say.
 int pipeline_devices(const TrainOptions& o) {
-  if (!is_file(o.schedule)) return o.command.schedule.devices > 0 ? o.command.schedule.devices : kDefaultDevices;
+  const bool p_defined = defines_parameter(o.command.schedule, "p");
+  if (o.schedule == "auto" || (!is_file(o.schedule) && !p_defined))
+    return o.command.schedule.devices > 0 ? o.command.schedule.devices : kDefaultDevices;
   ScheduleOptions options = o.command.schedule;
   options.spec = o.schedule;
   return load_schedule_spec(options).schedule.num_devices;
@@ -268,6 +270,18 @@ int prepare_captured_model(TrainOptions& o, bool launcher) {
   return run_python_package(arguments);
 }
 
+// A warm-up longer than the run is allowed (a short trial of a long run's settings) but said: the rate
+// never reaches --lr and never decays.
+void warn_if_warmup_outlasts_run(const runtime::TrainingOptions& t) {
+  if (!t.lr_schedule || t.warmup_steps <= t.steps) return;
+  fmt::print(stderr,
+             "warning: --warmup {} is longer than the run ({} steps): the learning rate only rises, to {:.3g} ({}% "
+             "of --lr {:g}), and never decays; give --warmup {} or less to reach it\n",
+             t.warmup_steps, t.steps, t.learning_rate * t.steps / t.warmup_steps, 100 * t.steps / t.warmup_steps,
+             t.learning_rate, t.steps);
+  std::fflush(stderr);
+}
+
 void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_code) {
   runtime::RunRequest& request = o.command.request;
   if (request.data_parallel < 1) throw Error(fmt::format("--dp {}: at least one copy", request.data_parallel));
@@ -293,8 +307,12 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   if (request.save_every < 0) throw Error(fmt::format("--save-every {}: not negative", request.save_every));
   if (o.schedule == "auto") choose_schedule(o, command_line);
   const int ranks = pipeline_devices(o) * request.data_parallel;
+  // Once per job: by the process that trains alone, or by rank 0 (a launcher leaves it to its rank 0).
+  const bool in_job = std::getenv("WORLD_SIZE") != nullptr;
+  if (in_job ? std::getenv("RANK") == std::string("0") : ranks == 1) warn_if_warmup_outlasts_run(request.training);
   o.command.schedules = {o.schedule};
-  if (!is_file(o.schedule) && o.command.schedule.devices == 0) o.command.schedule.devices = kDefaultDevices;
+  if (!is_file(o.schedule) && o.command.schedule.devices == 0 && !defines_parameter(o.command.schedule, "p"))
+    o.command.schedule.devices = kDefaultDevices;
   // No job around us: become the launcher of one, with this very command line as every rank's. What
   // can be checked without ranks is checked first, once: a schedule, plan or partition that cannot
   // work is one error here rather than the same error from every rank.
@@ -330,17 +348,17 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
       "progress per step, then measured against simulated time and memory; checkpoints and resume");
   auto o = std::make_shared<TrainOptions>(defaults());
   command->add_option("--schedule", o->schedule,
-                      "Built-in name, file (.fps, .csv, .json), or auto: the search's answer (flexpipe search) "
-                      "with the model's measured operator times; for a captured --model, the times its capture "
-                      "measured, and the partition is written as GRAPH.auto-plan.json [1f1b]");
+                      "Built-in name, file (.fps, .csv, .json), or auto: the fastest schedule `flexpipe search` finds "
+                      "with the model's measured operator times (a captured --model's: those its capture measured; "
+                      "the partition is written as GRAPH.auto-plan.json) [1f1b]");
   command->add_option("--profile", o->profile,
                       "With --schedule auto: the measured cost graph to use (written by `flexpipe profile`; "
                       "measured and saved here when the file does not exist)");
-  add_training_options(command, o->command);
+  add_training_options(command, o->command, std::to_string(kDefaultDevices));
   command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")
       ->check(whole_number_at_least(1));
   command->add_option("--data", o->command.request.training.data,
-                      "A text file to train on, as byte-level tokens (vocabulary 256); with a captured --model, a "
+                      "A text file to train on, as byte-level tokens (sets --vocab 256); with a captured --model, a "
                       "torch.save'd dict {\"inputs\": ..., \"targets\": ...} [synthetic]");
   command->add_option("--model", o->command.captured_model,
                       "A captured PyTorch model (flexpipe capture -o GRAPH.json), trained with --plan's cuts (or "
@@ -351,7 +369,9 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command->add_option("--export-weights", o->command.request.export_weights,
                       "With --model: write the trained weights by their state_dict names, for "
                       "model.load_state_dict(torch.load(FILE))");
-  command->add_option("--warmup", o->command.request.training.warmup_steps, "Warm-up steps [10]")
+  command
+      ->add_option("--warmup", o->command.request.training.warmup_steps,
+                   "Steps of linear learning-rate warm-up; one longer than --steps is warned about [10]")
       ->check(whole_number_at_least(0));
   command
       ->add_option("--decay-steps", o->command.request.training.decay_steps,
@@ -360,14 +380,15 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command
       ->add_option("--min-lr-ratio", o->command.request.training.min_lr_ratio,
                    "Cosine decay floor, as a fraction of --lr [0.1]")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(fraction());
   command
       ->add_option("--clip", o->command.request.training.max_grad_norm,
                    "Clip gradients by their global norm over all stages; 0: never [1.0]")
       ->check(non_negative_number());
   command->add_option("--curve", o->command.request.curve_path, "Write the loss curve as an SVG chart (rank 0)");
   command->add_option("--checkpoint", o->command.request.checkpoint_dir, "Directory for checkpoints [none]");
-  command->add_option("--save-every", o->command.request.save_every, "Steps between checkpoints; 0: at the end [0]");
+  command->add_option("--save-every", o->command.request.save_every, "Steps between checkpoints; 0: at the end [0]")
+      ->check(whole_number_at_least(0));
   command->add_flag("--resume", o->command.request.resume, "Continue from the latest checkpoint in --checkpoint");
   command->add_flag("--verify", o->command.request.verify,
                     "Also train in one process with autograd and compare (small models only)");

@@ -4,7 +4,15 @@
 #include "parse_errors.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"FlexPipe: write, check, simulate, draw and convert pipeline-parallel training schedules."};
+  CLI::App app{"FlexPipe: write, check, simulate, draw, search for and train pipeline-parallel training schedules."};
+  app.footer(
+      "First steps:\n"
+      "  flexpipe schedules                              the built-in schedules\n"
+      "  flexpipe simulate zb-h1 -p 4 -m 8 --grid        one simulated, as a timeline\n"
+      "  flexpipe search --model gpt3-1.3b -p 4 -m 8 --memory-limit 18GB\n"
+      "                                                  the fastest schedule that fits\n"
+      "Sizes, bandwidths and times take units: 80GiB, 18.1GB, 900GB/s, 5ms. Each subcommand has --help;\n"
+      "the README and docs/ say more.");
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("flexpipe 0.1.0"));
   int exit_code = 0;

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -30,21 +31,69 @@ CLI::Validator number_check(bool (*accepts)(double), const char* what, const cha
       description);
 }
 
-}  // namespace
-
-CLI::Validator whole_number_at_least(long long minimum) {
+CLI::Validator whole_number_check(long long minimum, std::optional<long long> maximum) {
+  const std::string what = maximum ? fmt::format("must be a whole number from {} to {}", minimum, *maximum)
+                                   : fmt::format("must be a whole number of at least {}", minimum);
   return CLI::Validator(
-      [minimum](std::string& text) -> std::string {
-        const std::string what = fmt::format("must be a whole number of at least {}", minimum);
+      [minimum, maximum, what](std::string& text) -> std::string {
         char* end = nullptr;
         errno = 0;
         const long long value = std::strtoll(text.c_str(), &end, 10);
         if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
           return fmt::format("{}, got '{}'", what, text);
-        if (value < minimum) return fmt::format("{}, got {}", what, value);
+        if (value < minimum || (maximum && value > *maximum)) return fmt::format("{}, got {}", what, value);
         return "";
       },
-      fmt::format("INT>={}", minimum));
+      maximum ? fmt::format("INT {}..{}", minimum, *maximum) : fmt::format("INT>={}", minimum));
+}
+
+bool in_range(double value, QuantityRange range) {
+  switch (range) {
+    case QuantityRange::Positive: return std::isfinite(value) && value > 0;
+    case QuantityRange::NonNegative: return std::isfinite(value) && value >= 0;
+    case QuantityRange::PositiveOrInfinite: return !std::isnan(value) && value > 0;
+    case QuantityRange::NonNegativeOrInfinite: return !std::isnan(value) && value >= 0;
+  }
+  return false;
+}
+
+// "a positive size", "a bandwidth of at least 0, or inf for no limit".
+std::string ranged_noun(QuantityKind kind, QuantityRange range) {
+  const std::string noun(quantity_noun(kind));
+  switch (range) {
+    case QuantityRange::Positive: return "a positive " + noun.substr(2);
+    case QuantityRange::NonNegative: return noun + " of at least 0";
+    case QuantityRange::PositiveOrInfinite: return "a positive " + noun.substr(2) + ", or inf for no limit";
+    case QuantityRange::NonNegativeOrInfinite: return noun + " of at least 0, or inf for no limit";
+  }
+  return noun;
+}
+
+CLI::Option* add_checked_quantity(CLI::App* command, const std::string& name, QuantityKind kind, QuantityRange range,
+                                  const char* examples, const std::string& description,
+                                  std::function<void(const Quantity&)> store) {
+  const char* type = kind == QuantityKind::Size ? "SIZE" : kind == QuantityKind::Bandwidth ? "BANDWIDTH" : "TIME";
+  CLI::Validator check(
+      [kind, range, examples](std::string& text) -> std::string {
+        const std::optional<Quantity> q = parse_quantity(text, kind);
+        if (!q) return quantity_refusal(text, quantity_noun(kind), examples);
+        if (!in_range(q->value, range)) return quantity_refusal(text, ranged_noun(kind, range), examples);
+        return "";
+      },
+      "");
+  return command
+      ->add_option_function<std::string>(
+          name, [kind, store](const std::string& text) { store(*parse_quantity(text, kind)); }, description)
+      ->check(check)
+      ->type_name(type);
+}
+
+}  // namespace
+
+CLI::Validator whole_number_at_least(long long minimum) { return whole_number_check(minimum, std::nullopt); }
+
+CLI::Validator whole_number_between(long long minimum, long long maximum) {
+  return whole_number_check(minimum, maximum);
 }
 
 CLI::Validator positive_number() {
@@ -55,14 +104,20 @@ CLI::Validator non_negative_number() {
   return number_check([](double x) { return std::isfinite(x) && x >= 0; }, "a number of at least 0", "NUMBER>=0");
 }
 
-CLI::Validator positive_rate() {
-  return number_check([](double x) { return !std::isnan(x) && x > 0; }, "a positive number, or inf for no limit",
-                      "NUMBER>0|inf");
+CLI::Validator fraction() {
+  return number_check([](double x) { return x >= 0 && x <= 1; }, "a number from 0 to 1", "NUMBER 0..1");
 }
 
-CLI::Validator non_negative_rate() {
-  return number_check([](double x) { return !std::isnan(x) && x >= 0; }, "a number of at least 0, or inf for no limit",
-                      "NUMBER>=0|inf");
+CLI::Option* add_quantity_option(CLI::App* command, const std::string& name, Quantity& target, QuantityKind kind,
+                                 QuantityRange range, const char* examples, const std::string& description) {
+  return add_checked_quantity(command, name, kind, range, examples, description,
+                              [&target](const Quantity& q) { target = q; });
+}
+
+CLI::Option* add_quantity_option(CLI::App* command, const std::string& name, double& target, QuantityKind kind,
+                                 QuantityRange range, const char* examples, const std::string& description) {
+  return add_checked_quantity(command, name, kind, range, examples, description,
+                              [&target](const Quantity& q) { target = q.value; });
 }
 
 }  // namespace flexpipe::cli

@@ -1,13 +1,18 @@
 #include "options.h"
 
+#include <algorithm>
+#include <limits>
 #include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "flexpipe/interop/cost_table_json.h"
 #include "flexpipe/interop/schedule_io.h"
+#include "flexpipe/lang/parameters.h"
 #include "flexpipe/schedules/library.h"
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/files.h"
 #include "flexpipe/validate/validator.h"
 #include "number_checks.h"
 
@@ -25,28 +30,34 @@ const std::map<std::string, CsvLettering>& csv_letterings() {
 
 }  // namespace
 
-void add_file_options(CLI::App* command, ScheduleOptions& options) {
+void add_schedule_options(CLI::App* command, ScheduleOptions& options) {
   command
       ->add_option("schedule", options.spec,
                    "Built-in schedule name (see `flexpipe schedules`) or a file (.fps program, .csv, .json)")
       ->required();
-  command->add_option("-D,--define", options.defines, "Set a program parameter: -D name=value (repeatable)");
+  command->add_option("-p,--devices", options.devices, "Devices: the program's parameter p, built-in or .fps [4]")
+      ->check(whole_number_at_least(1));
+  command
+      ->add_option("-m,--microbatches", options.microbatches,
+                   "Micro-batches: the program's parameter m [the program's default; 2p for built-ins]")
+      ->check(whole_number_at_least(1));
+  command
+      ->add_option("-v,--chunks", options.chunks,
+                   "Stages per device: the program's parameter v, for the schedules that have one [its default]")
+      ->check(whole_number_at_least(1));
+  command->add_option("-D,--define", options.defines,
+                      "Set any program parameter, built-in or .fps: -D name=value (repeatable; `flexpipe params` "
+                      "lists them)");
   command
       ->add_option("--lettering", options.lettering, "PyTorch CSV lettering: detect, current (I, B) or legacy (B, BW)")
       ->check(CLI::IsMember(csv_letterings()));
 }
 
-void add_schedule_options(CLI::App* command, ScheduleOptions& options) {
-  add_file_options(command, options);
-  command->add_option("-p,--devices", options.devices, "Devices (pipeline ranks) of a built-in schedule [4]")
-      ->check(whole_number_at_least(1));
-  command->add_option("-m,--microbatches", options.microbatches, "Micro-batches of a built-in schedule [2p]")
-      ->check(whole_number_at_least(1));
-  command->add_option("-v,--chunks", options.chunks, "Stages per device of a built-in schedule [its default]")
-      ->check(whole_number_at_least(1));
-}
-
 bool is_program(const std::string& spec) { return spec.size() > 4 && spec.ends_with(".fps"); }
+
+bool defines_parameter(const ScheduleOptions& options, const std::string& name) {
+  return parse_defines(options.defines).contains(name);
+}
 
 std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& defines) {
   std::map<std::string, int64_t> values;
@@ -68,35 +79,81 @@ std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& def
   return values;
 }
 
+namespace {
+
+// -p, -m and -v name the parameters p, m and v of every program, built-in or file; -D sets any
+// parameter, those three included. Setting one both ways is refused rather than one silently winning.
+std::map<std::string, int64_t> program_defines(const ScheduleOptions& options) {
+  std::map<std::string, int64_t> defines = parse_defines(options.defines);
+  for (const auto& [flag, name, value] :
+       {std::tuple{"-p", "p", options.devices}, std::tuple{"-m", "m", options.microbatches},
+        std::tuple{"-v", "v", options.chunks}}) {
+    // The options' checks refuse these already; this names the value for callers that fill them in code.
+    if (value < 0) throw Error(fmt::format("{} must be a whole number of at least 1, got {}", flag, value));
+    if (value == 0) continue;
+    if (defines.contains(name))
+      throw Error(fmt::format("{} {} and -D {}={} both set the parameter {}: give one", flag, value, name,
+                              defines.at(name), name));
+    defines[name] = value;
+  }
+  return defines;
+}
+
+// A program file must declare what -p, -m and -v set: its p might not be a device count at all.
+void require_declared(const std::string& path, const ScheduleOptions& options) {
+  if (options.devices == 0 && options.microbatches == 0 && options.chunks == 0) return;
+  std::vector<std::string> names;
+  for (const ProgramParameter& p : program_parameters(read_text_file(path), path)) names.push_back(p.name);
+  for (const auto& [flag, name, value] :
+       {std::tuple{"-p", "p", options.devices}, std::tuple{"-m", "m", options.microbatches},
+        std::tuple{"-v", "v", options.chunks}})
+    if (value != 0 && std::find(names.begin(), names.end(), name) == names.end())
+      throw Error(fmt::format("{}: {} sets the program's parameter {}, which it does not declare ({})", path, flag,
+                              name,
+                              names.empty() ? "it has no parameters"
+                                            : fmt::format("its parameters: {}", fmt::join(names, ", "))));
+}
+
+// The value a built-in's parameter takes from the defines, which then no longer hold it.
+int take_define(std::map<std::string, int64_t>& defines, const std::string& name) {
+  const auto found = defines.find(name);
+  if (found == defines.end()) return 0;
+  const int64_t value = found->second;
+  defines.erase(found);
+  if (value < 1 || value > std::numeric_limits<int>::max())
+    throw Error(fmt::format("-D {}={}: must be a whole number of at least 1", name, value));
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
 LoadedSchedule load_schedule_spec(const ScheduleOptions& options, const CompileOptions& compile) {
   const bool is_file = looks_like_file(options.spec);
-  if (is_file && (options.devices != 0 || options.microbatches != 0 || options.chunks != 0))
-    throw Error(fmt::format("{}: -p, -m and -v apply to built-in schedules only; a file fixes them itself{}",
-                            options.spec, is_program(options.spec) ? " (set a program's parameters with -D)" : ""));
-  if (!options.defines.empty() && !is_program(options.spec))
-    throw Error(fmt::format("{}: -D sets parameters of .fps programs only", options.spec));
+  if (is_file && !is_program(options.spec)) {
+    if (options.devices != 0 || options.microbatches != 0 || options.chunks != 0 || !options.defines.empty())
+      throw Error(fmt::format("{}: -p, -m, -v and -D set a program's parameters; a schedule file fixes them itself",
+                              options.spec));
+    ScheduleParams params;
+    CsvReadOptions csv;
+    csv.lettering = csv_letterings().at(options.lettering);
+    return {load_schedule(options.spec, params, csv), std::nullopt};
+  }
+  std::map<std::string, int64_t> defines = program_defines(options);
   if (is_program(options.spec)) {
-    CompiledProgram program = load_program(options.spec, parse_defines(options.defines), compile);
+    require_declared(options.spec, options);
+    CompiledProgram program = load_program(options.spec, defines, compile);
     Schedule schedule = program.schedule;
     return {std::move(schedule), std::move(program)};
   }
-  // The options' checks refuse these already; this names the value for callers that fill them in code.
-  for (const auto& [flag, value] :
-       {std::pair{"-p", options.devices}, std::pair{"-m", options.microbatches}, std::pair{"-v", options.chunks}})
-    if (value < 0) throw Error(fmt::format("{} must be a whole number of at least 1, got {}", flag, value));
+  // Built-in names come from the embedded library programs, so they explain like any program.
   ScheduleParams params;
-  params.devices = options.devices == 0 ? 4 : options.devices;
-  params.microbatches = options.microbatches;
-  params.chunks = options.chunks;
-  if (!is_file) {
-    // Built-in names come from the embedded library programs, so they explain like any program.
-    CompiledProgram program = compile_builtin(options.spec, params);
-    Schedule schedule = program.schedule;
-    return {std::move(schedule), std::move(program)};
-  }
-  CsvReadOptions csv;
-  csv.lettering = csv_letterings().at(options.lettering);
-  return {load_schedule(options.spec, params, csv), std::nullopt};
+  params.devices = take_define(defines, "p");
+  if (params.devices == 0) params.devices = 4;
+  params.microbatches = take_define(defines, "m");
+  params.chunks = take_define(defines, "v");
+  CompiledProgram program = compile_builtin(options.spec, params, defines);
+  Schedule schedule = program.schedule;
+  return {std::move(schedule), std::move(program)};
 }
 
 std::vector<std::string> describe(const LoadedSchedule& loaded, const std::vector<Diagnostic>& diagnostics) {
@@ -129,8 +186,10 @@ void add_cost_options(CLI::App* command, CostOptions& options) {
       ->add_option("--uniform-costs", options.uniform,
                    "F,I,W[,COMM]: every stage takes F, I, W (B = I + W); 1 memory unit per micro-batch in flight")
       ->excludes(file);
-  command->add_option("--memory-limit", options.memory_limit, "Memory capacity of every device (overrides the table)")
-      ->check(positive_number());
+  add_quantity_option(command, "--memory-limit", options.memory_limit, QuantityKind::Size, QuantityRange::Positive,
+                      kTableMemoryExamples,
+                      "Memory of every device, overriding the table's: 80GiB, 85.9GB, or a bare number in the table's "
+                      "memory unit (bytes for --model)");
   auto* model =
       command->add_option("--model", options.model.model,
                           "Aggregate the stage costs from a model: zoo name (flexpipe model list) or cost-graph file");
@@ -154,7 +213,8 @@ CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
   } else {
     costs = parse_uniform_costs(options.uniform, schedule.stages_per_pipeline);
   }
-  if (options.memory_limit > 0) costs.memory_capacity = {options.memory_limit};
+  if (options.memory_limit.value > 0)
+    costs.memory_capacity = {in_memory_unit(options.memory_limit, costs.memory_unit, "--memory-limit")};
   check_cost_table(costs, schedule.stages_per_pipeline, schedule.num_devices, origin);
   return costs;
 }

@@ -16,6 +16,7 @@
 #include "flexpipe/ir/schedule.h"
 #include "flexpipe/lang/program.h"
 #include "flexpipe/partition/plan.h"
+#include "flexpipe/support/quantity.h"
 #include "flexpipe/validate/validator.h"
 
 namespace flexpipe::cli {
@@ -26,17 +27,18 @@ struct ScheduleOptions {
   int microbatches = 0;
   int chunks = 0;
   std::string lettering = "detect";
-  std::vector<std::string> defines;  // -D name=value, for .fps programs
+  std::vector<std::string> defines;  // -D name=value: any parameter of a program, built-in or file
 };
 
-// Adds SCHEDULE, -p, -m, -v, -D and --lettering to a subcommand.
+// Adds SCHEDULE, -p, -m, -v, -D and --lettering to a subcommand. -p, -m and -v set the parameters p, m
+// and v of the schedule's program, a built-in's or a file's; -D sets any parameter.
 void add_schedule_options(CLI::App* command, ScheduleOptions& options);
 // "-D name=value" strings as a program's defines; throws Error naming a malformed one.
 std::map<std::string, int64_t> parse_defines(const std::vector<std::string>& defines);
-// Adds only what a file needs (SCHEDULE, -D, --lettering): for `check`.
-void add_file_options(CLI::App* command, ScheduleOptions& options);
-// A schedule program (.fps), the only kind of spec that takes -D.
+// A schedule program file (.fps); built-in names are programs too, compiled into the binary.
 bool is_program(const std::string& spec);
+// Whether -D sets `name`: then a command's own default for -p (run: the job's ranks) does not apply.
+bool defines_parameter(const ScheduleOptions& options, const std::string& name);
 
 // A schedule and, when it came from a program, the program's source map.
 struct LoadedSchedule {
@@ -64,9 +66,9 @@ struct ModelOptions {
 struct CostOptions {
   std::string costs_file;
   std::string uniform = "1,1,1,0";
-  double memory_limit = 0;  // 0: from the cost table
-  ModelOptions model;       // --model: the table comes from aggregating the model's cost graph
-  std::string partition;    // Megatron layout, layers:N,N,... or ops:N,N,...; empty: even
+  Quantity memory_limit;  // 0: from the cost table; a bare number is in the table's memory unit
+  ModelOptions model;     // --model: the table comes from aggregating the model's cost graph
+  std::string partition;  // Megatron layout, layers:N,N,... or ops:N,N,...; empty: even
 };
 
 void add_cost_options(CLI::App* command, CostOptions& options);
@@ -81,8 +83,6 @@ void print_progress_line(std::chrono::steady_clock::time_point start, const std:
 // A rate per second in the graph's time unit (zoo models and measured graphs use milliseconds);
 // throws Error for a unit it cannot convert (cmd_model.cpp).
 double per_time_unit(const CostGraph& graph, double per_second);
-// Decimal units, as memory limits are given in bytes: 80e9 reads "80.00 GB" (cmd_model.cpp).
-std::string gigabytes(double bytes);
 // The stage cost table of the model under a partition for `stages` stages (cmd_model.cpp).
 CostTable model_cost_table(const ModelOptions& options, const std::string& partition, int stages);
 CostTable load_costs(const CostOptions& options, const Schedule& schedule);

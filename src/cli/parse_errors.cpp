@@ -77,8 +77,27 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& err
     return fmt::format("unknown subcommand '{}'{} (flexpipe --help lists them)", *word,
                        suggestion.empty() ? "" : fmt::format("; did you mean '{}'?", suggestion));
   }
-  const CLI::App& command = *parsed.front();
-  const std::string help = fmt::format("flexpipe {} --help", command.get_name());
+  // The deepest command parsed (`model list`): its options are the ones to suggest, its help the one to read.
+  const CLI::App* deepest = parsed.front();
+  std::string path = deepest->get_name();
+  while (!deepest->get_subcommands().empty()) {
+    deepest = deepest->get_subcommands().front();
+    path += " " + deepest->get_name();
+  }
+  const CLI::App& command = *deepest;
+  const std::string help = fmt::format("flexpipe {} --help", path);
+  // A command of commands (`model`) whose own subcommand is missing or mistyped: said like the top level's.
+  if (!subcommand_names(command).empty()) {
+    const auto name = std::find(arguments.begin(), arguments.end(), command.get_name());
+    const auto word = std::find_if(name == arguments.end() ? name : name + 1, arguments.end(),
+                                   [](const std::string& a) { return !a.empty() && a[0] != '-'; });
+    const std::vector<std::string> known = subcommand_names(command);
+    if (word == arguments.end())
+      return fmt::format("{}: name a subcommand: {} (see {})", path, fmt::join(known, ", "), help);
+    const std::string suggestion = closest_word(*word, known);
+    return fmt::format("{}: unknown subcommand '{}'{} (see {})", path, *word,
+                       suggestion.empty() ? "" : fmt::format("; did you mean '{}'?", suggestion), help);
+  }
   // CLI11 names an ExtrasError after the subcommand, so it is told by its message.
   if (std::string_view(error.what()).starts_with("The following argument")) {
     // CLI11 lists them last first; the command line's order reads better.
@@ -94,7 +113,7 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& err
       parts.push_back(
           fmt::format("'{}'{}", word, suggestion.empty() ? "" : fmt::format(" (did you mean {}?)", suggestion)));
     }
-    return fmt::format("{}: unexpected {} {}; see {}", command.get_name(), parts.size() == 1 ? "argument" : "arguments",
+    return fmt::format("{}: unexpected {} {}; see {}", path, parts.size() == 1 ? "argument" : "arguments",
                        fmt::join(parts, ", "), help);
   }
   return fmt::format("{} (see {})", error.what(), help);

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/exit_status.h"
 
 namespace flexpipe::cli {
 
@@ -57,7 +58,7 @@ int run_python_package(const std::vector<std::string>& arguments) {
     try {
       exec_python_package(arguments);
     } catch (const Error& e) {
-      fmt::print(stderr, "error: {}\n", e.what());
+      report_error(kExitBadInput, e.what());
     }
     _exit(127);
   }

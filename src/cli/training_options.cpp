@@ -21,27 +21,33 @@ void add_model_family_options(CLI::App* command, ModelSize& model) {
       ->check(whole_number_at_least(1));
 }
 
-void add_training_options(CLI::App* command, TrainingCommand& o) {
+void add_training_options(CLI::App* command, TrainingCommand& o, const std::string& devices_default) {
   command
       ->add_option("--dp", o.request.data_parallel,
-                   "Data-parallel copies of the pipeline; the job has copies x devices ranks [1]")
+                   fmt::format("Data-parallel copies of the pipeline; the job has copies x devices ranks [{}]",
+                               o.request.data_parallel))
       ->check(whole_number_at_least(1));
   command
       ->add_option("-p,--devices", o.schedule.devices,
-                   "Pipeline devices of a built-in schedule [run: WORLD_SIZE / --dp; train: 2]")
+                   fmt::format("Pipeline devices: the schedule program's parameter p [{}]", devices_default))
       ->check(whole_number_at_least(1));
-  command->add_option("-m,--microbatches", o.schedule.microbatches, "Micro-batches per step and pipeline [2p]")
+  command
+      ->add_option("-m,--microbatches", o.schedule.microbatches,
+                   "Micro-batches per step and pipeline: the schedule program's parameter m [2p for built-ins]")
       ->check(whole_number_at_least(1));
-  command->add_option("-v,--chunks", o.schedule.chunks, "Stages per device of a built-in schedule [its default]")
+  command
+      ->add_option("-v,--chunks", o.schedule.chunks,
+                   "Stages per device: the schedule program's parameter v, where it has one [its default]")
       ->check(whole_number_at_least(1));
-  command->add_option("-D,--define", o.schedule.defines, "Set a program parameter: -D name=value (repeatable)");
+  command->add_option("-D,--define", o.schedule.defines,
+                      "Set any parameter of the schedule's program, built-in or .fps: -D name=value (repeatable)");
   command->add_option("--layers", o.model.layers, fmt::format("Transformer layers [{}]", o.model.layers))
       ->check(whole_number_at_least(1));
   command->add_option("--hidden", o.model.hidden, fmt::format("Hidden size [{}]", o.model.hidden))
       ->check(whole_number_at_least(1));
   command->add_option("--heads", o.model.heads, fmt::format("Attention heads [{}]", o.model.heads))
       ->check(whole_number_at_least(1));
-  command->add_option("--vocab", o.model.vocab, fmt::format("Vocabulary size (256 with --data) [{}]", o.model.vocab))
+  command->add_option("--vocab", o.model.vocab, fmt::format("Vocabulary size [{}]", o.model.vocab))
       ->check(whole_number_at_least(1));
   command->add_option("--seq-len", o.model.seq_len, fmt::format("Tokens per sequence [{}]", o.model.seq_len))
       ->check(whole_number_at_least(1));
@@ -58,8 +64,11 @@ void add_training_options(CLI::App* command, TrainingCommand& o) {
                    "A partition plan (flexpipe partition -o) for this model: its operator ranges, recompute and "
                    "offload decisions")
       ->excludes("--partition");
-  command->add_option("--seed", o.request.training.seed, "Seed of the weights and the data [1234]");
-  command->add_option("--optimizer", o.request.training.optimizer, "sgd or adamw [adamw]")
+  command->add_option("--seed", o.request.training.seed,
+                      fmt::format("Seed of the weights and the data [{}]", o.request.training.seed));
+  command
+      ->add_option("--optimizer", o.request.training.optimizer,
+                   fmt::format("sgd or adamw [{}]", o.request.training.optimizer))
       ->check(CLI::IsMember({"sgd", "adamw"}));
   command
       ->add_option("--lr", o.request.training.learning_rate,
@@ -69,10 +78,14 @@ void add_training_options(CLI::App* command, TrainingCommand& o) {
       ->add_option("--weight-decay", o.request.training.weight_decay,
                    fmt::format("Decoupled weight decay [{:g}]", o.request.training.weight_decay))
       ->check(non_negative_number());
-  command->add_option("--dtype", o.request.training.dtype, "float32 or float64 [float32]")
+  command
+      ->add_option("--dtype", o.request.training.dtype,
+                   fmt::format("float32 or float64 [{}]", o.request.training.dtype))
       ->check(CLI::IsMember({"float32", "float64"}));
-  command->add_option("--timeout", o.request.timeout_seconds, "Seconds a rank waits for a peer before failing [60]")
-      ->check(positive_number());
+  add_quantity_option(command, "--timeout", o.request.timeout_seconds, QuantityKind::Time, QuantityRange::Positive,
+                      kSecondsExamples,
+                      fmt::format("How long a rank waits for a peer before failing: 90s, 5min or seconds [{:g}s]",
+                                  o.request.timeout_seconds));
   command->add_option("--trace", o.request.trace_path, "Write the measured last step as a Perfetto trace (rank 0)");
   command->add_option("--svg", o.request.svg_path,
                       "Write the measured last step as an SVG timeline, and the simulated one next to it (rank 0)");
@@ -112,7 +125,7 @@ void prepare_request(TrainingCommand& o, const runtime::RankEnv& env) {
     options.spec = spec;
     // A built-in schedule takes its device count from the job; a file fixes its own.
     const bool file = spec.find_first_of("./") != std::string::npos;
-    if (!file && options.devices == 0) options.devices = pipeline_ranks;
+    if (!file && options.devices == 0 && !defines_parameter(options, "p")) options.devices = pipeline_ranks;
     runtime::ScheduledRun run;
     run.schedule = load_checked_schedule(options);
     if (run.schedule.num_devices * request.data_parallel != request.env.world_size)

@@ -27,8 +27,9 @@ struct TrainingCommand {
 void add_model_family_options(CLI::App* command, ModelSize& model);
 
 // -p/-m/-v/-D, the model's size, --family, --kv-heads, --microbatch-size, --partition, --seed, --optimizer, --lr,
-// --weight-decay, --dtype, --timeout, --trace, --svg, --json, --hook.
-void add_training_options(CLI::App* command, TrainingCommand& options);
+// --weight-decay, --dtype, --timeout, --trace, --svg, --json, --hook. Each help text shows the default
+// `options` holds when called, so that run and train each describe their own; `devices_default` is -p's.
+void add_training_options(CLI::App* command, TrainingCommand& options, const std::string& devices_default);
 
 // Fills options.request from the environment and the options: validates every schedule, checks that
 // the job's ranks match (devices x data-parallel copies), computes each schedule's partition.

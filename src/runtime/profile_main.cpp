@@ -31,13 +31,15 @@ int profile(const ProfileRequest& request) {
     fmt::print("{}\n", cost_graph_to_json(measured));
     return kExitSuccess;
   }
-  fmt::print("{}: {} operators, micro-batch {} x {} tokens, median of {} after {} warm-up runs (ms)\n", measured.name,
+  fmt::print("{}: {} operators, micro-batch {} x {} tokens, median of {} after {} warm-up runs\n", measured.name,
              measured.nodes.size(), request.microbatch_size, request.model.seq_len, request.repeats, request.warmup);
-  fmt::print("{:<24} {:>9} {:>9} {:>9} {:>12} {:>12}\n", "operator", "F", "I", "W", "saved bytes", "workspace");
+  // Units in the headers, as `flexpipe model show` has them: times in ms, sizes in bytes.
+  fmt::print("{:<24} {:>9} {:>9} {:>9} {:>12} {:>15}\n", "operator", "F ms", "I ms", "W ms", "saved bytes",
+             "workspace bytes");
   double f = 0, i = 0, w = 0;
   for (const OperatorNode& n : measured.nodes) {
     const Shape& at = measured.reference;
-    fmt::print("{:<24} {:>9.4f} {:>9.4f} {:>9.4f} {:>12.0f} {:>12.0f}\n", n.name, n.forward.time, n.backward_input.time,
+    fmt::print("{:<24} {:>9.4f} {:>9.4f} {:>9.4f} {:>12.0f} {:>15.0f}\n", n.name, n.forward.time, n.backward_input.time,
                n.backward_weight.time, n.saved_bytes.at(at.microbatch_size, at.seq_len),
                n.workspace_bytes.at(at.microbatch_size, at.seq_len));
     f += n.forward.time;

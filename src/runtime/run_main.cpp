@@ -38,6 +38,9 @@ namespace flexpipe::runtime {
 
 namespace {
 
+// Width over height of the measured timelines: a wide screen's shape, readable without scrolling.
+constexpr double kMeasuredTimelineAspect = 4;
+
 using Milliseconds = std::chrono::milliseconds;
 
 // Every rank's value of `x`, in rank order, on every rank.
@@ -366,9 +369,12 @@ class RankJob {
         write_text_file(output_path(request_.trace_path, lowered.name), render_trace(lowered, measured, "ms"));
       if (!request_.svg_path.empty()) {
         const std::string path = output_path(request_.svg_path, lowered.name);
-        write_text_file(path, render_svg(lowered, measured));
+        // Measured steps hold actions far shorter than the rest (sends, the optimizer): the aspect is
+        // capped so that the picture stays a timeline rather than a strip.
+        const TimelineStyle style{"ms", kMeasuredTimelineAspect};
+        write_text_file(path, render_svg(lowered, measured, style));
         // The simulator's timeline for the same measured action times, next to it.
-        write_text_file(with_suffix(path, ".simulated"), render_svg(timed, predicted));
+        write_text_file(with_suffix(path, ".simulated"), render_svg(timed, predicted, style));
       }
     }
   }
@@ -564,9 +570,10 @@ void print_text(const nlohmann::json& run, bool progress) {
   fmt::print("{}: {} ranks ({} data-parallel), {} stages, {} micro-batches, data: {}\n",
              run["schedule"].get<std::string>(), run["ranks"].get<int>(), run["data_parallel"].get<int>(),
              run["stages"].get<int>(), run["microbatches"].get<int>(), run["data"].get<std::string>());
+  // Counted from 1, as train's progress lines and checkpoints count them (the JSON's "step" is the index).
   if (!progress)
     for (const auto& s : run["steps"])
-      fmt::print("  step {}: loss {:.6f}  {:.1f} ms\n", s["step"].get<int>(), s["loss"].get<double>(),
+      fmt::print("  step {}: loss {:.6f}  {:.1f} ms\n", s["step"].get<int>() + 1, s["loss"].get<double>(),
                  1e3 * s["seconds"].get<double>());
   if (run["steps"].empty()) return;
   fmt::print(

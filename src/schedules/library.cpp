@@ -19,11 +19,18 @@ const LibraryProgram* find_library_program(std::string_view name) {
   return nullptr;
 }
 
-CompiledProgram compile_builtin(std::string_view name, ScheduleParams params) {
+CompiledProgram compile_builtin(std::string_view name, ScheduleParams params,
+                                const std::map<std::string, int64_t>& extra_defines) {
   const BuiltinSchedule& builtin = resolve_builtin(name, params);
   const LibraryProgram* program = find_library_program(builtin.name);
   if (program == nullptr) throw Error(fmt::format("{}: the schedule library has no program for it", builtin.name));
-  std::map<std::string, int64_t> defines = {{"p", params.devices}, {"m", params.microbatches}};
+  for (const char* shape : {"p", "m", "v"})
+    if (extra_defines.contains(shape))
+      throw Error(
+          fmt::format("{}: {} is set by the schedule's parameters, not as another define", builtin.name, shape));
+  std::map<std::string, int64_t> defines = extra_defines;
+  defines["p"] = params.devices;
+  defines["m"] = params.microbatches;
   if (builtin.chunks_adjustable) defines["v"] = params.chunks;
   // The library's programs are ours and tested: the step limit guards against runaway user programs,
   // and zb-v-adaptive's construction, which simulates as it places, takes on the order of 1000 p m.

@@ -8,8 +8,16 @@
 
 namespace flexpipe {
 
+namespace {
+// A compiler-style message ("prog.fps:5:26: error: expected ')'") says "error:" itself, after the place it
+// points at: one prefix is enough.
+bool names_itself_an_error(std::string_view message) {
+  return message.substr(0, message.find('\n')).find(": error: ") != std::string_view::npos;
+}
+}  // namespace
+
 int report_error(ExitCode code, std::string_view message) {
-  fmt::print(stderr, "error: {}\n", message);
+  fmt::print(stderr, "{}{}\n", names_itself_an_error(message) ? "" : "error: ", message);
   return code;
 }
 

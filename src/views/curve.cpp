@@ -65,7 +65,8 @@ std::string render_curve_svg(const std::string& title, const std::string& y_labe
         "<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#ddd\"/>"
         "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5:g}</text>\n",
         kLeft, kWidth - kRight, y_of(v), kLeft - 6, y_of(v) + 4, std::round(v / y_step) * y_step);
-  const double x_step = tick_step(x_span, 8);
+  // Steps are whole: a run of a few steps gets a tick per step, never 1.2 or 1.5.
+  const double x_step = std::max(1.0, tick_step(x_span, 8));
   for (double x = std::ceil(x_first / x_step) * x_step; x <= x_last; x += x_step)
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#ddd\"/>"

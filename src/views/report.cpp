@@ -54,14 +54,17 @@ json report_json(const Schedule& schedule, const CostTable& costs, const SimResu
           {"devices", std::move(devices)}};
 }
 
-std::string render_report(const Schedule& schedule, const CostTable& costs, const SimResult& result) {
+std::string render_report(const Schedule& schedule, const CostTable& costs, const SimResult& result, ByteUnits bytes) {
   detail::require_device_reports(schedule, result, "report");
+  const bool in_bytes = costs.memory_unit == "bytes" || costs.memory_unit == "B";
+  const bool timed = costs.time_unit != "unit";
+  const auto time = [&](double t) { return timed ? format_time(t, costs.time_unit) : detail::format_number(t); };
+  const auto size = [&](double b) { return in_bytes ? format_bytes(b, bytes) : detail::format_number(b); };
   std::string out = fmt::format("schedule {}: {} devices, {} micro-batches, {} stages (time in {}, memory in {})\n",
                                 schedule.name, schedule.num_devices, schedule.num_microbatches, schedule.num_stages(),
                                 costs.time_unit, costs.memory_unit);
-  out +=
-      fmt::format("makespan {}, bubble {}, lower bound {}, efficiency {}\n", detail::format_number(result.makespan),
-                  percent(result.bubble_ratio), detail::format_number(result.lower_bound), percent(result.efficiency));
+  out += fmt::format("makespan {}, bubble {}, lower bound {}, efficiency {}\n", time(result.makespan),
+                     percent(result.bubble_ratio), time(result.lower_bound), percent(result.efficiency));
   std::string memory = "fits";
   if (!result.fits) {
     memory = "does not fit on device";
@@ -71,7 +74,7 @@ std::string render_report(const Schedule& schedule, const CostTable& costs, cons
     memory += (over.find(',') == std::string::npos ? " " : "s ") + over;
   }
   out += fmt::format("communication {} transfers, volume {}; memory {}\n", result.comm_transfers,
-                     detail::format_number(result.comm_bytes), memory);
+                     size(result.comm_bytes), memory);
 
   constexpr size_t kColumns = 8;
   using Row = std::array<std::string, kColumns>;
@@ -79,11 +82,9 @@ std::string render_report(const Schedule& schedule, const CostTable& costs, cons
   rows.push_back({"device", "busy", "idle", "peak memory", "peak time", "static memory", "capacity", "fits"});
   for (int d = 0; d < schedule.num_devices; ++d) {
     const DeviceReport& device = result.devices[d];
-    rows.push_back({fmt::format("d{}", d), detail::format_number(device.busy), detail::format_number(device.idle),
-                    detail::format_number(device.peak_memory), detail::format_number(device.peak_time),
-                    detail::format_number(device.static_memory),
-                    std::isfinite(device.capacity) ? detail::format_number(device.capacity) : "-",
-                    device.fits ? "yes" : "no"});
+    rows.push_back({fmt::format("d{}", d), time(device.busy), time(device.idle), size(device.peak_memory),
+                    time(device.peak_time), size(device.static_memory),
+                    std::isfinite(device.capacity) ? size(device.capacity) : "-", device.fits ? "yes" : "no"});
   }
   std::array<size_t, kColumns> width{};
   for (const Row& row : rows)

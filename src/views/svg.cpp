@@ -104,7 +104,8 @@ struct LegendItem {
 
 class SvgWriter {
  public:
-  SvgWriter(const Schedule& schedule, const SimResult& result) : schedule_(schedule), result_(result) {
+  SvgWriter(const Schedule& schedule, const SimResult& result, const TimelineStyle& style)
+      : schedule_(schedule), result_(result), style_(style) {
     chunks_ = detail::chunk_on_device(schedule);
     for (int c : chunks_) max_chunks_ = std::max(max_chunks_, c + 1);
     for (const DeviceReport& device : result.devices) {
@@ -117,15 +118,18 @@ class SvgWriter {
     const double shortest = detail::shortest_compute_duration(schedule, result);
     const double steps = shortest > 0 ? span / shortest : 1;
     plan_legend();
-    plot_width_ = std::max(std::clamp(steps * kPixelsPerStep, kMinPlotWidth, kMaxPlotWidth), legend_width());
-    scale_ = plot_width_ / span;
     row_height_ = kBarHeight + kLaneHeight + (has_memory_ ? kMemoryHeight : 0) + kRowGap;
     rows_top_ = kTitleHeight + kLegendHeight;
+    double widest = kMaxPlotWidth;
+    if (style.max_aspect > 0)
+      widest = std::max(kMinPlotWidth, style.max_aspect * height() - kMarginLeft - kMarginRight);
+    plot_width_ = std::max(std::clamp(steps * kPixelsPerStep, kMinPlotWidth, widest), legend_width());
+    scale_ = plot_width_ / span;
   }
 
   std::string write() {
     const double width = kMarginLeft + plot_width_ + kMarginRight;
-    const double height = rows_top_ + row_height_ * schedule_.num_devices + kAxisHeight;
+    const double height = this->height();
     out_.reserve(256 * static_cast<size_t>(schedule_.num_actions()) + 4096);
     put("<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {0:.0f} {1:.0f}\" width=\"{0:.0f}\" "
         "height=\"{1:.0f}\" font-family=\"sans-serif\" font-size=\"11\">\n",
@@ -134,7 +138,7 @@ class SvgWriter {
     put("<rect class=\"background\" width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n");
     put("<text x=\"{}\" y=\"15\" font-size=\"13\" font-weight=\"bold\">{}: makespan {}, bubble {:.1f}%, "
         "efficiency {:.1f}%</text>\n",
-        kMarginLeft, escape(schedule_.name), detail::format_number(result_.makespan), 100 * result_.bubble_ratio,
+        kMarginLeft, escape(schedule_.name), escape(with_unit(result_.makespan)), 100 * result_.bubble_ratio,
         100 * result_.efficiency);
     write_legend();
     for (int d = 0; d < schedule_.num_devices; ++d)
@@ -327,11 +331,18 @@ class SvgWriter {
           "y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
           at, y, y + 4, y + 16, detail::format_number(k * spacing));
     }
-    put("<text x=\"{:.2f}\" y=\"{:.1f}\" text-anchor=\"end\">time</text>\n", x(end), y + 30);
+    put("<text x=\"{:.2f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", x(end), y + 30,
+        style_.time_unit == "unit" ? std::string("time") : fmt::format("time ({})", escape(style_.time_unit)));
+  }
+
+  double height() const { return rows_top_ + row_height_ * schedule_.num_devices + kAxisHeight; }
+  std::string with_unit(double time) const {
+    return detail::format_number(time) + (style_.time_unit == "unit" ? "" : " " + style_.time_unit);
   }
 
   const Schedule& schedule_;
   const SimResult& result_;
+  const TimelineStyle& style_;
   std::vector<int> chunks_;
   std::vector<LegendItem> legend_;
   int max_chunks_ = 1;
@@ -347,10 +358,10 @@ class SvgWriter {
 
 }  // namespace
 
-std::string render_svg(const Schedule& schedule, const SimResult& result) {
+std::string render_svg(const Schedule& schedule, const SimResult& result, const TimelineStyle& style) {
   detail::require_timeline(schedule, result, "svg");
   detail::require_device_reports(schedule, result, "svg");
-  return SvgWriter(schedule, result).write();
+  return SvgWriter(schedule, result, style).write();
 }
 
 }  // namespace flexpipe

@@ -33,24 +33,46 @@ TEST_F(BadInput, ZeroOrNegativeCountsAreRefusedNotReplacedByDefaults) {
   expect_refused(cases, 2, true);
 }
 
-TEST_F(BadInput, LimitsAndRatesMustBeNumbersInTheirRange) {
+TEST_F(BadInput, LimitsAndRatesMustBeQuantitiesInTheirRange) {
   const std::string search = "search --model gpt3-1.3b -p 4 -m 8 ";
+  const std::string size = "; write 80GiB, 85.9GB or 85899345920";
+  const std::string bandwidth = "; write 900GB/s, 64GiB/s or 9e11 (bytes per second)";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {search + "--memory-limit 0", "--memory-limit: must be a positive number, got '0'"},
-      {search + "--memory-limit -5", "--memory-limit: must be a positive number, got '-5'"},
-      {search + "--memory-limit nan", "--memory-limit: must be a positive number, got 'nan'"},
-      {search + "--memory-limit inf", "--memory-limit: must be a positive number, got 'inf'"},
-      {search + "--link-bandwidth -5", "--link-bandwidth: must be a positive number, or inf for no limit, got '-5'"},
-      {search + "--link-bandwidth 0", "--link-bandwidth: must be a positive number, or inf for no limit, got '0'"},
+      {search + "--memory-limit '80 GiBs'", "--memory-limit: '80 GiBs' is not a size" + size},
+      {search + "--memory-limit 80gb", "--memory-limit: '80gb' is not a size" + size},
+      {search + "--memory-limit 0", "--memory-limit: '0' is not a positive size" + size},
+      {search + "--memory-limit -5", "--memory-limit: '-5' is not a positive size" + size},
+      {search + "--memory-limit nan", "--memory-limit: 'nan' is not a positive size" + size},
+      {search + "--memory-limit inf", "--memory-limit: 'inf' is not a positive size" + size},
+      {search + "--link-bandwidth 900GB", "--link-bandwidth: '900GB' is not a bandwidth" + bandwidth},
+      {search + "--link-bandwidth -5",
+       "--link-bandwidth: '-5' is not a positive bandwidth, or inf for no limit" + bandwidth},
+      {search + "--link-bandwidth 0",
+       "--link-bandwidth: '0' is not a positive bandwidth, or inf for no limit" + bandwidth},
       {search + "--host-bandwidth -5",
-       "--host-bandwidth: must be a number of at least 0, or inf for no limit, got '-5'"},
-      {search + "--link-latency nan", "--link-latency: must be a number of at least 0, got 'nan'"},
-      {"simulate 1f1b --memory-limit nan", "--memory-limit: must be a positive number, got 'nan'"},
+       "--host-bandwidth: '-5' is not a bandwidth of at least 0, or inf for no limit" + bandwidth},
+      {search + "--link-latency nan",
+       "--link-latency: 'nan' is not a time of at least 0; write 5us, 0.01ms or 0.01 (in the model's time unit)"},
+      {search + "--time-budget 5mins", "--time-budget: '5mins' is not a time; write 10s, 500ms or 10 (seconds)"},
+      {search + "--time-budget 0", "--time-budget: '0' is not a positive time; write 10s, 500ms or 10 (seconds)"},
+      {search + "--max-chunks 20", "--max-chunks: must be a whole number from 1 to 16, got 20"},
+      {"simulate 1f1b --memory-limit nan",
+       "--memory-limit: 'nan' is not a positive size; write 80GiB, 85.9GB or 8 (in the cost table's memory unit)"},
       {"partition --model gpt3-1.3b --memory-limit 1e10 --host-bandwidth -1",
-       "--host-bandwidth: must be a number of at least 0, or inf for no limit, got '-1'"},
+       "--host-bandwidth: '-1' is not a bandwidth of at least 0, or inf for no limit" + bandwidth},
       {"train --lr nan", "--lr: must be a number of at least 0, got 'nan'"},
+      {"train --min-lr-ratio 2", "--min-lr-ratio: must be a number from 0 to 1, got '2'"},
+      {"train --timeout 0", "--timeout: '0' is not a positive time; write 10s, 500ms or 10 (seconds)"},
+      {"launch -n 2 --grace 1h30 -- true", "--grace: '1h30' is not a time; write 10s, 500ms or 10 (seconds)"},
+      {"capture m.py:f --input 8x3 -o g.json --warmup -1", "--warmup: must be a whole number of at least 0, got -1"},
   };
   expect_refused(cases, 2, true);
+}
+
+TEST_F(BadInput, AUnitTheCostsCannotConvertIsRefused) {
+  expect_refused({{"simulate 1f1b --memory-limit 8GB",
+                   "error: --memory-limit: 8GB cannot be converted: the costs count memory in 'unit'; give a bare "
+                   "number in it\n"}});
 }
 
 TEST_F(BadInput, MistypedSubcommandsAndOptionsGetTheClosestName) {
@@ -63,6 +85,10 @@ TEST_F(BadInput, MistypedSubcommandsAndOptionsGetTheClosestName) {
        "simulate --help\n"},
       {"simulate 1f1b --bogus extra",
        "error: simulate: unexpected arguments '--bogus', 'extra'; see flexpipe simulate --help\n"},
+      {"model lst", "error: model: unknown subcommand 'lst'; did you mean 'list'? (see flexpipe model --help)\n"},
+      {"model", "error: model: name a subcommand: list, show, export (see flexpipe model --help)\n"},
+      {"model show gpt3-1.3b --layerz",
+       "error: model show: unexpected argument '--layerz' (did you mean --layers?); see flexpipe model show --help\n"},
   });
   expect_refused({{"partition --model gpt3-1.3b -p 4", "--memory-limit is required"}}, 2, true);
 }
@@ -74,6 +100,32 @@ TEST_F(BadInput, TrainChecksTheJobOnceBeforeStartingAnyRank) {
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_EQ(run.err, "error: 1f1b: partition: cannot cut 54 operators of gpt-4x64 into 100 non-empty stages\n");
   EXPECT_EQ(run.out, "");
+}
+
+TEST_F(BadInput, AWarmUpLongerThanTheRunIsReportedOnce) {
+  // The partition error comes after the warning and before any runtime is loaded.
+  const std::string partition_error =
+      "error: 1f1b: partition ops:1,2: the stages hold 3 operators but the graph 'gpt-4x64' has 54\n";
+  Outcome run = flexpipe("train --steps 5 -p 1 --partition ops:1,2");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "warning: --warmup 10 is longer than the run (5 steps): the learning rate only rises, to 0.0015 (50% of "
+            "--lr 0.003), and never decays; give --warmup 5 or less to reach it\n" +
+                partition_error);
+  run = flexpipe("train --steps 5 --warmup 5 -p 1 --partition ops:1,2");
+  EXPECT_EQ(run.err, partition_error);
+}
+
+TEST_F(BadInput, TrainAndRunTakeABuiltinsDevicesFromItsDefineToo) {
+  // -D p=3 is the schedule's p: train plans 3 stages (not its default 2), run expects 3 ranks (not the job's 1).
+  expect_refused({
+      {"train -D p=3 --steps 1 --partition ops:1,53",
+       "error: 1f1b: partition ops:1,53: --partition makes 2 stages but the schedule has 3\n"},
+      {"run 1f1b -D p=3",
+       "error: 1f1b runs on 3 devices but this job has 1 rank (WORLD_SIZE); start it with `flexpipe launch -n 3 -- "
+       "flexpipe ...`\n"},
+      {"train -D p=3 -p 2 --steps 1", "error: -p 2 and -D p=3 both set the parameter p: give one\n"},
+  });
 }
 
 TEST_F(BadInput, CheckPrintsAScreenfulOfErrorsAndCountsTheRest) {

@@ -139,7 +139,9 @@ TEST_F(Cli, ParametersOnAFileAreRejected) {
   ASSERT_EQ(flexpipe("show 1f1b --format csv -o " + csv.string()).exit_code, 0);
   Outcome run = flexpipe("simulate " + csv.string() + " -p 8");
   EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.err.find("-p, -m and -v apply to built-in schedules only"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err, "error: " + csv.string() +
+                         ": -p, -m, -v and -D set a program's parameters; a schedule file fixes them itself\n");
+  EXPECT_EQ(flexpipe("simulate " + csv.string() + " -D p=8").err, run.err);
 }
 
 TEST_F(Cli, EverySubcommandHasHelp) {
@@ -168,9 +170,40 @@ TEST_F(Cli, ProgramParametersComeFromDefines) {
             std::string::npos)
       << failed.err;
   EXPECT_EQ(flexpipe("simulate " + kLibrary + "1f1b.fps -D p").exit_code, 2);
-  Outcome on_csv = flexpipe("simulate 1f1b -D p=2");
-  EXPECT_EQ(on_csv.exit_code, 2);
-  EXPECT_NE(on_csv.err.find("-D sets parameters of .fps programs only"), std::string::npos) << on_csv.err;
+}
+
+// Built-ins are programs: -p, -m and -v bind to a program file's parameters p, m and v, -D sets a
+// built-in's parameters, and both ways give the same schedule.
+TEST_F(Cli, ShapeOptionsAndDefinesMeanTheSameOnBuiltinsAndPrograms) {
+  const auto makespan = [&](const std::string& args) {
+    const Outcome run = flexpipe("simulate " + args + " --json");
+    EXPECT_EQ(run.exit_code, 0) << args << run.err;
+    return run.exit_code == 0 ? nlohmann::json::parse(run.out)["makespan"].get<double>() : -1.0;
+  };
+  const double builtin = makespan("interleaved-1f1b -p 2 -m 4 -v 3");
+  EXPECT_EQ(makespan("interleaved-1f1b -D p=2 -D m=4 -D v=3"), builtin);
+  EXPECT_EQ(makespan(kLibrary + "interleaved-1f1b.fps -p 2 -m 4 -v 3"), builtin);
+  EXPECT_EQ(makespan(kLibrary + "interleaved-1f1b.fps -p 2 -D m=4 -v 3"), builtin);
+  // zb-v-adaptive's own parameters reach the built-in: a larger memory budget is never slower.
+  EXPECT_LE(makespan("zb-v-adaptive -p 4 -m 8 -D mem=16"), makespan("zb-v-adaptive -p 4 -m 8"));
+  const Outcome checked = flexpipe("check " + kLibrary + "1f1b.fps -p 3 -m 5");
+  EXPECT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_EQ(checked.out, kLibrary + "1f1b.fps: valid: 3 devices, 3 stages, 5 micro-batches, 30 actions\n");
+  EXPECT_EQ(flexpipe("check 1f1b -p 3 -m 5").out, "1f1b: valid: 3 devices, 3 stages, 5 micro-batches, 30 actions\n");
+}
+
+TEST_F(Cli, ShapeOptionsAProgramDoesNotDeclareAreRefused) {
+  const fs::path program = write("two.fps",
+                                 "param n = 2\ndevices n\nmicrobatches 1\nstages n\nfor d in 0..n { F(d) }\n"
+                                 "for d in 0..n { B(n - 1 - d) }\n");
+  expect_refused({
+      {"simulate " + program.string() + " -m 4",
+       "error: " + program.string() +
+           ": -m sets the program's parameter m, which it does not declare (its "
+           "parameters: n)\n"},
+      {"simulate 1f1b -p 3 -D p=4", "error: -p 3 and -D p=4 both set the parameter p: give one\n"},
+      {"simulate 1f1b -D tf=2", "1f1b.fps: error: unknown parameter 'tf' set from outside (parameters: p, m)\n"},
+  });
 }
 
 TEST_F(Cli, CheckPointsValidatorErrorsAtProgramLines) {
@@ -261,7 +294,12 @@ TEST_F(Cli, ParamsListsAProgramsParametersAndRanges) {
   Outcome failing = flexpipe("params " + program + " -D m=2");
   ASSERT_EQ(failing.exit_code, 0) << failing.err;
   EXPECT_NE(failing.out.find("(fails)"), std::string::npos) << failing.out;
-  EXPECT_EQ(flexpipe("params 1f1b").exit_code, 2);
+  const Outcome builtin = flexpipe("params zb-v-adaptive -D p=2");
+  ASSERT_EQ(builtin.exit_code, 0) << builtin.err;
+  EXPECT_NE(builtin.out.find("mem                 4        4        -  mem >= 2 * p"), std::string::npos)
+      << builtin.out;
+  EXPECT_EQ(flexpipe("params nope").err,
+            "error: nope: params needs a program: a built-in schedule's name or a file (.fps)\n");
   EXPECT_EQ(flexpipe("params " + program + " -D m=x").exit_code, 2);
 }
 

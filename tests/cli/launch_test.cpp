@@ -345,7 +345,12 @@ TEST_F(Launch, BadInputIsExitCode2WithOneMessage) {
       {"launch -n 2 --", "error: launch needs a command to run: flexpipe launch -n N [OPTIONS] -- COMMAND [ARGS...]\n"},
       {"launch -n 2 --master-port 0 -- true", "error: --master-port 0: must be between 1 and 65535\n"},
       {"launch -n 2 --master-port 65536 -- true", "error: --master-port 65536: must be between 1 and 65535\n"},
-      {"launch -n 2 --grace -1 -- true", "error: --grace -1: must be between 0 and 86400 seconds\n"},
+      {"launch -n 2 --grace -1 -- true",
+       "error: --grace: '-1' is not a time of at least 0; write 10s, 500ms or 10 (seconds) (see flexpipe launch "
+       "--help)\n"},
+      {"launch -n 2 --grace 2d -- true",
+       "error: --grace: '2d' is not a time; write 10s, 500ms or 10 (seconds) (see flexpipe launch --help)\n"},
+      {"launch -n 2 --grace 25h -- true", "error: --grace 90000: must be between 0 and 86400 seconds\n"},
   };
   expect_refused(cases);
   EXPECT_EQ(flexpipe("launch -n two -- true").exit_code, 2);

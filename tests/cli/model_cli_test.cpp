@@ -1,4 +1,5 @@
 // Drives `flexpipe model` and `flexpipe simulate --model`: exit codes, messages and files written.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -26,6 +27,46 @@ TEST_F(ModelCli, ListShowsEveryModelWithItsSize) {
   EXPECT_NE(run.out.find("mixtral-8x7b           46.70B     12.88B"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("llama2-7b               6.74B      6.74B"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("deepseek-moe-16b"), std::string::npos);
+}
+
+TEST_F(ModelCli, ListJsonHasEveryModelOfTheTable) {
+  const Outcome text = flexpipe("model list");
+  const Outcome run = flexpipe("model list --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json models = nlohmann::json::parse(run.out);
+  ASSERT_TRUE(models.is_array());
+  EXPECT_EQ(models.size() + 1, static_cast<size_t>(std::count(text.out.begin(), text.out.end(), '\n')));
+  for (const nlohmann::json& model : models) {
+    EXPECT_NE(text.out.find(model["name"].get<std::string>() + " "), std::string::npos) << model;
+    EXPECT_GE(model["parameters"].get<double>(), model["active_parameters"].get<double>()) << model;
+  }
+  const auto mixtral =
+      std::find_if(models.begin(), models.end(), [](const auto& m) { return m["name"] == "mixtral-8x7b"; });
+  ASSERT_NE(mixtral, models.end());
+  EXPECT_NEAR((*mixtral)["parameters"].get<double>(), 46.70e9, 0.01e9);
+  EXPECT_NEAR((*mixtral)["active_parameters"].get<double>(), 12.88e9, 0.01e9);
+  EXPECT_EQ((*mixtral)["layers"], 32);
+}
+
+// Output in the input's units: a model's costs print ms and bytes, in GiB when the limit was written so;
+// a unit-less table prints bare numbers, its limit of 8 as 8.
+TEST_F(ModelCli, SimulatePrintsInTheUnitsOfItsInput) {
+  const Outcome model = flexpipe("simulate 1f1b -p 2 -m 4 --model gpt3-1.3b --memory-limit 80GiB");
+  ASSERT_EQ(model.exit_code, 0) << model.err;
+  EXPECT_EQ(model.out,
+            "schedule 1f1b: 2 devices, 4 micro-batches, 2 stages (time in ms, memory in bytes)\n"
+            "makespan 171.9 ms, bubble 22.1%, lower bound 139.9 ms, efficiency 81.4%\n"
+            "communication 8 transfers, volume 64.00 MiB; memory fits\n"
+            "device      busy      idle  peak memory  peak time  static memory   capacity  fits\n"
+            "d0      127.9 ms  44.06 ms    21.30 GiB   12.91 ms      10.60 GiB  80.00 GiB   yes\n"
+            "d1      139.9 ms     32 ms    16.67 GiB   12.93 ms      10.54 GiB  80.00 GiB   yes\n");
+  const Outcome decimal = flexpipe("simulate 1f1b -p 2 -m 4 --model gpt3-1.3b --memory-limit 85.9e9");
+  EXPECT_NE(decimal.out.find("     22.87 GB   12.91 ms       11.38 GB  85.90 GB   yes\n"), std::string::npos)
+      << decimal.out;
+  const Outcome unitless = flexpipe("simulate 1f1b -p 2 -m 4 --uniform-costs 1,1,1 --memory-limit 8");
+  EXPECT_NE(unitless.out.find("d0        12     3            2          1              0         8   yes\n"),
+            std::string::npos)
+      << unitless.out;
 }
 
 TEST_F(ModelCli, ShowJsonHasTotalAndActiveParameters) {

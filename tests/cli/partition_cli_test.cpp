@@ -86,6 +86,24 @@ TEST_F(Partition, MaxBatchBeatsTheBaselinesThatDoNotOptimizeMemory) {
   ASSERT_EQ(compare.exit_code, 0) << compare.err;
   for (const char* method : {"uniform", "params", "pipedream", "vpipe", "dawn"})
     EXPECT_NE(compare.out.find(method), std::string::npos) << compare.out;
+  EXPECT_NE(compare.out.find("\nmax b: the largest micro-batch that fits (with --max-batch); b: the micro-batch "
+                             "planned; bottleneck: the slowest stage's time per micro-batch; step: the simulated "
+                             "step; peak: the fullest device's memory\n"),
+            std::string::npos)
+      << compare.out;
+}
+
+// Every column of the plan's table has a unit or a legend line, and sizes come in the limit's units.
+TEST_F(Partition, TheTableSaysWhatEachColumnIsInTheLimitsUnits) {
+  const Outcome run = flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 16GiB -q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("limit 16.00 GiB per device\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\nops: operators; k: micro-batches held at once; compute: F + B per micro-batch, in ms; "
+                         "+recomp, +offload: what recompute and offload add to it; time: the sum\n"
+                         "memory: the stage's peak; R: operators recomputed; O: operators offloaded (+ckpt: the "
+                         "recompute checkpoints too)\nsimulated peak memory per device: 15.80 GiB, "),
+            std::string::npos)
+      << run.out;
 }
 
 TEST_F(Partition, AModelThatCannotFitSaysByHowMuch) {
@@ -93,6 +111,14 @@ TEST_F(Partition, AModelThatCannotFitSaysByHowMuch) {
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.out.find("does not fit 8 devices with 80.00 GB each"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("GB more even with every recompute and offload"), std::string::npos) << run.out;
+  // At micro-batch 1 under 1f1b neither a smaller micro-batch nor 1f1b is advice.
+  EXPECT_NE(run.out.find("the method allows; try more devices or a faster host link\n"), std::string::npos) << run.out;
+  const Outcome gpipe =
+      flexpipe("partition --model gpt3-175b -p 8 --memory-limit 80e9 --schedule gpipe --microbatch-size 2");
+  EXPECT_NE(gpipe.out.find("the method allows; try more devices, a smaller micro-batch, a schedule that holds fewer "
+                           "micro-batches (1f1b) or a faster host link\n"),
+            std::string::npos)
+      << gpipe.out;
   const Outcome written =
       flexpipe("partition --model gpt3-175b -p 8 --memory-limit 80e9 -o " + (dir_ / "p.json").string());
   EXPECT_EQ(written.exit_code, 2);
@@ -121,7 +147,9 @@ TEST_F(Partition, AnswersWithTheBestPlanFoundWithinItsTimeBudget) {
 TEST_F(Partition, BadInputIsOneClearError) {
   const Outcome limit = flexpipe("partition --model gpt3-1.3b --memory-limit 0");
   EXPECT_EQ(limit.exit_code, 2);
-  EXPECT_EQ(limit.err, "error: --memory-limit must be a positive number of bytes per device\n");
+  EXPECT_EQ(limit.err,
+            "error: --memory-limit: '0' is not a positive size; write 80GiB, 85.9GB or 85899345920 (see flexpipe "
+            "partition --help)\n");
   const Outcome method = flexpipe("partition --model gpt3-1.3b --memory-limit 1e9 --method magic");
   EXPECT_EQ(method.exit_code, 2);
   EXPECT_NE(method.err.find("--method"), std::string::npos) << method.err;

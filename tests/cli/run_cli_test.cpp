@@ -34,7 +34,7 @@ TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
                "interleaved-1f1b: partition: cannot cut 30 operators of gpt-2x32 into 40 non-empty stages");
   expect_error("1f1b -p 1 --fault 1:2", "--fault '1:2': expected RANK:STEP:ACTION or RANK:STEP:ACTION:hang");
   expect_error("1f1b -p 1 --hook FOO", "--hook 'FOO': expected NAME=SPEC, e.g. OFFLOAD_KV=sleep:2");
-  expect_error("1f1b -p 1 --steps 0", "--steps 0: at least one step");
+  expect_error("1f1b -p 1 --steps 0", "--steps: must be a whole number of at least 1, got 0 (see flexpipe run --help)");
   expect_error("1f1b -p 1 --heads 3", "GPT size: hidden 32 is not a multiple of heads 3");
 }
 

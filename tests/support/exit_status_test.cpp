@@ -34,5 +34,18 @@ TEST(ExitStatus, AFailureTheCallerClassified) {
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "error: rank 0: peer 1 went away\n");
 }
 
+TEST(ExitStatus, ACompilerStyleMessageKeepsItsOwnPrefixOnly) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(report_exception(Error("p.fps:5:26: error: expected ')'\n    5 | F(d x)\n      |     ^"), "rank 1: "),
+            kExitBadInput);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "rank 1: p.fps:5:26: error: expected ')'\n    5 | F(d x)\n      |     ^\n");
+  // Only the first line counts: a list of findings below a message of its own keeps the prefix.
+  testing::internal::CaptureStderr();
+  report_error(kExitBadInput, "p.fps: invalid schedule (1 error)\n  p.fps: error: device 0: missing 0F1");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "error: p.fps: invalid schedule (1 error)\n  p.fps: error: device 0: missing 0F1\n");
+}
+
 }  // namespace
 }  // namespace flexpipe

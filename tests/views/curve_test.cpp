@@ -1,4 +1,7 @@
 // The loss-curve chart: points where the axes put them, round ticks, escaped text.
+#include <string>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "flexpipe/support/error.h"
@@ -19,6 +22,25 @@ TEST(CurveView, StepsCountFromTheFirstStepPlusOne) {
   const std::string svg = render_curve_svg("t", "loss", {1, 2}, 10);  // steps 11 and 12
   EXPECT_NE(svg.find(">11<"), std::string::npos) << svg;
   EXPECT_NE(svg.find(">12<"), std::string::npos) << svg;
+}
+
+// The step axis' labels: the texts under the plot (y = 350 + 16).
+std::vector<std::string> step_ticks(const std::string& svg) {
+  std::vector<std::string> ticks;
+  const std::string marker = "y=\"366\" text-anchor=\"middle\">";
+  for (size_t at = svg.find(marker); at != std::string::npos; at = svg.find(marker, at + 1)) {
+    const size_t begin = at + marker.size();
+    ticks.push_back(svg.substr(begin, svg.find('<', begin) - begin));
+  }
+  return ticks;
+}
+
+TEST(CurveView, StepTicksAreWholeSteps) {
+  EXPECT_EQ(step_ticks(render_curve_svg("t", "loss", {3, 2})), (std::vector<std::string>{"1", "2"}));
+  EXPECT_EQ(step_ticks(render_curve_svg("t", "loss", {3, 2, 1})), (std::vector<std::string>{"1", "2", "3"}));
+  EXPECT_EQ(step_ticks(render_curve_svg("t", "loss", {3})), (std::vector<std::string>{"1"}));
+  for (const std::string& tick : step_ticks(render_curve_svg("t", "loss", std::vector<double>(7, 1.0))))
+    EXPECT_EQ(tick.find('.'), std::string::npos) << tick;
 }
 
 TEST(CurveView, AFlatCurveStillHasAnAxisAndNothingIsAnError) {

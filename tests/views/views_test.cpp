@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <string>
@@ -301,6 +302,32 @@ TEST(Svg, DrawsABoxPerComputeActionAndAMemoryCurvePerDevice) {
   EXPECT_EQ(svg.find(">I input grad</text>"), std::string::npos);  // only kinds that occur
 }
 
+TEST(Svg, TimesCarryTheirUnit) {
+  const Case c = one_f_one_b();
+  const std::string svg = render_svg(c.schedule, c.result, {"ms"});
+  EXPECT_NE(svg.find(">demo: makespan 9 ms, bubble 33.3%"), std::string::npos) << svg;
+  EXPECT_NE(svg.find(">time (ms)</text>"), std::string::npos) << svg;
+  EXPECT_NE(render_svg(c.schedule, c.result).find(">time</text>"), std::string::npos);
+}
+
+// "viewBox=\"0 0 W H\"": the drawing's width over its height.
+double aspect(const std::string& svg) {
+  double width = 0, height = 0;
+  std::sscanf(svg.c_str() + svg.find("viewBox=\"0 0 ") + 13, "%lf %lf", &width, &height);
+  return width / height;
+}
+
+TEST(Svg, AMaximalAspectKeepsATimelineWithTinyActionsReadable) {
+  // One action a thousandth of the others' length, as a measured send or optimizer step is.
+  Case c = one_f_one_b();
+  c.result.timeline[0][0] = {0, 0.001};
+  const std::string stretched = render_svg(c.schedule, c.result);
+  EXPECT_GT(aspect(stretched), 20);
+  const std::string capped = render_svg(c.schedule, c.result, {"ms", 4});
+  EXPECT_LE(aspect(capped), 4.01);
+  EXPECT_EQ(count(capped, "<rect class=\"F\""), 4u);
+}
+
 TEST(Svg, ColoursOverlapCustomAndSecondChunks) {
   Case c = single_device(2,
                          {Action::make(K::F, 0, 0), Action::make(K::F, 1, 0), Action::overlap(0, 1, 1, 0, K::I),
@@ -498,11 +525,11 @@ TEST(Report, TextIsAnAlignedTableWithASummary) {
   Case c = one_f_one_b();
   EXPECT_EQ(render_report(c.schedule, units("ms", "GB"), c.result),
             "schedule demo: 2 devices, 2 micro-batches, 2 stages (time in ms, memory in GB)\n"
-            "makespan 9, bubble 33.3%, lower bound 6, efficiency 66.7%\n"
+            "makespan 9 ms, bubble 33.3%, lower bound 6 ms, efficiency 66.7%\n"
             "communication 4 transfers, volume 4; memory fits\n"
             "device  busy  idle  peak memory  peak time  static memory  capacity  fits\n"
-            "d0         6     3            2          1              0         2   yes\n"
-            "d1         6     3            1          1              0         -   yes\n");
+            "d0      6 ms  3 ms            2       1 ms              0         2   yes\n"
+            "d1      6 ms  3 ms            1       1 ms              0         -   yes\n");
   c.result.fits = false;
   c.result.devices[0].fits = false;
   c.result.devices[0].peak_memory = 2.5;
@@ -514,6 +541,20 @@ TEST(Report, TextIsAnAlignedTableWithASummary) {
   c.result.devices[1].fits = false;
   EXPECT_NE(render_report(c.schedule, units("unit", "unit"), c.result).find("does not fit on devices 0, 1\n"),
             std::string::npos);
+}
+
+TEST(Report, BytesPrintWithUnitsInTheStyleTheLimitWasWrittenIn) {
+  Case c = one_f_one_b();
+  c.result.devices[0].peak_memory = 18.1e9;
+  c.result.devices[0].capacity = 80.0 * 1024 * 1024 * 1024;
+  const std::string decimal = render_report(c.schedule, units("ms", "bytes"), c.result);
+  EXPECT_NE(decimal.find("d0      6 ms  3 ms     18.10 GB       1 ms            0 B  85.90 GB   yes\n"),
+            std::string::npos)
+      << decimal;
+  const std::string binary = render_report(c.schedule, units("ms", "bytes"), c.result, ByteUnits::Binary);
+  EXPECT_NE(binary.find("d0      6 ms  3 ms    16.86 GiB       1 ms            0 B  80.00 GiB   yes\n"),
+            std::string::npos)
+      << binary;
 }
 
 TEST(Report, RejectsAResultOfAnotherShape) {

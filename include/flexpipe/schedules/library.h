@@ -3,6 +3,9 @@
 // (examples/schedules/NAME.fps, compiled into the binary). Built-in names are served from these
 // programs, to the CLI, load_schedule and the search alike; the C++ generators (builtin.h) check
 // parameters and are the oracle the programs are tested against, never what a caller is served.
+#include <cstdint>
+#include <map>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -27,7 +30,10 @@ inline constexpr int64_t kLibraryStepLimit = 1'000'000'000;
 // The built-in `name` compiled from its library program with p, m (and v where the schedule takes
 // it), after the same parameter checks and messages as make_builtin. Throws Error for unknown names
 // and impossible parameters.
-CompiledProgram compile_builtin(std::string_view name, ScheduleParams params);
+// `defines` sets the program's other parameters by name (zb-v-adaptive's tf, ti, tw, comm, mem), as -D
+// does for a program file; p, m and v come from `params` only.
+CompiledProgram compile_builtin(std::string_view name, ScheduleParams params,
+                                const std::map<std::string, int64_t>& defines = {});
 
 // compile_builtin's schedule, compiled once per (name, p, m, v) and kept for the process's life, for
 // callers that ask for the same built-ins again and again (the search's workers; thread-safe).

@@ -20,7 +20,9 @@ enum ExitCode : int {
   kExitFailure = 3,
 };
 
-// Prints "error: MESSAGE" on stderr and returns `code`: for a failure the caller has classified itself.
+// Prints "error: MESSAGE" on stderr and returns `code`: for a failure the caller has classified itself. A
+// message whose first line already reads "PLACE: error: ..." (a program's diagnostics) is printed as it is,
+// so that no line says "error:" twice.
 int report_error(ExitCode code, std::string_view message);
 
 // Prints the exception that ended an entry point as one line on stderr, with `context` (e.g. "rank 1: ")
