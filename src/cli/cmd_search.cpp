@@ -35,9 +35,12 @@ struct SearchCommand {
   double time_budget = 10;
   int threads = 0;  // 0: every core
   int max_chunks = 4;
-  double link_bandwidth = -1;  // bytes per second; -1: the hardware's NVLink
-  double link_latency = 0;     // in the graph's time unit
-  double host_bandwidth = -1;  // bytes per second; -1: the hardware's PCIe
+  double link_bandwidth = -1;        // bytes per second; -1: the hardware's NVLink
+  double link_latency = 0;           // in the graph's time unit
+  double host_bandwidth = -1;        // bytes per second; -1: the hardware's PCIe
+  int devices_per_node = 0;          // 0: one node
+  double inter_node_bandwidth = -1;  // bytes per second; -1: the hardware's InfiniBand
+  double inter_node_latency = 0;     // in the graph's time unit
   bool no_local_search = false;
   bool no_exact = false;
   bool no_partitioner = false;
@@ -134,6 +137,14 @@ void run(const SearchCommand& o, int& exit_code) {
   problem.aggregation.device_link = {o.link_latency, link > 0 ? per_time_unit(problem.graph, link) : kInfinity};
   const double host = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
   problem.aggregation.host_link = {0, host > 0 ? per_time_unit(problem.graph, host) : 0.0};
+  if (o.devices_per_node > 0) {
+    problem.aggregation.devices_per_node = o.devices_per_node;
+    const double inter = o.inter_node_bandwidth >= 0 ? o.inter_node_bandwidth : hardware.infiniband_bandwidth;
+    problem.aggregation.inter_node_link = {o.inter_node_latency,
+                                           inter > 0 ? per_time_unit(problem.graph, inter) : kInfinity};
+  } else if (o.inter_node_bandwidth >= 0 || o.inter_node_latency > 0) {
+    throw Error("--inter-node-bandwidth and --inter-node-latency need --devices-per-node (which devices share a node)");
+  }
 
   for (const std::string& path : o.plans) {
     const PartitionPlan plan = load_partition_plan(path);
@@ -265,6 +276,19 @@ void add_search_command(CLI::App& app, int& exit_code) {
       ->add_option("--host-bandwidth", o->host_bandwidth,
                    "Host link for offloading, bytes per second; 0: no offloading, inf: no limit [PCIe]")
       ->check(non_negative_rate());
+  command
+      ->add_option("--devices-per-node", o->devices_per_node,
+                   "Two-level topology: devices d and e share a node when d / N = e / N; --link-* is then the "
+                   "link within a node [all devices on one node]")
+      ->check(whole_number_at_least(1));
+  command
+      ->add_option("--inter-node-bandwidth", o->inter_node_bandwidth,
+                   "Between devices of different nodes, bytes per second; inf: no limit [the hardware's InfiniBand]")
+      ->check(positive_rate());
+  command
+      ->add_option("--inter-node-latency", o->inter_node_latency,
+                   "Per transfer between devices of different nodes, in the graph's time unit [0]")
+      ->check(non_negative_number());
   command
       ->add_option("--plan", o->plans,
                    "A partition plan (flexpipe partition -o) to search with as well, on every placement with its stage "

@@ -1,6 +1,9 @@
 #include "options.h"
 
+#include <cmath>
 #include <map>
+#include <stdexcept>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -140,7 +143,49 @@ void add_cost_options(CLI::App* command, CostOptions& options) {
                    "With --model: Megatron layout (\"Et*3|(tt|)*29,m|L\"), layers:N,N,... or ops:N,N,... [even]")
       ->needs(model);
   add_model_shape_options(command, options.model);
+  auto* nodes = command
+                    ->add_option("--devices-per-node", options.devices_per_node,
+                                 "Two-level topology: devices d and e share a node when d / N = e / N; the table's "
+                                 "link is then the link within a node [the table's]")
+                    ->check(whole_number_at_least(1));
+  command
+      ->add_option("--inter-node-link", options.inter_node_link,
+                   "LATENCY[,BANDWIDTH]: the link between devices of different nodes, in the table's units "
+                   "(bandwidth in bytes per time unit; unlimited when left out)")
+      ->needs(nodes);
 }
+
+namespace {
+
+// "LATENCY[,BANDWIDTH]", both non-negative numbers, the bandwidth positive.
+Link parse_inter_node_link(const std::string& text) {
+  const auto fail = [&] {
+    return Error(fmt::format(
+        "--inter-node-link '{}': expected LATENCY[,BANDWIDTH], a latency of at least 0 and a positive bandwidth",
+        text));
+  };
+  Link link;
+  const size_t comma = text.find(',');
+  try {
+    size_t used = 0;
+    const std::string latency = text.substr(0, comma);
+    link.latency = std::stod(latency, &used);
+    if (used != latency.size()) throw fail();
+    if (comma != std::string::npos) {
+      const std::string bandwidth = text.substr(comma + 1);
+      link.bandwidth = std::stod(bandwidth, &used);
+      if (used != bandwidth.size()) throw fail();
+    }
+  } catch (const std::invalid_argument&) {
+    throw fail();
+  } catch (const std::out_of_range&) {
+    throw fail();
+  }
+  if (!(link.latency >= 0) || !(link.bandwidth > 0) || std::isinf(link.latency)) throw fail();
+  return link;
+}
+
+}  // namespace
 
 CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
   CostTable costs;
@@ -155,6 +200,10 @@ CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
     costs = parse_uniform_costs(options.uniform, schedule.stages_per_pipeline);
   }
   if (options.memory_limit > 0) costs.memory_capacity = {options.memory_limit};
+  if (options.devices_per_node > 0) {
+    costs.devices_per_node = options.devices_per_node;
+    costs.inter_node_link = options.inter_node_link.empty() ? Link{} : parse_inter_node_link(options.inter_node_link);
+  }
   check_cost_table(costs, schedule.stages_per_pipeline, schedule.num_devices, origin);
   return costs;
 }

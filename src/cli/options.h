@@ -64,9 +64,11 @@ struct ModelOptions {
 struct CostOptions {
   std::string costs_file;
   std::string uniform = "1,1,1,0";
-  double memory_limit = 0;  // 0: from the cost table
-  ModelOptions model;       // --model: the table comes from aggregating the model's cost graph
-  std::string partition;    // Megatron layout, layers:N,N,... or ops:N,N,...; empty: even
+  double memory_limit = 0;      // 0: from the cost table
+  ModelOptions model;           // --model: the table comes from aggregating the model's cost graph
+  std::string partition;        // Megatron layout, layers:N,N,... or ops:N,N,...; empty: even
+  int devices_per_node = 0;     // 0: the table's own topology
+  std::string inter_node_link;  // "LATENCY[,BANDWIDTH]" in the table's units; with devices_per_node
 };
 
 void add_cost_options(CLI::App* command, CostOptions& options);
