@@ -300,7 +300,8 @@ class GlooTransport final : public Transport {
     if (gone.empty()) return "";
     std::string places;
     for (int rank : gone) places += place_of(rank);
-    return fmt::format("; {} {} exited{}", gone.size() == 1 ? "rank" : "ranks", fmt::join(gone, ", "), places);
+    return fmt::format("; {} {} {} gone{}", gone.size() == 1 ? "rank" : "ranks", fmt::join(gone, ", "),
+                       gone.size() == 1 ? "is" : "are", places);
   }
 
   // c10d's collective timeout says only "Operation timed out!", so the collective's name goes first,
