@@ -187,6 +187,12 @@ Link parse_inter_node_link(const std::string& text) {
 
 }  // namespace
 
+void apply_topology(const CostOptions& options, CostTable& costs) {
+  if (options.devices_per_node <= 0) return;
+  costs.devices_per_node = options.devices_per_node;
+  costs.inter_node_link = options.inter_node_link.empty() ? Link{} : parse_inter_node_link(options.inter_node_link);
+}
+
 CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
   CostTable costs;
   std::string origin = "--uniform-costs";
@@ -200,10 +206,7 @@ CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
     costs = parse_uniform_costs(options.uniform, schedule.stages_per_pipeline);
   }
   if (options.memory_limit > 0) costs.memory_capacity = {options.memory_limit};
-  if (options.devices_per_node > 0) {
-    costs.devices_per_node = options.devices_per_node;
-    costs.inter_node_link = options.inter_node_link.empty() ? Link{} : parse_inter_node_link(options.inter_node_link);
-  }
+  apply_topology(options, costs);
   check_cost_table(costs, schedule.stages_per_pipeline, schedule.num_devices, origin);
   return costs;
 }

@@ -88,6 +88,8 @@ std::string gigabytes(double bytes);
 // The stage cost table of the model under a partition for `stages` stages (cmd_model.cpp).
 CostTable model_cost_table(const ModelOptions& options, const std::string& partition, int stages);
 CostTable load_costs(const CostOptions& options, const Schedule& schedule);
+// --devices-per-node and --inter-node-link, when given, replace the table's topology.
+void apply_topology(const CostOptions& options, CostTable& costs);
 // A --partition spec (Megatron layout, layers:N,..., ops:N,...; empty: even by layers) for `stages`
 // chunks of `graph`; throws Error when it makes another number of chunks (cmd_model.cpp).
 Partition parse_partition(const CostGraph& graph, const std::string& spec, int stages);
