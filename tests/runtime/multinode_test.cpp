@@ -181,6 +181,23 @@ TEST_F(MultiNode, TwoLaunchersTrainLikeOne) {
                           node, host_name()));
 }
 
+// GLOO_SOCKET_IFNAME chooses the interface as it does for PyTorch, and says so in the first line; a
+// name the machine does not have is one error naming the variable, from every rank, before any rendezvous.
+TEST_F(MultiNode, GlooSocketIfnameChoosesTheInterface) {
+  const std::string train = kBinary + " launch -n 2 --grace 1 -- " + kBinary + " train " + kSmall;
+  const pid_t chosen = start("chosen", train, {"GLOO_SOCKET_IFNAME=lo"});
+  ASSERT_EQ(finish(chosen), 0) << err("chosen");
+  EXPECT_EQ(err("chosen"),
+            fmt::format("node 0 ({}): Gloo uses interface lo (127.0.0.1), chosen by GLOO_SOCKET_IFNAME\n",
+                        host_name()));
+  const pid_t wrong = start("wrong", train, {"GLOO_SOCKET_IFNAME=nosuch0"});
+  EXPECT_EQ(finish(wrong), 2) << err("wrong");
+  EXPECT_NE(err("wrong").find("error: rank 0: environment variable GLOO_SOCKET_IFNAME=nosuch0: this machine has no "
+                              "interface of that name with an address (it has: lo"),
+            std::string::npos)
+      << err("wrong");
+}
+
 // torchrun's agent hosts the store on MASTER_PORT itself (TORCHELASTIC_USE_AGENT_STORE=True): the ranks
 // must connect to it, rank 0 included. Debian's torchrun 1.13 under Python 3.11 needs --redirects and
 // --tee set (their default of 0 trips an enum change); rank 0's stdout is then in the log directory.
