@@ -1,4 +1,5 @@
-// One machine behaving like several: two `flexpipe launch --nnodes 2` launchers on loopback, the real
+// One machine behaving like several: two `flexpipe launch --nnodes 2` launchers on loopback (and, as
+// root, in two network namespaces joined by a virtual Ethernet pair), the real
 // torchrun (Debian's python3-torch) as the launcher, a Slurm-like environment set here, and a node's
 // launcher killed mid-step. Each trains the small model for 2 steps and compares its losses with
 // `flexpipe train` launching the same world size itself; a free port each; every process runs under
@@ -179,6 +180,45 @@ TEST_F(MultiNode, TwoLaunchersTrainLikeOne) {
               fmt::format("node {} ({}): Gloo uses interface lo (127.0.0.1), chosen by the route to MASTER_ADDR "
                           "127.0.0.1\n",
                           node, host_name()));
+}
+
+// Two machines as near as one gets on one: two network namespaces (root only; skipped elsewhere), each
+// with its own address on a virtual Ethernet pair, a launcher in each. Node 1 reaches node 0 only
+// through that link, and both pick the pair's interface as the route to MASTER_ADDR.
+TEST_F(MultiNode, TwoNodesInTheirOwnNetworkNamespaces) {
+  if (::geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  const std::string name = "fpmn" + std::to_string(::getpid());
+  const std::string setup = fmt::format(
+      "ip netns add {0}a && ip netns add {0}b && ip link add {0}x type veth peer name {0}y && "
+      "ip link set {0}x netns {0}a && ip link set {0}y netns {0}b && "
+      "ip -n {0}a addr add 10.77.0.1/24 dev {0}x && ip -n {0}b addr add 10.77.0.2/24 dev {0}y && "
+      "ip -n {0}a link set {0}x up && ip -n {0}b link set {0}y up && "
+      "ip -n {0}a link set lo up && ip -n {0}b link set lo up",
+      name);
+  const bool made = std::system(("(" + setup + ") >/dev/null 2>&1").c_str()) == 0;
+  // Deleting a namespace deletes its end of the pair, and with it the other end.
+  struct Cleanup {
+    std::string name;
+    ~Cleanup() {
+      [[maybe_unused]] int ignored =
+          std::system(("ip netns del " + name + "a 2>/dev/null; ip netns del " + name + "b 2>/dev/null").c_str());
+    }
+  } cleanup{name};
+  if (!made) GTEST_SKIP() << "cannot make network namespaces here";
+  const std::vector<double> expected = reference_losses();
+  const std::string train = " -- " + kBinary + " train " + kSmall + " --json";
+  const std::string launch = kBinary + " launch --nnodes 2 -n 1 --master-addr 10.77.0.1 --master-port 29500 --grace 1";
+  const pid_t node0 = start("node0", "ip netns exec " + name + "a " + launch + " --node-rank 0" + train);
+  const pid_t node1 = start("node1", "ip netns exec " + name + "b " + launch + " --node-rank 1" + train);
+  ASSERT_EQ(finish(node0), 0) << err("node0");
+  ASSERT_EQ(finish(node1), 0) << err("node1");
+  EXPECT_EQ(losses_in(out("node0")), expected) << out("node0");
+  EXPECT_EQ(err("node0"), fmt::format("node 0 ({}): Gloo uses interface {}x (10.77.0.1), chosen by the route to "
+                                      "MASTER_ADDR 10.77.0.1\n",
+                                      host_name(), name));
+  EXPECT_EQ(err("node1"), fmt::format("node 1 ({}): Gloo uses interface {}y (10.77.0.2), chosen by the route to "
+                                      "MASTER_ADDR 10.77.0.1\n",
+                                      host_name(), name));
 }
 
 // GLOO_SOCKET_IFNAME chooses the interface as it does for PyTorch, and says so in the first line; a
