@@ -4,10 +4,12 @@
 set -euo pipefail
 # libtorch-dev, libgloo-dev (c10d's ProcessGroupGloo headers) and libopenblas0-pthread (without it
 # libtorch falls back to reference BLAS, about 47x slower) are the runtime's. python3-torch and
-# python3-torchvision (the same PyTorch 1.13, for /usr/bin/python3) are `flexpipe capture`'s.
+# python3-torchvision (the same PyTorch 1.13, for /usr/bin/python3) are `flexpipe capture`'s (and
+# python3-torch's torchrun drives a multi-node test). iproute2's `ip netns` gives that test's two
+# nodes network namespaces of their own where it runs as root.
 packages=(g++ cmake ninja-build nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
           clang-14 libclang-rt-14-dev clang-format-14 pkg-config libtorch-dev libgloo-dev libopenblas0-pthread
-          python3-torch python3-torchvision)
+          python3-torch python3-torchvision iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -38,9 +38,12 @@ struct SearchCommand {
   double time_budget = 10;  // seconds
   int threads = 0;          // 0: every core
   int max_chunks = 4;
-  double link_bandwidth = -1;  // bytes per second; -1: the hardware's NVLink
-  Quantity link_latency;       // a bare number: in the graph's time unit
-  double host_bandwidth = -1;  // bytes per second; -1: the hardware's PCIe
+  double link_bandwidth = -1;        // bytes per second; -1: the hardware's NVLink
+  Quantity link_latency;             // a bare number: in the graph's time unit
+  double host_bandwidth = -1;        // bytes per second; -1: the hardware's PCIe
+  int devices_per_node = 0;          // 0: one node
+  double inter_node_bandwidth = -1;  // bytes per second; -1: the hardware's InfiniBand
+  Quantity inter_node_latency;       // a bare number: in the graph's time unit
   bool no_local_search = false;
   bool no_exact = false;
   bool no_partitioner = false;
@@ -88,6 +91,9 @@ constexpr std::pair<std::string_view, std::string_view> kModelOnly[] = {
     {"--link-bandwidth", "it gives its links (\"link\", \"links\")"},
     {"--link-latency", "it gives its links (\"link\", \"links\")"},
     {"--host-bandwidth", "it gives its host link (\"host_link\")"},
+    {"--devices-per-node", "it gives its topology (\"devices_per_node\", \"inter_node_link\")"},
+    {"--inter-node-bandwidth", "it gives its topology (\"devices_per_node\", \"inter_node_link\")"},
+    {"--inter-node-latency", "it gives its topology (\"devices_per_node\", \"inter_node_link\")"},
     {"--plan", "its stages are the partition"},
     {"--no-partitioner", "its stages are the partition"},
 };
@@ -234,6 +240,16 @@ void run(const SearchCommand& o, int& exit_code) {
                                        link > 0 ? per_time_unit(problem.graph, link) : kInfinity};
     const double host = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
     problem.aggregation.host_link = {0, host > 0 ? per_time_unit(problem.graph, host) : 0.0};
+    if (o.devices_per_node > 0) {
+      problem.aggregation.devices_per_node = o.devices_per_node;
+      const double inter = o.inter_node_bandwidth >= 0 ? o.inter_node_bandwidth : hardware.infiniband_bandwidth;
+      problem.aggregation.inter_node_link = {in_time_unit(o.inter_node_latency, problem.graph.time_unit,
+                                                          "--inter-node-latency"),
+                                             inter > 0 ? per_time_unit(problem.graph, inter) : kInfinity};
+    } else if (o.inter_node_bandwidth >= 0 || o.inter_node_latency.value > 0) {
+      throw Error(
+          "--inter-node-bandwidth and --inter-node-latency need --devices-per-node (which devices share a node)");
+    }
   }
 
   for (const std::string& path : o.plans) {
@@ -378,6 +394,19 @@ void add_search_command(CLI::App& app, int& exit_code) {
   add_quantity_option(command, "--host-bandwidth", o->host_bandwidth, QuantityKind::Bandwidth,
                       QuantityRange::NonNegativeOrInfinite, kBytesPerSecondExamples,
                       "Host link for offloading: 64GB/s or bytes per second; 0: no offloading, inf: no limit [PCIe]");
+  command
+      ->add_option("--devices-per-node", o->devices_per_node,
+                   "Two-level topology: devices d and e share a node when d / N = e / N; --link-* is then the "
+                   "link within a node [all devices on one node]")
+      ->check(whole_number_at_least(1));
+  add_quantity_option(command, "--inter-node-bandwidth", o->inter_node_bandwidth, QuantityKind::Bandwidth,
+                      QuantityRange::PositiveOrInfinite, kBytesPerSecondExamples,
+                      "Between devices of different nodes: 25GB/s or bytes per second; inf: no limit [the hardware's "
+                      "InfiniBand]");
+  add_quantity_option(command, "--inter-node-latency", o->inter_node_latency, QuantityKind::Time,
+                      QuantityRange::NonNegative, kGraphTimeExamples,
+                      "Per transfer between devices of different nodes: 5us, or a bare number in the model's time "
+                      "unit [0]");
   command
       ->add_option("--plan", o->plans,
                    "A partition plan (flexpipe partition -o) to search with as well, on every placement with its stage "

@@ -30,6 +30,7 @@ void run(const SimulateOptions& o) {
     AppliedPlan applied = apply_plan_file(o.plan, schedule, o.costs.memory_limit.value);
     schedule = std::move(applied.schedule);
     costs = std::move(applied.costs);
+    apply_topology(o.costs, costs);
   }
   // A file that already spells out its communication is simulated as written.
   const Schedule lowered = schedule.has_communication() ? schedule : lower(schedule);

@@ -19,6 +19,7 @@
 #include "flexpipe/search/search.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/train/rank_env.h"
 #include "launcher.h"
 #include "number_checks.h"
 #include "python_package.h"
@@ -144,7 +145,7 @@ PartitionPlan searched_plan(const SearchProblem& problem, const ScheduleCandidat
 // written next to the profile. Done before any rank starts; inside a job every rank searches for
 // itself, so the search stops on a count of simulations, not on time, and gives every rank the same.
 void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
-  const bool in_job = std::getenv("WORLD_SIZE") != nullptr;
+  const bool in_job = runtime::in_launched_job();
   const bool cached = !o.profile.empty() && std::filesystem::exists(o.profile);
   const std::string& captured = o.command.captured_model;
   if (!o.command.partition.empty() || !o.command.plan.empty())
@@ -220,7 +221,7 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   for (const ScheduleCandidateReport& b : result.builtins)
     if (b.skipped.empty() && b.fits && b.makespan < fastest_builtin)
       fastest_builtin = b.makespan, builtin_name = b.name;
-  if (!in_job || std::getenv("RANK") == std::string("0")) {
+  if (!in_job || runtime::rank_env_from_environment().rank == 0) {
     fmt::print(
         "auto: searched {} schedules with measured operator times ({}): fastest built-in {} {:.2f} ms, best "
         "{:.2f} ms ({}); chose {}\n",
@@ -290,7 +291,7 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   // A captured model's search writes the plan its export is cut by, so it comes first.
   if (!o.command.captured_model.empty() && o.schedule == "auto") choose_schedule(o, command_line);
   if (!o.command.captured_model.empty()) {
-    if (const int code = prepare_captured_model(o, std::getenv("WORLD_SIZE") == nullptr); code != 0) {
+    if (const int code = prepare_captured_model(o, !runtime::in_launched_job()); code != 0) {
       exit_code = code;
       return;
     }
@@ -316,7 +317,7 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   // No job around us: become the launcher of one, with this very command line as every rank's. What
   // can be checked without ranks is checked first, once: a schedule, plan or partition that cannot
   // work is one error here rather than the same error from every rank.
-  if (std::getenv("WORLD_SIZE") == nullptr && ranks > 1) {
+  if (!runtime::in_launched_job() && ranks > 1) {
     TrainingCommand as_rank_zero = o.command;
     runtime::RankEnv env;
     env.world_size = env.local_world_size = ranks;

@@ -70,7 +70,10 @@ class Subreaper {
 class Supervisor {
  public:
   Supervisor(const LaunchOptions& options, int master_port, SignalRelay& relay)
-      : options_(options), master_port_(master_port), relay_(relay) {}
+      : options_(options),
+        master_port_(master_port),
+        relay_(relay),
+        node_(options.nodes > 1 ? fmt::format("node {}: ", options.node_rank) : "") {}
 
   int run() {
     start_ranks();
@@ -94,7 +97,8 @@ class Supervisor {
     std::vector<std::string> base;
     for (char** entry = environ; *entry; ++entry) base.emplace_back(*entry);
     ranks_.reserve(static_cast<size_t>(options_.ranks));
-    for (int i = 0; i < options_.ranks; ++i) {
+    const int first = options_.node_rank * options_.ranks;
+    for (int i = first; i < first + options_.ranks; ++i) {
       ranks_.push_back(Rank{});
       ranks_.back().index = i;
       const Started started = spawn_rank(ranks_.back(), options_, master_port_, base, relay_);
@@ -174,7 +178,7 @@ class Supervisor {
     for (const int sig : relay_.take_pending()) {
       if (!interrupted_by_) interrupted_by_ = sig;
       if (running_count() > 0 || any_group_left()) {
-        report("received {}; forwarding it to {}", signal_name(sig), tracked_ranks());
+        report("{}received {}; forwarding it to {}", node_, signal_name(sig), tracked_ranks());
         signal_groups(sig);
       }
       begin_shutdown(signal_name(sig));
@@ -208,7 +212,7 @@ class Supervisor {
     for (TaggedStream& stream : rank.output) stream.pump(16);
     if (exit_code != 0 && !first_failure_) {
       first_failure_ = exit_code;
-      if (!rank.exec_errno) report("rank {} (pid {}) {}", rank.index, rank.pid, how);
+      if (!rank.exec_errno) report("{}rank {} (pid {}) {}", node_, rank.index, rank.pid, how);
       begin_shutdown(fmt::format("rank {} failed", rank.index));
     }
     if (phase_ == Phase::kRunning) rank.group_tracked = false;
@@ -228,7 +232,8 @@ class Supervisor {
     const bool groups_left = any_group_left();  // also forgets the groups found empty, for the report
     if (running_count() == 0 && !groups_left) return;
     if (phase_ == Phase::kGrace) {
-      report("sending SIGTERM to {}: still running {:g} s after {}", tracked_ranks(), options_.grace_seconds, cause_);
+      report("{}sending SIGTERM to {}: still running {:g} s after {}", node_, tracked_ranks(), options_.grace_seconds,
+             cause_);
       signal_groups(SIGTERM);
       // A stopped process acts on SIGTERM only once continued.
       signal_groups(SIGCONT);
@@ -236,7 +241,7 @@ class Supervisor {
       deadline_ =
           Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kTermToKillSeconds));
     } else {
-      report("sending SIGKILL to {}: still running {:g} s after SIGTERM", tracked_ranks(), kTermToKillSeconds);
+      report("{}sending SIGKILL to {}: still running {:g} s after SIGTERM", node_, tracked_ranks(), kTermToKillSeconds);
       signal_groups(SIGKILL);
       phase_ = Phase::kKilled;
     }
@@ -259,6 +264,8 @@ class Supervisor {
   const LaunchOptions& options_;
   const int master_port_;
   SignalRelay& relay_;
+  const std::string
+      node_;  // "node 1: " before every report when the job spans nodes, so that logs merged tell them apart
   std::vector<Rank> ranks_;
   Phase phase_ = Phase::kRunning;
   Clock::time_point deadline_{};

@@ -1,8 +1,11 @@
 #include "options.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -199,6 +202,54 @@ void add_cost_options(CLI::App* command, CostOptions& options) {
                    "With --model: Megatron layout (\"Et*3|(tt|)*29,m|L\"), layers:N,N,... or ops:N,N,... [even]")
       ->needs(model);
   add_model_shape_options(command, options.model);
+  auto* nodes = command
+                    ->add_option("--devices-per-node", options.devices_per_node,
+                                 "Two-level topology: devices d and e share a node when d / N = e / N; the table's "
+                                 "link is then the link within a node [the table's]")
+                    ->check(whole_number_at_least(1));
+  command
+      ->add_option("--inter-node-link", options.inter_node_link,
+                   "LATENCY[,BANDWIDTH]: the link between devices of different nodes, in the table's units "
+                   "(bandwidth in bytes per time unit; unlimited when left out)")
+      ->needs(nodes);
+}
+
+namespace {
+
+// "LATENCY[,BANDWIDTH]", both non-negative numbers, the bandwidth positive.
+Link parse_inter_node_link(const std::string& text) {
+  const auto fail = [&] {
+    return Error(fmt::format(
+        "--inter-node-link '{}': expected LATENCY[,BANDWIDTH], a latency of at least 0 and a positive bandwidth",
+        text));
+  };
+  Link link;
+  const size_t comma = text.find(',');
+  try {
+    size_t used = 0;
+    const std::string latency = text.substr(0, comma);
+    link.latency = std::stod(latency, &used);
+    if (used != latency.size()) throw fail();
+    if (comma != std::string::npos) {
+      const std::string bandwidth = text.substr(comma + 1);
+      link.bandwidth = std::stod(bandwidth, &used);
+      if (used != bandwidth.size()) throw fail();
+    }
+  } catch (const std::invalid_argument&) {
+    throw fail();
+  } catch (const std::out_of_range&) {
+    throw fail();
+  }
+  if (!(link.latency >= 0) || !(link.bandwidth > 0) || std::isinf(link.latency)) throw fail();
+  return link;
+}
+
+}  // namespace
+
+void apply_topology(const CostOptions& options, CostTable& costs) {
+  if (options.devices_per_node <= 0) return;
+  costs.devices_per_node = options.devices_per_node;
+  costs.inter_node_link = options.inter_node_link.empty() ? Link{} : parse_inter_node_link(options.inter_node_link);
 }
 
 CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
@@ -215,6 +266,7 @@ CostTable load_costs(const CostOptions& options, const Schedule& schedule) {
   }
   if (options.memory_limit.value > 0)
     costs.memory_capacity = {in_memory_unit(options.memory_limit, costs.memory_unit, "--memory-limit")};
+  apply_topology(options, costs);
   check_cost_table(costs, schedule.stages_per_pipeline, schedule.num_devices, origin);
   return costs;
 }

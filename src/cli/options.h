@@ -66,9 +66,11 @@ struct ModelOptions {
 struct CostOptions {
   std::string costs_file;
   std::string uniform = "1,1,1,0";
-  Quantity memory_limit;  // 0: from the cost table; a bare number is in the table's memory unit
-  ModelOptions model;     // --model: the table comes from aggregating the model's cost graph
-  std::string partition;  // Megatron layout, layers:N,N,... or ops:N,N,...; empty: even
+  Quantity memory_limit;        // 0: from the cost table; a bare number is in the table's memory unit
+  ModelOptions model;           // --model: the table comes from aggregating the model's cost graph
+  std::string partition;        // Megatron layout, layers:N,N,... or ops:N,N,...; empty: even
+  int devices_per_node = 0;     // 0: the table's own topology
+  std::string inter_node_link;  // "LATENCY[,BANDWIDTH]" in the table's units; with devices_per_node
 };
 
 void add_cost_options(CLI::App* command, CostOptions& options);
@@ -86,6 +88,8 @@ double per_time_unit(const CostGraph& graph, double per_second);
 // The stage cost table of the model under a partition for `stages` stages (cmd_model.cpp).
 CostTable model_cost_table(const ModelOptions& options, const std::string& partition, int stages);
 CostTable load_costs(const CostOptions& options, const Schedule& schedule);
+// --devices-per-node and --inter-node-link, when given, replace the table's topology.
+void apply_topology(const CostOptions& options, CostTable& costs);
 // A --partition spec (Megatron layout, layers:N,..., ops:N,...; empty: even by layers) for `stages`
 // chunks of `graph`; throws Error when it makes another number of chunks (cmd_model.cpp).
 Partition parse_partition(const CostGraph& graph, const std::string& spec, int stages);

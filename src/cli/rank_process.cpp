@@ -81,7 +81,12 @@ void close_all(std::initializer_list<int> fds) {
 Started spawn_rank(Rank& rank, const LaunchOptions& options, int master_port, const std::vector<std::string>& base,
                    const SignalRelay& relay) {
   std::vector<std::string> argv = options.command;
-  std::vector<std::string> env = rank_environment(base, rank.index, options.ranks, options.master_addr, master_port);
+  RankPlace place;
+  place.local_rank = rank.index - options.node_rank * options.ranks;
+  place.local_world_size = options.ranks;
+  place.node_rank = options.node_rank;
+  place.nodes = options.nodes;
+  std::vector<std::string> env = rank_environment(base, place, options.master_addr, master_port);
   ChildSetup setup;
   setup.argv = pointers(argv);
   setup.envp = pointers(env);

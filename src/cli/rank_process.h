@@ -12,7 +12,7 @@
 namespace flexpipe::cli {
 
 struct Rank {
-  int index = 0;
+  int index = 0;  // the global rank: node_rank * ranks per node + local rank
   pid_t pid = -1;
   bool running = false;  // started and not yet reaped
   // Its process group may still hold what it started, and the launcher is to end that: from the

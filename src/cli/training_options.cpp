@@ -130,11 +130,12 @@ void prepare_request(TrainingCommand& o, const runtime::RankEnv& env) {
     run.schedule = load_checked_schedule(options);
     if (run.schedule.num_devices * request.data_parallel != request.env.world_size)
       throw Error(
-          fmt::format("{} runs on {} devices{} but this job has {} rank{} (WORLD_SIZE); start it with "
+          fmt::format("{} runs on {} devices{} but this job has {} rank{} ({}); start it with "
                       "`flexpipe launch -n {} -- flexpipe ...`",
                       spec, run.schedule.num_devices,
                       request.data_parallel > 1 ? fmt::format(" x {} data-parallel copies", request.data_parallel) : "",
                       request.env.world_size, request.env.world_size == 1 ? "" : "s",
+                      request.env.launcher == "slurm" ? "SLURM_NTASKS" : "WORLD_SIZE",
                       run.schedule.num_devices * request.data_parallel));
     const int chunks = run.schedule.stages_per_pipeline;
     if (!o.plan.empty()) {

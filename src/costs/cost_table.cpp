@@ -14,7 +14,7 @@ namespace flexpipe {
 const Link& CostTable::link_between(int src, int dst) const {
   for (const LinkOverride& pair : pairs)
     if (pair.src == src && pair.dst == dst) return pair.link;
-  return link;
+  return same_node(src, dst) ? link : inter_node_link;
 }
 
 double CostTable::capacity(int device) const {

@@ -318,6 +318,8 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
 
   result.table.stages = std::move(costs);
   result.table.link = options.device_link;
+  result.table.devices_per_node = options.devices_per_node;
+  result.table.inter_node_link = options.inter_node_link;
   result.table.host_link = options.host_link;
   result.table.memory_capacity = options.memory_capacity;
   result.table.time_unit = graph.time_unit;

@@ -27,9 +27,9 @@ using nlohmann::json;
 constexpr std::string_view kFormat = "flexpipe-costs";
 constexpr int kVersion = 1;
 
-constexpr std::string_view kTopLevelKeys[] = {"format", "version",    "time_unit",       "memory_unit",
-                                              "stages", "all_stages", "num_stages",      "link",
-                                              "links",  "host_link",  "memory_capacity", "overlap_ratio"};
+constexpr std::string_view kTopLevelKeys[] =
+    {"format", "version", "time_unit", "memory_unit",     "stages",        "all_stages",       "num_stages",
+     "link",   "links",   "host_link", "memory_capacity", "overlap_ratio", "devices_per_node", "inter_node_link"};
 constexpr std::string_view kStageKeys[] = {"forward",          "backward_input", "backward_weight",
                                            "backward",         "recompute",      "optimizer",
                                            "activation_bytes", "freed_by_input", "checkpoint_bytes",
@@ -126,6 +126,17 @@ class Reader : public detail::JsonPathReader {
       require_object(document["link"], "link");
       only_known_keys(document["link"], "link", kLinkKeys);
       costs.link = link(document["link"], "link", Link{});
+    }
+    if (document.contains("devices_per_node")) {
+      costs.devices_per_node = count(document["devices_per_node"], "devices_per_node");
+      if (costs.devices_per_node < 1) fail("devices_per_node", "must be at least 1");
+    }
+    if (document.contains("inter_node_link")) {
+      if (costs.devices_per_node == 0)
+        fail("inter_node_link", "needs \"devices_per_node\" (which devices share a node)");
+      require_object(document["inter_node_link"], "inter_node_link");
+      only_known_keys(document["inter_node_link"], "inter_node_link", kLinkKeys);
+      costs.inter_node_link = link(document["inter_node_link"], "inter_node_link", Link{});
     }
     if (document.contains("links")) read_link_overrides(document["links"], costs);
     if (document.contains("host_link") && document["host_link"].is_null()) {
@@ -275,6 +286,10 @@ std::string cost_table_to_json(const CostTable& costs) {
     for (const StageCosts& stage : costs.stages) out["stages"].push_back(stage_json(stage));
   }
   out["link"] = link_json(costs.link);
+  if (costs.devices_per_node > 0) {
+    out["devices_per_node"] = costs.devices_per_node;
+    out["inter_node_link"] = link_json(costs.inter_node_link);
+  }
   if (!costs.pairs.empty()) {
     out["links"] = nlohmann::ordered_json::array();
     for (const LinkOverride& pair : costs.pairs) {

@@ -29,7 +29,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<uint8_t>;
 
-enum Op : uint8_t { kSet = 1, kGet, kAdd, kCheck, kDelete, kCount, kCompareSet };
+enum Op : uint8_t { kSet = 1, kGet, kAdd, kCheck, kDelete, kCount, kCompareSet, kIdentify };
 enum Status : uint8_t { kOk = 0, kMissing = 1, kBadRequest = 2 };
 
 // Keys and values are small (addresses, counters); anything larger is a peer that is not ours.
@@ -189,6 +189,7 @@ class RendezvousServer {
 
   // One client's requests, until it closes the connection or sends something that is not a request.
   void serve(int fd) {
+    int64_t rank = -1;  // which rank this connection is, once it says so
     try {
       while (!stopping_) {
         uint8_t op = 0;
@@ -197,12 +198,20 @@ class RendezvousServer {
         const Bytes value = receive_field(fd, Clock::time_point::max());
         const Bytes extra = receive_field(fd, Clock::time_point::max());
         Bytes answer;
-        const uint8_t status = answer_request(op, key, value, extra, answer);
+        uint8_t status = kOk;
+        if (op == kIdentify)
+          status = whole_number(value, rank) ? kOk : kBadRequest;
+        else
+          status = answer_request(op, key, value, extra, answer);
         send_all(fd, &status, 1);
         send_field(fd, answer.data(), static_cast<uint32_t>(answer.size()));
       }
     } catch (const std::exception&) {
       // The client left (or spoke another protocol): its connection ends, the store goes on.
+    }
+    if (rank >= 0 && !stopping_) {
+      std::lock_guard lock(table_mutex_);
+      table_[RendezvousStore::gone_key(static_cast<int>(rank))] = bytes_of("1");
     }
   }
 
@@ -311,6 +320,10 @@ c10::intrusive_ptr<RendezvousStore> RendezvousStore::connect(const std::string& 
 }
 
 std::string RendezvousStore::bound_address() const { return server_ ? server_->address() : std::string(); }
+
+void RendezvousStore::identify(int rank) { request(kIdentify, "", bytes_of(std::to_string(rank))); }
+
+std::string RendezvousStore::gone_key(int rank) { return fmt::format("gone/{}", rank); }
 
 RendezvousStore::Reply RendezvousStore::request(uint8_t op, const std::string& key, const Bytes& value,
                                                 const Bytes& extra) {

@@ -45,6 +45,12 @@ class RendezvousStore final : public c10d::Store {
   // The address the server is bound to (rank 0 only; empty elsewhere), e.g. "127.0.0.1:29500".
   std::string bound_address() const;
 
+  // Tells the server which rank this connection is. When an identified connection closes while the
+  // server runs (its process died: the kernel closes its sockets), the server sets the key
+  // gone_key(rank), unprefixed, so that the survivors can name the rank they lost.
+  void identify(int rank);
+  static std::string gone_key(int rank);
+
  private:
   struct Reply;
   Reply request(uint8_t op, const std::string& key, const std::vector<uint8_t>& value = {},

@@ -1,4 +1,5 @@
-// The Gloo transport: the rendezvous store (bound to MASTER_ADDR), ProcessGroupGloo over TCP for the tensors.
+// The Gloo transport: the rendezvous store (bound to MASTER_ADDR, or torchrun's agent's), ProcessGroupGloo
+// over TCP for the tensors, on the interface network_interface.h chooses.
 // The only file of the library that includes c10d (each of its headers costs seconds per TU).
 //
 // What c10d 1.13 / Gloo do that shapes this file:
@@ -15,15 +16,20 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "network_interface.h"
 #include "rendezvous_store.h"
 #include "transport.h"
 
@@ -57,35 +63,71 @@ void ignore_sigpipe() {
   if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
 }
 
-bool is_loopback(const std::string& address) {
-  return address == "localhost" || address.starts_with("127.") || address == "::1";
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
 }
 
-// Single-host jobs (and the tests) bind to loopback. Across hosts each rank must bind its own
-// interface: GLOO_SOCKET_IFNAME (as torch's own launcher honours it) or the address this machine's
-// hostname resolves to.
-std::shared_ptr<::gloo::transport::Device> make_device(const std::string& master_addr) {
-  if (const char* interface = std::getenv("GLOO_SOCKET_IFNAME"); interface != nullptr && *interface != '\0')
-    return c10d::ProcessGroupGloo::createDeviceForInterface(interface);
-  if (is_loopback(master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname(master_addr);
-  return c10d::ProcessGroupGloo::createDefaultDevice();
+// Gloo listens on the chosen address only (a loopback master's job: on loopback only). One line per
+// node says which, from its first rank, when the choice is not the obvious one: the job spans nodes,
+// the master is not on loopback, or GLOO_SOCKET_IFNAME chose.
+std::shared_ptr<::gloo::transport::Device> make_device(const RankEnv& env) {
+  const InterfaceChoice choice = choose_interface(env.master_addr, env.master_port);
+  const bool obvious = env.world_size == env.local_world_size && choice.address.starts_with("127.") &&
+                       choice.reason != "GLOO_SOCKET_IFNAME";
+  if (env.local_rank == 0 && !obvious) {
+    fmt::print(stderr, "node {} ({}): Gloo uses interface {} ({}), chosen by {}\n", env.node_rank, host_name(),
+               choice.name.empty() ? "?" : choice.name, choice.address, choice.reason);
+    std::fflush(stderr);
+  }
+  return c10d::ProcessGroupGloo::createDeviceForHostname(choice.address);
 }
 
 using Clock = std::chrono::steady_clock;
 
+// Under torchrun the agent hosts c10d's TCPStore on MASTER_ADDR:MASTER_PORT already: rank 0 hosting a
+// second one there would fail ("Address already in use"), so every rank connects to the agent's.
+c10::intrusive_ptr<c10d::Store> connect_agent_store(const RankEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<std::uint16_t>(env.master_port);
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+}
+
+// The store the ranks meet through: `shared` prefixed (to keep our keys and Gloo's apart), and `own`,
+// the same store unprefixed when it is ours (rendezvous_store.h) rather than torchrun's agent's.
+struct Stores {
+  c10::intrusive_ptr<c10d::Store> shared;
+  c10::intrusive_ptr<RendezvousStore> own;
+};
+
 // Rank 0 hosts the store on MASTER_ADDR:MASTER_PORT and nothing else (rendezvous_store.h); the others
-// connect to it, retrying while it is not listening yet, for up to `timeout`. The returned store is
-// prefixed, to keep our keys and Gloo's apart.
-c10::intrusive_ptr<c10d::Store> open_store(const RankEnv& env, const std::string& address,
-                                           std::chrono::milliseconds timeout) {
+// connect to it, retrying while it is not listening yet, for up to `timeout`, and say which rank they
+// are, so that the store can tell the survivors who left.
+Stores open_store(const RankEnv& env, const std::string& address, std::chrono::milliseconds timeout) {
   try {
-    c10::intrusive_ptr<c10d::Store> store;
-    if (env.rank == 0)
-      store = RendezvousStore::host(env.master_addr, env.master_port, timeout);
-    else
-      store = RendezvousStore::connect(env.master_addr, env.master_port, timeout);
-    return c10::make_intrusive<c10d::PrefixStore>("flexpipe", store);
+    Stores stores;
+    if (env.agent_store) {
+      stores.shared = c10::make_intrusive<c10d::PrefixStore>("flexpipe", connect_agent_store(env, timeout));
+      return stores;
+    }
+    if (env.rank == 0) {
+      stores.own = RendezvousStore::host(env.master_addr, env.master_port, timeout);
+    } else {
+      stores.own = RendezvousStore::connect(env.master_addr, env.master_port, timeout);
+      stores.own->identify(env.rank);
+    }
+    stores.shared = c10::make_intrusive<c10d::PrefixStore>("flexpipe", stores.own);
+    return stores;
   } catch (const std::exception& error) {
+    if (env.agent_store)
+      throw TransportError(
+          fmt::format("rendezvous at {} failed: rank {} could not reach torchrun's store there "
+                      "(TORCHELASTIC_USE_AGENT_STORE=True): {}",
+                      address, env.rank, backend_message(error)));
     if (env.rank == 0)
       throw TransportError(fmt::format("rendezvous at {} failed: rank 0 could not host the store there: {}", address,
                                        backend_message(error)));
@@ -103,6 +145,8 @@ void check_in(c10d::Store& store, const RankEnv& env, const std::string& address
   for (int rank = 0; rank < env.world_size; ++rank) keys.push_back(fmt::format("joined/{}", rank));
   const auto deadline = Clock::now() + timeout;
   try {
+    const std::string node = fmt::format("node {} ({})", env.node_rank, host_name());
+    store.set(fmt::format("node/{}", env.rank), std::vector<uint8_t>(node.begin(), node.end()));
     store.set(keys[env.rank], std::vector<uint8_t>{1});
     while (!store.check(keys)) {
       if (Clock::now() >= deadline) {
@@ -129,9 +173,23 @@ void check_in(c10d::Store& store, const RankEnv& env, const std::string& address
   }
 }
 
+// Where every rank runs, as each published it at check-in ("node 1 (host)"): set after check-in, so
+// every key is there. Empty when the whole job runs on one node, where naming it adds nothing.
+std::vector<std::string> read_nodes(c10d::Store& store, const RankEnv& env) {
+  std::vector<std::string> nodes;
+  for (int rank = 0; rank < env.world_size; ++rank) {
+    const std::vector<uint8_t> value = store.get(fmt::format("node/{}", rank));
+    nodes.emplace_back(value.begin(), value.end());
+  }
+  if (std::all_of(nodes.begin(), nodes.end(), [&](const std::string& node) { return node == nodes[0]; })) nodes.clear();
+  return nodes;
+}
+
 class GlooTransfer final : public Transfer {
  public:
-  explicit GlooTransfer(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
+  // `blame`: what the failure message ends with, asked for only when it fails (it may wait a moment).
+  GlooTransfer(c10::intrusive_ptr<c10d::Work> work, std::function<std::string()> blame)
+      : work_(std::move(work)), blame_(std::move(blame)) {}
 
   void wait(std::chrono::milliseconds timeout) override {
     if (done_) return;
@@ -139,7 +197,7 @@ class GlooTransfer final : public Transfer {
     try {
       if (!work_->wait(c10d_timeout(timeout))) error_ = "the transfer was aborted";
     } catch (const std::exception& error) {
-      error_ = backend_message(error);
+      error_ = backend_message(error) + blame_();
     }
     if (!error_.empty()) throw TransportError(error_);
     done_ = true;
@@ -147,15 +205,20 @@ class GlooTransfer final : public Transfer {
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;  // holds the tensor and Gloo's buffer until it completes
+  std::function<std::string()> blame_;
   bool done_ = false;
   std::string error_;
 };
 
 class GlooTransport final : public Transport {
  public:
-  GlooTransport(const RankEnv& env, c10::intrusive_ptr<c10d::Store> store,
-                c10::intrusive_ptr<c10d::ProcessGroupGloo> group)
-      : env_(env), store_(std::move(store)), group_(std::move(group)) {}
+  GlooTransport(const RankEnv& env, Stores stores, c10::intrusive_ptr<c10d::ProcessGroupGloo> group,
+                std::vector<std::string> nodes)
+      : env_(env),
+        store_(std::move(stores.shared)),
+        own_store_(std::move(stores.own)),
+        group_(std::move(group)),
+        nodes_(std::move(nodes)) {}
 
   int rank() const override { return env_.rank; }
   int world_size() const override { return env_.world_size; }
@@ -193,11 +256,52 @@ class GlooTransport final : public Transport {
     try {
       auto work = is_send ? group_->send(tensors, peer, static_cast<int>(tag))
                           : group_->recv(tensors, peer, static_cast<int>(tag));
-      return std::make_unique<GlooTransfer>(std::move(work));
+      return std::make_unique<GlooTransfer>(std::move(work), [this, peer] { return blame(peer); });
     } catch (const std::exception& error) {
       // A group closed by an earlier failure refuses new transfers here, at posting time.
       throw TransportError(backend_message(error));
     }
+  }
+
+  // " (rank 3 runs on node 1 (host))", for messages about a peer; empty on a single node.
+  std::string place_of(int rank) const {
+    if (nodes_.empty()) return "";
+    return fmt::format(" (rank {} runs on {})", rank, nodes_[static_cast<size_t>(rank)]);
+  }
+
+  // What a failed transfer with `peer` ends with: where the peer runs, and which other ranks are gone
+  // (a peer's connection may close because a third rank died and its own transfers failed).
+  std::string blame(int peer) const {
+    std::vector<int> gone = ranks_gone();
+    std::erase(gone, peer);
+    return place_of(peer) + describe_gone(gone);
+  }
+
+  // The ranks whose connection to rank 0's store closed: their processes are gone (not known under
+  // torchrun's store). The server notices a closed connection only once it reads it, so the store
+  // is asked for a moment.
+  std::vector<int> ranks_gone() const {
+    if (!own_store_) return {};
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      std::vector<int> gone;
+      try {
+        for (int rank = 1; rank < env_.world_size; ++rank)
+          if (rank != env_.rank && own_store_->check({RendezvousStore::gone_key(rank)})) gone.push_back(rank);
+      } catch (const std::exception&) {
+        return {};  // the store itself is gone: rank 0, which whether_rank_zero_is_gone() names
+      }
+      if (!gone.empty()) return gone;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return {};
+  }
+
+  std::string describe_gone(const std::vector<int>& gone) const {
+    if (gone.empty()) return "";
+    std::string places;
+    for (int rank : gone) places += place_of(rank);
+    return fmt::format("; {} {} {} gone{}", gone.size() == 1 ? "rank" : "ranks", fmt::join(gone, ", "),
+                       gone.size() == 1 ? "is" : "are", places);
   }
 
   // c10d's collective timeout says only "Operation timed out!", so the collective's name goes first,
@@ -210,6 +314,7 @@ class GlooTransport final : public Transport {
       group_->allreduce(tensors)->wait(c10d_timeout(timeout));
     } catch (const std::exception& error) {
       std::string blame = whether_rank_zero_is_gone();
+      if (blame.empty()) blame = describe_gone(ranks_gone());
       if (blame.empty()) blame = ranks_that_did_not_arrive(collective);
       throw TransportError(fmt::format("{}: {}{}", what, backend_message(error), blame));
     }
@@ -245,7 +350,10 @@ class GlooTransport final : public Transport {
       return "";
     }
     if (absent.empty()) return "";
-    return fmt::format("; {} {} did not arrive", absent.size() == 1 ? "rank" : "ranks", fmt::join(absent, ", "));
+    std::string places;
+    for (int rank : absent) places += place_of(rank);
+    return fmt::format("; {} {} did not arrive{}", absent.size() == 1 ? "rank" : "ranks", fmt::join(absent, ", "),
+                       places);
   }
 
   // Gloo's collectives do not say which peer they waited for. One can be named without a cost on
@@ -253,12 +361,12 @@ class GlooTransport final : public Transport {
   // process lives (the server is a thread of its own, so a rank 0 stuck in computation still answers).
   // A process's sockets do not all close at the same instant, so the store is asked for a moment.
   std::string whether_rank_zero_is_gone() const {
-    if (env_.rank == 0) return "";
+    if (env_.rank == 0 || env_.agent_store) return "";  // torchrun's agent, not rank 0, serves its store
     for (int attempt = 0; attempt < 20; ++attempt) {
       try {
         store_->check({"probe"});
       } catch (const std::exception&) {
-        return "; rank 0, which hosts the rendezvous store, is gone";
+        return "; rank 0, which hosts the rendezvous store, is gone" + place_of(0);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -266,9 +374,11 @@ class GlooTransport final : public Transport {
   }
 
   RankEnv env_;
-  c10::intrusive_ptr<c10d::Store> store_;  // kept for the group's lifetime; rank 0's also serves the others
-  int64_t collectives_ = 0;                // collectives this rank has entered
+  c10::intrusive_ptr<c10d::Store> store_;          // kept for the group's lifetime; rank 0's also serves the others
+  c10::intrusive_ptr<RendezvousStore> own_store_;  // the same, unprefixed, when ours (not torchrun's)
+  int64_t collectives_ = 0;                        // collectives this rank has entered
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  std::vector<std::string> nodes_;  // where each rank runs (read_nodes), for messages
 };
 
 }  // namespace
@@ -280,17 +390,19 @@ std::unique_ptr<Transport> connect_gloo(const RankEnv& env, std::chrono::millise
     throw TransportError(fmt::format("master port {} is out of range (1..65535)", env.master_port));
   ignore_sigpipe();
   const std::string address = fmt::format("{}:{}", env.master_addr, env.master_port);
-  const auto store = open_store(env, address, timeout);
-  check_in(*store, env, address, timeout);
+  const auto device = make_device(env);
+  Stores stores = open_store(env, address, timeout);
+  check_in(*stores.shared, env, address, timeout);
   try {
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-    options->devices.push_back(make_device(env.master_addr));
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+    options->devices.push_back(device);
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(stores.shared, env.rank, env.world_size, options);
     // Nobody returns before everyone is connected: rank 0 hosts the store, and a rank 0 that raced
     // ahead and exited would pull it from under ranks still reading their peers' addresses.
     std::vector<at::Tensor> token{at::zeros({1})};
     group->allreduce(token)->wait(c10d_timeout(timeout));
-    return std::make_unique<GlooTransport>(env, store, std::move(group));
+    std::vector<std::string> nodes = read_nodes(*stores.shared, env);
+    return std::make_unique<GlooTransport>(env, std::move(stores), std::move(group), std::move(nodes));
   } catch (const std::exception& error) {
     throw TransportError(
         fmt::format("connecting the Gloo group of {} ranks through the store at {} failed: rank {} "

@@ -58,6 +58,26 @@ TEST_F(Cli, Simulate1F1BWithFewerMicroBatchesThanDevices) {
     EXPECT_DOUBLE_EQ(report["devices"][r]["peak_memory"].get<double>(), std::min(2.0, 4.0 - r));
 }
 
+TEST_F(Cli, SimulateTakesTwoLevelsOfDevices) {
+  // One micro-batch through 4 devices, F = I = W = 1 (B = 2): 4 F and 4 B in a row, 12, plus a
+  // transfer at each of the 3 boundaries both ways. Within a node a transfer takes COMM = 1; with 2
+  // devices per node, the one between devices 1 and 2 takes the inter-node 5: 12 + 2 * (1 + 5 + 1).
+  auto makespan = [&](const std::string& topology) {
+    const Outcome run = flexpipe("simulate 1f1b -p 4 -m 1 --uniform-costs 1,1,1,1 --json " + topology);
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    return run.exit_code == 0 ? nlohmann::json::parse(run.out)["makespan"].get<double>() : -1.0;
+  };
+  EXPECT_DOUBLE_EQ(makespan(""), 18.0);
+  EXPECT_DOUBLE_EQ(makespan("--devices-per-node 4 --inter-node-link 5"), 18.0);  // one node
+  EXPECT_DOUBLE_EQ(makespan("--devices-per-node 2 --inter-node-link 5"), 26.0);
+  EXPECT_DOUBLE_EQ(makespan("--devices-per-node 1 --inter-node-link 5,1e9"), 12.0 + 6 * 5);
+  const Outcome bad = flexpipe("simulate 1f1b --devices-per-node 2 --inter-node-link 5,0");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(bad.err,
+            "error: --inter-node-link '5,0': expected LATENCY[,BANDWIDTH], a latency of at least 0 and a positive "
+            "bandwidth\n");
+}
+
 TEST_F(Cli, SimulateWritesSvgAndTrace) {
   const fs::path svg = dir_ / "t.svg", trace = dir_ / "t.json";
   Outcome run = flexpipe("simulate zb-h1 -p 4 -m 8 --svg " + svg.string() + " --trace " + trace.string());

@@ -173,6 +173,28 @@ TEST_F(Launch, MasterAddressPortAndThreadCountsCanBeGiven) {
             (std::vector<std::string>{"0 10.1.2.3:29511 7 1", "1 10.1.2.3:29511 7 1"}));
 }
 
+// Node 1 of 3 with 2 ranks each starts global ranks 2 and 3, with every variable torchrun sets.
+TEST_F(Launch, OneNodeOfSeveralStartsItsShareOfTheGlobalRanks) {
+  const std::string command = script(
+      "env.sh",
+      "echo $RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$GROUP_RANK/$GROUP_WORLD_SIZE/$ROLE_RANK/"
+      "$ROLE_WORLD_SIZE/$ROLE_NAME/$MASTER_ADDR:$MASTER_PORT/$TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS/"
+      "$TORCHELASTIC_RUN_ID/$TORCHELASTIC_USE_AGENT_STORE >> seen\n");
+  const Outcome run =
+      flexpipe("launch --nnodes 3 --node-rank 1 -n 2 --master-addr 10.0.0.1 --master-port 29512 -- " + command);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(sorted(lines_of(slurp(dir_ / "seen"))),
+            (std::vector<std::string>{"2/6/0/2/1/3/2/6/default/10.0.0.1:29512/0/0/none/False",
+                                      "3/6/1/2/1/3/3/6/default/10.0.0.1:29512/0/0/none/False"}));
+  // The launcher's own reports name its node, so that the logs of several nodes merged tell them apart.
+  const Outcome failed = flexpipe(
+      "launch --nnodes 2 --node-rank 1 -n 1 --master-addr 127.0.0.1 --master-port 29513 "
+      "-- " +
+      script("fail.sh", "exit 3\n"));
+  EXPECT_EQ(failed.exit_code, 3);
+  EXPECT_TRUE(failed.err.starts_with("flexpipe launch: node 1: rank 1 (pid ")) << failed.err;
+}
+
 TEST_F(Launch, OutputPassesThroughUntouched) {
   const Outcome run = flexpipe("launch -n 2 -- " + script("say.sh", "echo out $RANK\necho err $RANK >&2\n"));
   ASSERT_EQ(run.exit_code, 0) << run.err;
@@ -351,6 +373,14 @@ TEST_F(Launch, BadInputIsExitCode2WithOneMessage) {
       {"launch -n 2 --grace 2d -- true",
        "error: --grace: '2d' is not a time; write 10s, 500ms or 10 (seconds) (see flexpipe launch --help)\n"},
       {"launch -n 2 --grace 25h -- true", "error: --grace 90000: must be between 0 and 86400 seconds\n"},
+      {"launch -n 2 --nnodes 0 -- true", "error: --nnodes 0: the number of nodes must be between 1 and 65536\n"},
+      {"launch -n 2 --nnodes 2 --node-rank 2 --master-addr h --master-port 1 -- true",
+       "error: --node-rank 2: must be between 0 and 1 (--nnodes 2)\n"},
+      {"launch -n 2 --node-rank 1 -- true", "error: --node-rank 1: must be between 0 and 0 (--nnodes 1)\n"},
+      {"launch -n 2 --nnodes 2 --master-port 29500 -- true",
+       "error: --nnodes 2: every node's launcher needs the same --master-addr (node 0's address) and --master-port\n"},
+      {"launch -n 2 --nnodes 2 --master-addr h -- true",
+       "error: --nnodes 2: every node's launcher needs the same --master-addr (node 0's address) and --master-port\n"},
   };
   expect_refused(cases);
   EXPECT_EQ(flexpipe("launch -n two -- true").exit_code, 2);
@@ -359,10 +389,28 @@ TEST_F(Launch, BadInputIsExitCode2WithOneMessage) {
 TEST_F(Launch, HelpDescribesEverything) {
   const Outcome run = flexpipe("launch --help");
   ASSERT_EQ(run.exit_code, 0);
-  for (const char* text :
-       {"-n,--nproc-per-node", "--master-addr", "--master-port", "--grace", "--tag-output", "RANK=i", "WORLD_SIZE=N",
-        "LOCAL_RANK=i", "LOCAL_WORLD_SIZE=N", "MASTER_ADDR", "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1",
-        "process group", "SIGINT, SIGTERM and SIGHUP", "SIGKILL 3 s later", "Exit code", "127", "-- python train.py"})
+  for (const char* text : {"-n,--nproc-per-node",
+                           "--nnodes",
+                           "--node-rank",
+                           "--master-addr",
+                           "--master-port",
+                           "--grace",
+                           "--tag-output",
+                           "RANK=R*K+i",
+                           "WORLD_SIZE=N*K",
+                           "LOCAL_RANK=i",
+                           "LOCAL_WORLD_SIZE=K",
+                           "GROUP_RANK=R",
+                           "MASTER_ADDR",
+                           "TORCHELASTIC_USE_AGENT_STORE=False",
+                           "OMP_NUM_THREADS=1",
+                           "OPENBLAS_NUM_THREADS=1",
+                           "process group",
+                           "SIGINT, SIGTERM and SIGHUP",
+                           "SIGKILL 3 s later",
+                           "Exit code",
+                           "127",
+                           "-- python train.py"})
     EXPECT_NE(run.out.find(text), std::string::npos) << text;
 }
 

@@ -122,6 +122,27 @@ TEST(CostTableJson, RoundTripsEveryField) {
   CostTable one_capacity = uniform;
   one_capacity.memory_capacity = {16};
   EXPECT_EQ(parse_cost_table(cost_table_to_json(one_capacity), "written"), one_capacity);
+  CostTable two_levels = uniform;
+  two_levels.devices_per_node = 2;
+  two_levels.inter_node_link = {3, 50};
+  EXPECT_EQ(parse_cost_table(cost_table_to_json(two_levels), "written"), two_levels);
+}
+
+// Devices 0 1 | 2 3: within a node `link`, across nodes `inter_node_link`, an override over both.
+TEST(CostTableJson, ReadsTwoLevelsOfDevices) {
+  const CostTable costs = parse_cost_table(
+      document("\"num_stages\": 4, \"all_stages\": {}, \"link\": {\"latency\": 1}, \"devices_per_node\": 2, "
+               "\"inter_node_link\": {\"latency\": 5, \"bandwidth\": 10}, \"links\": [{\"src\": 3, \"dst\": 0}]"),
+      "c");
+  EXPECT_EQ(costs.link_between(0, 1), (Link{1, kInfinity}));
+  EXPECT_EQ(costs.link_between(2, 3), (Link{1, kInfinity}));
+  EXPECT_EQ(costs.link_between(1, 2), (Link{5, 10}));
+  EXPECT_EQ(costs.link_between(2, 1), (Link{5, 10}));
+  EXPECT_EQ(costs.link_between(3, 0), (Link{1, kInfinity}));  // the override, its fields from "link"
+  EXPECT_EQ(parse_error(document("\"stages\": [{}], \"inter_node_link\": {\"latency\": 5}")),
+            "costs.json: inter_node_link: needs \"devices_per_node\" (which devices share a node)");
+  EXPECT_EQ(parse_error(document("\"stages\": [{}], \"devices_per_node\": 0")),
+            "costs.json: devices_per_node: must be at least 1");
 }
 
 // No host link (a search that may not offload measures with one) is written as null and read back,
@@ -203,7 +224,8 @@ TEST(CostTableJson, NamesTheBadFieldExactly) {
             "gradient_bytes, optimizer_bytes, output_bytes, offload_bytes, rebuilt_peak_bytes, workspace_bytes)");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"latency\": 1")),
             "costs.json: latency: unknown key (known keys: format, version, time_unit, memory_unit, stages, "
-            "all_stages, num_stages, link, links, host_link, memory_capacity, overlap_ratio)");
+            "all_stages, num_stages, link, links, host_link, memory_capacity, overlap_ratio, devices_per_node, "
+            "inter_node_link)");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"link\": {\"latency\": true}")),
             "costs.json: link.latency: expected a number, got true");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"host_link\": {\"bandwidth\": 0}")),

@@ -60,16 +60,21 @@ struct LinkOverride {
 };
 
 struct CostTable {
-  std::vector<StageCosts> stages;       // one per model chunk
-  Link link;                            // between any two devices unless overridden
-  std::vector<LinkOverride> pairs;      // per directed device pair
+  std::vector<StageCosts> stages;  // one per model chunk
+  Link link;                       // between any two devices of one node unless overridden
+  // Two levels, nodes of devices: devices d and e share a node when d / devices_per_node equals
+  // e / devices_per_node, and talk over `inter_node_link` otherwise. 0: one node, `link` everywhere.
+  int devices_per_node = 0;
+  Link inter_node_link;
+  std::vector<LinkOverride> pairs;      // per directed device pair, over both of the above
   Link host_link;                       // device <-> host, for OFFLOAD / RELOAD; kNoHostLink: none
   std::vector<double> memory_capacity;  // per device; empty: unlimited; one value: every device
   double overlap_ratio = 1.0;           // an Overlap F&B unit takes overlap_ratio * (F + B)
   std::string time_unit = "unit";
   std::string memory_unit = "unit";
 
-  const Link& link_between(int src, int dst) const;
+  const Link& link_between(int src, int dst) const;  // the pair's override, else by node
+  bool same_node(int a, int b) const { return devices_per_node <= 0 || a / devices_per_node == b / devices_per_node; }
   double capacity(int device) const;  // kInfinity when unlimited
   friend bool operator==(const CostTable&, const CostTable&) = default;
 };

@@ -52,7 +52,9 @@ struct AggregationOptions {
   double parameter_bytes = 2;           // per parameter: bf16 weights
   double gradient_bytes = 2;            // per parameter: bf16 gradients
   double optimizer_bytes = 12;          // per parameter: Adam's fp32 master copy, m and v
-  Link device_link;                     // between devices (bytes per time unit)
+  Link device_link;                     // between devices of a node (bytes per time unit)
+  int devices_per_node = 0;             // 0: one node; else CostTable::devices_per_node
+  Link inter_node_link;                 // between devices of different nodes
   Link host_link;                       // device <-> host, for offloading
   std::vector<double> memory_capacity;  // copied into the table
 };
