@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/search/search.h"
 #include "flexpipe/search/zero_bubble_heuristic.h"
@@ -186,10 +188,11 @@ std::vector<std::vector<std::string>> passes_of(const Schedule& s) {
   for (const auto& list : s.device_actions) {
     out.emplace_back();
     for (const Action& a : list)
-      out.back().push_back(std::string(a.kind == ActionKind::F   ? "F"
-                                       : a.kind == ActionKind::I ? "B"
-                                                                 : "W") +
-                           std::to_string(a.microbatch));
+      out.back().push_back(fmt::format("{}{}",
+                                       a.kind == ActionKind::F   ? 'F'
+                                       : a.kind == ActionKind::I ? 'B'
+                                                                 : 'W',
+                                       a.microbatch));
   }
   return out;
 }
