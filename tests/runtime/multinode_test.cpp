@@ -38,7 +38,8 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 const std::string kBinary = FLEXPIPE_BINARY;
-const std::string kSmall = "--layers 2 --hidden 32 --heads 4 --seq-len 16 --microbatch-size 2 -p 2 --steps 2";
+const std::string kSmall =
+    "--layers 2 --hidden 32 --heads 4 --seq-len 16 --microbatch-size 2 -p 2 --steps 2 --warmup 1";
 constexpr auto kHang = 90s;  // "it did not hang": far above what any test needs
 
 // Whether `port` on 127.0.0.1 can be bound now (0: any; returns the port bound, or 0).
