@@ -126,8 +126,9 @@ class TrainCaptured(unittest.TestCase):
         return report, torch.load(self.path("weights.pt"))
 
     def check(self, factory, chunks, schedule, devices, microbatches, optimizer="sgd", extra=(), memory_exact=False,
-              clip=0):
+              clip=0, dp=1):
         data = self.prepare(factory, chunks, timed=schedule == "auto")
+        extra = [*extra, "--dp", str(dp)] if dp > 1 else extra
         report, weights = self.train(schedule, devices, microbatches, optimizer, extra, clip)
         if memory_exact:
             # What the ranks held for backward passes (saved tensors and what each chunk received) is what
@@ -136,7 +137,8 @@ class TrainCaptured(unittest.TestCase):
                 self.assertEqual(rank["measured_peak_saved_bytes"], rank["simulated_peak_activation_bytes"],
                                  f"{schedule}: rank {rank['rank']}")
         rates = [s["learning_rate"] for s in report["steps"]]
-        losses, state = reference(factory, data, microbatches, rates, optimizer, clip)
+        # Data parallelism: copy r takes micro-batches r*m .. r*m+m-1 of the step's m*dp.
+        losses, state = reference(factory, data, microbatches * dp, rates, optimizer, clip)
         for step, (got, want) in enumerate(zip([s["loss"] for s in report["steps"]], losses)):
             self.assertLessEqual(abs(got - want), RELATIVE * abs(want), f"{schedule}: loss of step {step}")
         self.assertEqual(sorted(weights), sorted(state), "the state_dict's names")
@@ -176,9 +178,9 @@ class TrainCaptured(unittest.TestCase):
         report = self.check("tiny_unet", 4, "1f1b", 4, 4, "adamw")
         self.assertEqual(len(report["memory"]), 4)
 
-    def test_transformer_classifier_zb_v_and_1f1b(self):
+    def test_transformer_classifier_zb_v_and_1f1b_with_two_data_parallel_copies(self):
         self.check("transformer_classifier", 4, "zb-v", 2, 4, "adamw")
-        self.check("transformer_classifier", 2, "1f1b", 2, 4)
+        self.check("transformer_classifier", 2, "1f1b", 2, 2, "adamw", clip=0.5, dp=2)
 
     def test_a_weight_tied_across_chunks(self):
         # Each chunk holding the tied weight adds its gradient; the copies take the summed step, counted

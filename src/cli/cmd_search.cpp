@@ -233,6 +233,7 @@ void run(const SearchCommand& o, int& exit_code) {
                              ? o.memory_limit.value
                              : in_memory_unit(o.memory_limit, problem.stage_costs->costs.memory_unit, "--memory-limit");
   const ByteUnits bytes = byte_units_of(o.memory_limit);
+  problem.byte_units = bytes;
   if (problem.max_chunks > 1) problem.max_chunks = o.max_chunks;
   if (o.costs.empty()) {  // a cost table gives its own links
     const double link = o.link_bandwidth >= 0 ? o.link_bandwidth : hardware.nvlink_bandwidth;

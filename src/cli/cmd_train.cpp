@@ -142,8 +142,10 @@ PartitionPlan searched_plan(const SearchProblem& problem, const ScheduleCandidat
 
 // --schedule auto: measure the model (or read the measurements), search the schedule space with them
 // (flexpipe search, docs/search.md) and train the answer: a built-in by name, or the search's program
-// written next to the profile. Done before any rank starts; inside a job every rank searches for
-// itself, so the search stops on a count of simulations, not on time, and gives every rank the same.
+// written next to the profile. A captured model is searched with the times its capture measured, and
+// the partition found becomes the plan its export is cut by (written next to the graph). Done before any rank starts;
+// inside a job every rank searches for itself, so the search stops on a count of simulations, not on time, and gives
+// every rank the same.
 void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   const bool in_job = runtime::in_launched_job();
   const bool cached = !o.profile.empty() && std::filesystem::exists(o.profile);
@@ -309,8 +311,9 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   if (o.schedule == "auto") choose_schedule(o, command_line);
   const int ranks = pipeline_devices(o) * request.data_parallel;
   // Once per job: by the process that trains alone, or by rank 0 (a launcher leaves it to its rank 0).
-  const bool in_job = std::getenv("WORLD_SIZE") != nullptr;
-  if (in_job ? std::getenv("RANK") == std::string("0") : ranks == 1) warn_if_warmup_outlasts_run(request.training);
+  const bool in_job = runtime::in_launched_job();
+  if (in_job ? runtime::rank_env_from_environment().rank == 0 : ranks == 1)
+    warn_if_warmup_outlasts_run(request.training);
   o.command.schedules = {o.schedule};
   if (!is_file(o.schedule) && o.command.schedule.devices == 0 && !defines_parameter(o.command.schedule, "p"))
     o.command.schedule.devices = kDefaultDevices;

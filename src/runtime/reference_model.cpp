@@ -119,20 +119,25 @@ ReferenceRun train_reference(const ModelPlan& plan, const DataSource& data, cons
         run.first_gradients.emplace_back();
         for (const at::Tensor& p : node_params) run.first_gradients.back().push_back(p.grad().clone());
       }
-    if (training.max_grad_norm > 0) {
-      double squares = 0;
-      for (const at::Tensor& g : gradients) squares += g.to(at::kDouble).pow(2).sum().item<double>();
-      const double coefficient = std::min(1.0, training.max_grad_norm / (std::sqrt(squares) + 1e-6));
-      for (const at::Tensor& g : gradients) g.mul_(coefficient);
-    }
-    if (training.learning_rate) optimizer.set_learning_rate(learning_rate(*training.learning_rate, step));
-    optimizer.step(gradients);
+    finish_reference_step(training, step, optimizer, gradients);
   }
   for (const auto& node_params : parameters) {
     run.parameters.emplace_back();
     for (const at::Tensor& p : node_params) run.parameters.back().push_back(p.detach().clone());
   }
   return run;
+}
+
+void finish_reference_step(const ReferenceTraining& training, int step, Optimizer& optimizer,
+                           const std::vector<at::Tensor>& gradients) {
+  if (training.max_grad_norm > 0) {
+    double squares = 0;
+    for (const at::Tensor& g : gradients) squares += g.to(at::kDouble).pow(2).sum().item<double>();
+    const double coefficient = std::min(1.0, training.max_grad_norm / (std::sqrt(squares) + 1e-6));
+    for (const at::Tensor& g : gradients) g.mul_(coefficient);
+  }
+  if (training.learning_rate) optimizer.set_learning_rate(learning_rate(*training.learning_rate, step));
+  optimizer.step(gradients);
 }
 
 double relative_difference(const at::Tensor& a, const at::Tensor& b) {

@@ -34,6 +34,11 @@ ReferenceRun train_reference(const ModelPlan& plan, const DataSource& data, cons
 // Synthetic data of the plan's vocabulary and seed, constant learning rate, no clipping.
 ReferenceRun train_reference(const ModelPlan& plan, int microbatches, int steps, const OptimizerConfig& optimizer);
 
+// The end of a reference step, as the pipeline ends one: the gradients clipped by their global norm
+// (when the training clips), the step's learning rate, the optimizer's step.
+void finish_reference_step(const ReferenceTraining& training, int step, Optimizer& optimizer,
+                           const std::vector<at::Tensor>& gradients);
+
 // The loss of one micro-batch through the reference graph; parameters per node (requires_grad set by
 // the caller when gradients are wanted).
 at::Tensor reference_loss(const ModelPlan& plan, const std::vector<std::vector<at::Tensor>>& parameters,

@@ -467,34 +467,31 @@ class RankJob {
     return path.substr(0, dot) + suffix + path.substr(dot);
   }
 
+  ReferenceTraining reference_training(int microbatches) const {
+    ReferenceTraining training;
+    training.microbatches = microbatches;
+    training.steps = request_.training.steps;
+    training.optimizer = optimizer_;
+    training.learning_rate = lr_;
+    training.max_grad_norm = request_.training.max_grad_norm;
+    return training;
+  }
+
   const ReferenceRun& reference(const ModelPlan& plan, int microbatches) {
     auto it = references_.find(microbatches);
-    if (it == references_.end()) {
-      ReferenceTraining training;
-      training.microbatches = microbatches;
-      training.steps = request_.training.steps;
-      training.optimizer = optimizer_;
-      training.learning_rate = lr_;
-      training.max_grad_norm = request_.training.max_grad_norm;
-      it = references_.emplace(microbatches, train_reference(plan, data_, training)).first;
-    }
+    if (it == references_.end())
+      it = references_.emplace(microbatches, train_reference(plan, data_, reference_training(microbatches))).first;
     return it->second;
   }
 
   // A captured model's single-process run (scripted_reference.h), once per micro-batch count.
   const ScriptedReferenceRun& scripted_reference(const ModelPlan& plan, int microbatches) {
     auto it = scripted_references_.find(microbatches);
-    if (it == scripted_references_.end()) {
-      ReferenceTraining training;
-      training.microbatches = microbatches;
-      training.steps = request_.training.steps;
-      training.optimizer = optimizer_;
-      training.learning_rate = lr_;
-      training.max_grad_norm = request_.training.max_grad_norm;
+    if (it == scripted_references_.end())
       it = scripted_references_
-               .emplace(microbatches, train_scripted_reference(*plan.scripted, *tensors_, training, plan.seed))
+               .emplace(microbatches, train_scripted_reference(*plan.scripted, *tensors_,
+                                                               reference_training(microbatches), plan.seed))
                .first;
-    }
     return it->second;
   }
 

@@ -1,6 +1,5 @@
 #include "scripted_reference.h"
 
-#include <cmath>
 #include <map>
 
 #include <ATen/ATen.h>
@@ -105,15 +104,8 @@ ScriptedReferenceRun train_scripted_reference(const ExportManifest& manifest, co
       if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
       gradients.push_back(p.grad());
     }
-    if (training.max_grad_norm > 0) {
-      double squares = 0;
-      for (const at::Tensor& g : gradients) squares += g.to(at::kDouble).pow(2).sum().item<double>();
-      const double coefficient = std::min(1.0, training.max_grad_norm / (std::sqrt(squares) + 1e-6));
-      for (const at::Tensor& g : gradients) g.mul_(coefficient);
-    }
-    if (training.learning_rate) optimizer.set_learning_rate(learning_rate(*training.learning_rate, step));
     at::NoGradGuard no_grad;
-    optimizer.step(gradients);
+    finish_reference_step(training, step, optimizer, gradients);
   }
   return run;
 }

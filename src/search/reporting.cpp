@@ -257,21 +257,23 @@ std::string AnytimeSearch::what_would_fit() const {
   const double limit = capacity.empty() ? kInfinity : *std::min_element(capacity.begin(), capacity.end());
   const int p = problem_.devices;
   const double smallest = peak(result_.best);
-  // A graph's sizes are bytes; a table's are in its own unit, printed bare when it names none.
-  const std::string unit = !problem_.stage_costs ? " bytes"
-                           : problem_.stage_costs->costs.memory_unit == "unit"
-                               ? ""
-                               : " " + problem_.stage_costs->costs.memory_unit;
+  // A graph's sizes are bytes, printed in the units the limit was given in; a table's are in its own
+  // unit, printed bare when it names none.
+  auto size = [&](double amount) {
+    if (!problem_.stage_costs) return format_bytes(amount, problem_.byte_units);
+    const std::string& unit = problem_.stage_costs->costs.memory_unit;
+    return unit == "unit" ? fmt::format("{:.4g}", amount) : fmt::format("{:.4g} {}", amount, unit);
+  };
   std::string text = fmt::format(
-      "no schedule fits {:.4g}{} per device: even with {} and one micro-batch in flight per device, the fullest "
-      "device needs {:.4g}{}",
-      limit, unit, smallest_footprint_actions(), smallest, unit);
+      "no schedule fits {} per device: even with {} and one micro-batch in flight per device, the fullest device "
+      "needs {}",
+      size(limit), smallest_footprint_actions(), size(smallest));
   if (total_static / p >= limit) {
     const int needed = static_cast<int>(std::ceil(total_static / limit));
     return text + fmt::format(
-                      "; parameters, gradients and optimizer state alone take {:.4g}{}, so at least {} "
-                      "devices are needed (have {})",
-                      total_static, unit, needed + 1, p);
+                      "; parameters, gradients and optimizer state alone take {}, so at least {} devices are needed "
+                      "(have {})",
+                      size(total_static), needed + 1, p);
   }
   double fixed = 0;
   if (!result_.best.costs.stages.empty()) {

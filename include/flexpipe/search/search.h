@@ -17,6 +17,7 @@
 #include "flexpipe/costs/stage_aggregation.h"
 #include "flexpipe/search/bound.h"
 #include "flexpipe/search/list_scheduler.h"
+#include "flexpipe/support/quantity.h"
 #include "flexpipe/sim/simulator.h"
 
 namespace flexpipe {
@@ -60,6 +61,7 @@ struct SearchProblem {
   std::vector<BatchSplit> batches;  // at least one; more when the global batch allows several
   double seq_len = 0;               // 0: the graph's reference
   double memory_limit = kInfinity;  // bytes per device; with stage_costs, when finite, instead of its capacity
+  ByteUnits byte_units = ByteUnits::Decimal;  // how messages print a graph's bytes: the units the limit was given in
   // Byte sizes and links; its shape, decisions and capacity are set per candidate.
   AggregationOptions aggregation;
   // The placements searched (the families of `flexpipe search --families`); a built-in may be the
