@@ -17,8 +17,8 @@
 #include "flexpipe/costs/stage_aggregation.h"
 #include "flexpipe/search/bound.h"
 #include "flexpipe/search/list_scheduler.h"
-#include "flexpipe/support/quantity.h"
 #include "flexpipe/sim/simulator.h"
+#include "flexpipe/support/quantity.h"
 
 namespace flexpipe {
 
