@@ -95,8 +95,10 @@ void Executor::State::synchronise_tied() {
     return kTiedTags + static_cast<uint32_t>(weight * schedule.num_stages() + stage);
   };
   auto gradient = [&](int stage, int parameter) -> at::Tensor& { return local(stage).scripted->gradients[parameter]; };
+  auto here = [&](int stage, int pipeline) {
+    return schedule.stage_device[stage] == rank && schedule.pipeline_of_stage(stage) == pipeline;
+  };
   std::vector<Pending> outgoing;
-  std::vector<std::vector<at::Tensor>> sums(tied.size());
   std::vector<std::vector<Pending>> incoming(tied.size());
   for (size_t w = 0; w < tied.size(); ++w) {
     incoming[w].resize(tied[w].copies.size());
@@ -120,18 +122,17 @@ void Executor::State::synchronise_tied() {
       }
     }
   }
+  // Per weight and pipeline this rank holds a copy in: the sum of every copy of that pipeline.
+  std::vector<std::vector<at::Tensor>> sums(tied.size(), std::vector<at::Tensor>(schedule.num_pipelines));
   for (size_t w = 0; w < tied.size(); ++w)
     for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline) {
-      bool held_here = false;
-      for (const auto& [stage, parameter] : tied[w].copies)
-        held_here =
-            held_here || (schedule.stage_device[stage] == rank && schedule.pipeline_of_stage(stage) == pipeline);
-      if (!held_here) continue;
-      at::Tensor sum;
-      for (size_t c = 0; c < tied[w].copies.size(); ++c) {
-        const auto& [stage, parameter] = tied[w].copies[c];
+      const auto& copies = tied[w].copies;
+      if (std::none_of(copies.begin(), copies.end(), [&](const auto& c) { return here(c.first, pipeline); })) continue;
+      at::Tensor& sum = sums[w][pipeline];
+      for (size_t c = 0; c < copies.size(); ++c) {
+        const auto& [stage, parameter] = copies[c];
         if (schedule.pipeline_of_stage(stage) != pipeline) continue;
-        if (schedule.stage_device[stage] == rank) {
+        if (here(stage, pipeline)) {
           add_to(sum, gradient(stage, parameter));
           continue;
         }
@@ -141,24 +142,16 @@ void Executor::State::synchronise_tied() {
         in.transfer.reset();
         add_to(sum, in.buffer);
       }
-      sums[w].push_back(sum.clone());
+      sum = sum.clone();
     }
   // What was sent may be a view of the gradients themselves: overwrite them only once it is out.
   for (Pending& p : outgoing)
     wait(*p.transfer, fmt::format("rank {}: step {}, gradient of a tied weight: sending to rank {}", me, step,
                                   transport.global_rank(p.peer)));
-  for (size_t w = 0; w < tied.size(); ++w) {
-    size_t next = 0;
-    for (int pipeline = 0; pipeline < schedule.num_pipelines; ++pipeline) {
-      bool held_here = false;
-      for (const auto& [stage, parameter] : tied[w].copies)
-        if (schedule.stage_device[stage] == rank && schedule.pipeline_of_stage(stage) == pipeline) {
-          gradient(stage, parameter).copy_(sums[w][next]);
-          held_here = true;
-        }
-      if (held_here) ++next;
-    }
-  }
+  for (size_t w = 0; w < tied.size(); ++w)
+    for (const auto& [stage, parameter] : tied[w].copies)
+      if (schedule.stage_device[stage] == rank)
+        gradient(stage, parameter).copy_(sums[w][schedule.pipeline_of_stage(stage)]);
 }
 
 // Data parallelism: every replica holds the same stages; their gradients are exchanged and summed

@@ -26,6 +26,7 @@
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/exit_status.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/support/quantity.h"
 #include "flexpipe/train/lr_schedule.h"
 #include "flexpipe/train/measured_timeline.h"
 #include "flexpipe/views/views.h"
@@ -275,9 +276,9 @@ class RankJob {
           for (size_t i = 0; i < specs.size(); ++i)
             if (specs[i].name == key && !names[i].empty()) {
               // A weight tied across chunks is added once, by its first chunk's holder.
-              if (&specs == &chunk.parameters)
-                for (int other : chunk.parameter_tied_chunks[i])
-                  if (other < static_cast<int>(k)) return true;
+              if (&specs == &chunk.parameters &&
+                  first_holder(chunk, static_cast<int>(k), static_cast<int>(i)) != int(k))
+                return true;
               Entry& e = entries[by_state_name.at(names[i][0])];
               flat.narrow(0, e.offset, tensor.numel()).copy_(tensor.detach().reshape({-1}));
               return true;
@@ -561,8 +562,6 @@ class RankJob {
   std::map<int, ScriptedReferenceRun> scripted_references_;
 };
 
-std::string megabytes(double bytes) { return fmt::format("{:.2f} MB", bytes / 1e6); }
-
 void print_text(const nlohmann::json& run, bool progress) {
   fmt::print("{}: {} ranks ({} data-parallel), {} stages, {} micro-batches, data: {}\n",
              run["schedule"].get<std::string>(), run["ranks"].get<int>(), run["data_parallel"].get<int>(),
@@ -580,8 +579,8 @@ void print_text(const nlohmann::json& run, bool progress) {
       run["predicted_makespan_ms"].get<double>(), 100 * run["predicted_bubble_ratio"].get<double>());
   for (const auto& m : run["memory"])
     fmt::print("  rank {}: peak saved activations {} measured, {} simulated from the cost graph\n",
-               m["rank"].get<int>(), megabytes(m["measured_peak_saved_bytes"].get<double>()),
-               megabytes(m["simulated_peak_activation_bytes"].get<double>()));
+               m["rank"].get<int>(), format_bytes(m["measured_peak_saved_bytes"].get<double>()),
+               format_bytes(m["simulated_peak_activation_bytes"].get<double>()));
   if (run.contains("verify")) {
     const auto& v = run["verify"];
     fmt::print("  verify: loss {:.3g}, parameters {:.3g} relative to the single-process run (tolerance {:.3g}): {}\n",

@@ -221,10 +221,14 @@ torch::jit::Module load_module(const ExportManifest& manifest, const std::string
 
 }  // namespace
 
-int first_holder(const ScriptedChunk& c, int chunk, int i) {
+int first_holder(const ChunkSpec& spec, int chunk, int parameter) {
   int first = chunk;
-  for (int other : c.spec->parameter_tied_chunks.at(c.parameter_spec.at(i))) first = std::min(first, other);
+  for (int other : spec.parameter_tied_chunks.at(parameter)) first = std::min(first, other);
   return first;
+}
+
+int first_holder(const ScriptedChunk& c, int chunk, int i) {
+  return first_holder(*c.spec, chunk, c.parameter_spec.at(i));
 }
 
 const std::string& state_name(const ScriptedChunk& c, int i) {

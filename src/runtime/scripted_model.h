@@ -90,8 +90,11 @@ inline uint64_t dropout_seed(uint64_t seed, int step, int chunk, int microbatch_
   return seed * 1000003u + (uint64_t(step) * 4099u + uint64_t(chunk)) * 65537u + uint64_t(microbatch_of_step);
 }
 
-// The chunk whose copy of trainable parameter `i` of chunk `chunk` counts once, in the gradient norm
-// and the exported weights: the lowest index of the chunks holding it (`chunk` unless it is tied).
+// The chunk whose copy of parameter `parameter` (an index into spec.parameters) of chunk `chunk` counts
+// once, in the gradient norm and the exported weights: the lowest index of the chunks holding it
+// (`chunk` unless it is tied).
+int first_holder(const ChunkSpec& spec, int chunk, int parameter);
+// The same for trainable parameter `i` of a loaded chunk.
 int first_holder(const ScriptedChunk& c, int chunk, int i);
 // The state_dict name that identifies trainable parameter `i` across chunks.
 const std::string& state_name(const ScriptedChunk& c, int i);
