@@ -208,16 +208,6 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
     chosen = base.string() + (captured.empty() ? "-schedule.fps" : ".fps");
     write_text_file(chosen, fmt::format("# train --schedule auto: {}\n", best.family) + write_program(best.schedule));
   }
-  std::vector<int> sizes(best.partition.num_stages, 0);
-  for (int k : best.partition.stage_of_node) ++sizes[k];
-  std::string partition = "ops:";
-  for (size_t k = 0; k < sizes.size(); ++k) partition += fmt::format("{}{}", k ? "," : "", sizes[k]);
-  std::string plan_path;
-  if (!captured.empty()) {
-    // The export cuts the model where the plan says: the search's partition becomes a plan file.
-    plan_path = auto_path(captured, "plan.json");
-    write_text_file(plan_path, partition_plan_to_json(searched_plan(problem, best, captured, chosen, microbatches)));
-  }
   double fastest_builtin = kInfinity;
   std::string builtin_name;
   for (const ScheduleCandidateReport& b : result.builtins)
@@ -236,10 +226,17 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   for (std::string& arg : command_line)
     if (arg == "--schedule=auto") arg = "--schedule=" + chosen;
   if (captured.empty()) {
+    std::vector<int> sizes(best.partition.num_stages, 0);
+    for (int k : best.partition.stage_of_node) ++sizes[k];
+    std::string partition = "ops:";
+    for (size_t k = 0; k < sizes.size(); ++k) partition += fmt::format("{}{}", k ? "," : "", sizes[k]);
     o.command.partition = partition;
     command_line.push_back("--partition");
     command_line.push_back(partition);
   } else {
+    // The export cuts the model where the plan says: the search's partition becomes a plan file.
+    const std::string plan_path = auto_path(captured, "plan.json");
+    write_text_file(plan_path, partition_plan_to_json(searched_plan(problem, best, captured, chosen, microbatches)));
     o.command.plan = plan_path;
     command_line.push_back("--plan");
     command_line.push_back(plan_path);
