@@ -26,15 +26,24 @@ int whole_number(const std::string& digits, const std::string& variable, const s
   return value;
 }
 
+// "a,b,,c" -> a, b, "", c: every item, empty ones included (the callers refuse those).
+std::vector<std::string> comma_items(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    items.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
 // The values one bracket's contents stand for: "01-03,07" -> 01 02 03 07.
 std::vector<std::string> expand_ranges(const std::string& ranges, const std::string& variable,
                                        const std::string& text) {
   std::vector<std::string> values;
-  size_t start = 0;
-  while (start <= ranges.size()) {
-    size_t comma = ranges.find(',', start);
-    if (comma == std::string::npos) comma = ranges.size();
-    const std::string range = ranges.substr(start, comma - start);
+  for (const std::string& range : comma_items(ranges)) {
     const size_t dash = range.find('-');
     const std::string low_text = range.substr(0, dash);
     const std::string high_text = dash == std::string::npos ? low_text : range.substr(dash + 1);
@@ -43,7 +52,6 @@ std::vector<std::string> expand_ranges(const std::string& ranges, const std::str
     if (high - low > 100000) malformed(variable, text, fmt::format("the range {} is implausibly long", range));
     for (int value = low; value <= high; ++value)
       values.push_back(fmt::format("{:0{}}", value, static_cast<int>(low_text.size())));
-    start = comma + 1;
   }
   return values;
 }
@@ -97,11 +105,7 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& text, const st
 
 std::vector<int> expand_slurm_tasks_per_node(const std::string& text, const std::string& variable) {
   std::vector<int> counts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    const std::string item = text.substr(start, comma - start);
+  for (const std::string& item : comma_items(text)) {
     const size_t repeat = item.find("(x");
     int times = 1;
     if (repeat != std::string::npos) {
@@ -111,7 +115,6 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& text, const std:
     const int count = whole_number(item.substr(0, repeat), variable, text);
     if (times > 100000) malformed(variable, text, fmt::format("'{}' repeats implausibly often", item));
     counts.insert(counts.end(), static_cast<size_t>(times), count);
-    start = comma + 1;
   }
   return counts;
 }
