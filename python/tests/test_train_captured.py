@@ -137,6 +137,7 @@ class TrainCaptured(unittest.TestCase):
                 self.assertEqual(rank["measured_peak_saved_bytes"], rank["simulated_peak_activation_bytes"],
                                  f"{schedule}: rank {rank['rank']}")
         rates = [s["learning_rate"] for s in report["steps"]]
+        self.assertIn("samples_per_second", report["steps"][0])  # a captured model's inputs need not be tokens
         # Data parallelism: copy r takes micro-batches r*m .. r*m+m-1 of the step's m*dp.
         losses, state = reference(factory, data, microbatches * dp, rates, optimizer, clip)
         for step, (got, want) in enumerate(zip([s["loss"] for s in report["steps"]], losses)):
