@@ -86,6 +86,11 @@ void add_training_options(CLI::App* command, TrainingCommand& o, const std::stri
                       kSecondsExamples,
                       fmt::format("How long a rank waits for a peer before failing: 90s, 5min or seconds [{:g}s]",
                                   o.request.timeout_seconds));
+  command
+      ->add_option("--timing-warmup", o.request.timing_warmup,
+                   "Steps left out of the timing report at the start, where the allocator and caches warm up [a "
+                   "fifth of the steps, at least 1 of 2 or more]")
+      ->check(whole_number_at_least(0));
   command->add_option("--trace", o.request.trace_path, "Write the measured last step as a Perfetto trace (rank 0)");
   command->add_option("--svg", o.request.svg_path,
                       "Write the measured last step as an SVG timeline, and the simulated one next to it (rank 0)");

@@ -36,8 +36,9 @@ constexpr std::string_view kStageKeys[] = {"forward",          "backward_input",
                                            "parameter_bytes",  "gradient_bytes", "optimizer_bytes",
                                            "output_bytes",     "offload_bytes",  "rebuilt_peak_bytes",
                                            "workspace_bytes"};
-constexpr std::string_view kLinkKeys[] = {"latency", "bandwidth"};
-constexpr std::string_view kLinkOverrideKeys[] = {"src", "dst", "latency", "bandwidth"};
+constexpr std::string_view kLinkKeys[] = {"latency", "bandwidth", "send_cpu", "receive_cpu", "cpu_bandwidth"};
+constexpr std::string_view kLinkOverrideKeys[] = {"src",      "dst",         "latency",      "bandwidth",
+                                                  "send_cpu", "receive_cpu", "cpu_bandwidth"};
 
 // Reads one parsed document; every failure names the origin and the JSON path.
 class Reader : public detail::JsonPathReader {
@@ -106,6 +107,14 @@ class Reader : public detail::JsonPathReader {
         fail(where, path == "host_link" ? "must be positive (null for unlimited), got 0; for no host link at all, "
                                           "write \"host_link\": null"
                                         : "must be positive (null for unlimited), got 0");
+    }
+    if (object.contains("send_cpu")) result.send_cpu = number(object["send_cpu"], json_child(path, "send_cpu"));
+    if (object.contains("receive_cpu"))
+      result.receive_cpu = number(object["receive_cpu"], json_child(path, "receive_cpu"));
+    if (object.contains("cpu_bandwidth")) {
+      const std::string where = json_child(path, "cpu_bandwidth");
+      result.cpu_bandwidth = number_or_unlimited(object["cpu_bandwidth"], where);
+      if (result.cpu_bandwidth == 0) fail(where, "must be positive (null for unlimited), got 0");
     }
     return result;
   }
@@ -252,10 +261,18 @@ nlohmann::ordered_json stage_json(const StageCosts& stage) {
   return out;
 }
 
-nlohmann::ordered_json link_json(const Link& link) {
-  nlohmann::ordered_json out;
+// The host-time fields only where a transport measured them, so that tables without stay as they were.
+void add_link_fields(nlohmann::ordered_json& out, const Link& link) {
   out["latency"] = number_json(link.latency);
   out["bandwidth"] = number_json(link.bandwidth);
+  if (link.send_cpu != 0) out["send_cpu"] = number_json(link.send_cpu);
+  if (link.receive_cpu != 0) out["receive_cpu"] = number_json(link.receive_cpu);
+  if (std::isfinite(link.cpu_bandwidth)) out["cpu_bandwidth"] = number_json(link.cpu_bandwidth);
+}
+
+nlohmann::ordered_json link_json(const Link& link) {
+  nlohmann::ordered_json out;
+  add_link_fields(out, link);
   return out;
 }
 
@@ -296,8 +313,7 @@ std::string cost_table_to_json(const CostTable& costs) {
       nlohmann::ordered_json entry;
       entry["src"] = pair.src;
       entry["dst"] = pair.dst;
-      entry["latency"] = number_json(pair.link.latency);
-      entry["bandwidth"] = number_json(pair.link.bandwidth);
+      add_link_fields(entry, pair.link);
       out["links"].push_back(entry);
     }
   }

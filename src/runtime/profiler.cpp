@@ -11,18 +11,13 @@
 #include <unordered_map>
 
 #include "data_source.h"
+#include "flexpipe/support/statistics.h"
 
 namespace flexpipe::runtime {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
 
 template <typename F>
 double time_ms(F&& f) {

@@ -8,8 +8,10 @@
 #include <map>
 #include <optional>
 #include <string_view>
+#include <thread>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/util/accumulate.h>
 #include <fmt/format.h>
 #include <torch/serialize.h>
@@ -27,6 +29,7 @@
 #include "flexpipe/support/exit_status.h"
 #include "flexpipe/support/files.h"
 #include "flexpipe/support/quantity.h"
+#include "flexpipe/support/statistics.h"
 #include "flexpipe/train/lr_schedule.h"
 #include "flexpipe/train/measured_timeline.h"
 #include "flexpipe/views/views.h"
@@ -163,7 +166,8 @@ class RankJob {
     // A captured model counts samples: its inputs need not be token sequences.
     const double tokens_per_step = double(m) * replicas * plan.microbatch_size * plan.seq_len;
     StepReport last;
-    std::vector<std::vector<MeasuredAction>> devices_trace;
+    std::vector<MeasuredStep> timed;  // replica 0's traces of the steps after the timing warm-up
+    const int timed_from = first_step + timing_warmup(request_.training.steps - first_step);
     for (int step = first_step; step < request_.training.steps; ++step) {
       const double rate = lr_ ? learning_rate(*lr_, step) : -1;
       last = executor.run_step(step,
@@ -186,11 +190,16 @@ class RankJob {
                               {"overhead_us_per_action", overhead}};
       if (lr_) entry["learning_rate"] = rate;
       if (request_.training.max_grad_norm > 0) entry["grad_norm"] = last.grad_norm;
-      if (request_.progress) {
-        collective(step, "gathering every rank's trace of the step",
-                   [&] { devices_trace = gather_trace(*pipeline, world_, last.trace, timeout_); });
-        entry["bubble"] = measured_result(executor.lowered(), devices_trace).bubble_ratio;
-        if (world_.rank() == 0) print_progress(entry, request_.training.steps);
+      // Every step's trace, outside its timing: the report is over many steps, not the last one.
+      std::vector<MeasuredStep> traces;
+      collective(step, "gathering every rank's trace of the step",
+                 [&] { traces = split_by_replica(gather_all_traces(world_, last.trace, timeout_), devices); });
+      entry["bubble"] = measured_result(executor.lowered(), traces[replica]).bubble_ratio;
+      if (request_.progress && world_.rank() == 0) print_progress(entry, request_.training.steps);
+      if (step >= timed_from || step + 1 == request_.training.steps) {
+        // A run shorter than its warm-up is timed on its last step alone.
+        if (step < timed_from) timed.clear();
+        timed.push_back(std::move(traces[0]));
       }
       j["steps"].push_back(std::move(entry));
       // Every rank holds the same summed loss, so every rank stops at the same step. The parameters
@@ -211,7 +220,7 @@ class RankJob {
           ((request_.save_every > 0 && (step + 1) % request_.save_every == 0) || step + 1 == request_.training.steps))
         save(executor, identity, step + 1);
     }
-    if (!j["steps"].empty()) describe_last_step(executor, run, plan, last, j);
+    if (!timed.empty()) describe_timing(executor, run, plan, timed, j);
     if (!request_.export_weights.empty() && !outcome.diverged) export_weights(executor, schedule, replica);
     if (world_.rank() == 0 && !request_.curve_path.empty() && !j["steps"].empty()) {
       std::vector<double> losses;
@@ -315,34 +324,91 @@ class RankJob {
     }
   }
 
-  // Every rank's trace of the step, on every rank (padded to the longest list): this replica's only.
-  std::vector<std::vector<MeasuredAction>> gather_trace(Transport& pipeline, Transport& world,
-                                                        const std::vector<ActionRecord>& mine, Milliseconds timeout) {
-    const std::vector<std::vector<MeasuredAction>> all = gather_all_traces(world, mine, timeout);
-    const int devices = pipeline.world_size(), replica = world.rank() / devices;
-    return {all.begin() + replica * devices, all.begin() + (replica + 1) * devices};
+  // The job's traces as one step of each pipeline replica (global rank = replica * devices + device).
+  static std::vector<MeasuredStep> split_by_replica(std::vector<std::vector<MeasuredAction>> all, int devices) {
+    std::vector<MeasuredStep> replicas(all.size() / devices);
+    for (size_t r = 0; r < replicas.size(); ++r)
+      replicas[r].assign(std::make_move_iterator(all.begin() + r * devices),
+                         std::make_move_iterator(all.begin() + (r + 1) * devices));
+    return replicas;
   }
 
-  void describe_last_step(Executor& executor, const ScheduledRun& run, const ModelPlan& plan, const StepReport& last,
-                          nlohmann::json& j) {
+  // More computing threads on this machine than it has cores: ranks wait for a core, which the
+  // simulation (a device per rank, each with its own) does not model.
+  std::string core_sharing_note() const {
+    const unsigned cores = std::thread::hardware_concurrency();
+    const int threads = at::get_num_threads(), ranks = request_.env.local_world_size;
+    if (cores == 0 || static_cast<int64_t>(ranks) * threads <= static_cast<int64_t>(cores)) return "";
+    return fmt::format(
+        "{} ranks of {} thread{} share this machine's {} cores: they wait for a core, which the simulation (each "
+        "rank a device of its own) does not model; expect the measured step to be longer than predicted",
+        ranks, threads, threads == 1 ? "" : "s", cores);
+  }
+
+  int timing_warmup(int steps_run) const {
+    if (request_.timing_warmup >= 0) return request_.timing_warmup;
+    return steps_run >= 2 ? std::max(1, steps_run / 5) : 0;
+  }
+
+  // The timing report over the timed steps (docs/fidelity.md): the measured step's median and
+  // spread, the simulator's step from the median action times, and per rank where the time went in
+  // both. The timelines drawn are the last step's.
+  void describe_timing(Executor& executor, const ScheduledRun& run, const ModelPlan& plan,
+                       const std::vector<MeasuredStep>& steps, nlohmann::json& j) {
     const Schedule& lowered = executor.lowered();
     const int devices = lowered.num_devices;
-    std::vector<std::vector<MeasuredAction>> all;
-    collective(j["steps"].back()["step"].get<int>(), "gathering every rank's trace of the last step",
-               [&] { all = gather_all_traces(world_, last.trace, timeout_); });
-    all.resize(devices);  // the timeline of replica 0
-    SimResult measured = measured_result(lowered, all);
-    const Schedule timed = with_measured_custom_durations(lowered, all);
-    const CostTable costs = measured_costs(lowered, all);
-    const bool draw = world_.rank() == 0 && !request_.svg_path.empty();
-    const SimResult predicted = simulate(timed, costs, {draw, false});
+    std::vector<double> makespans, bubbles;
+    std::vector<std::vector<TimeBreakdown>> parts(devices);
+    for (const MeasuredStep& step : steps) {
+      const SimResult r = measured_result(lowered, step);
+      makespans.push_back(r.makespan);
+      bubbles.push_back(r.bubble_ratio);
+      const std::vector<TimeBreakdown> breakdown = measured_breakdown(lowered, step);
+      for (int d = 0; d < devices; ++d) parts[d].push_back(breakdown[d]);
+    }
+    SimResult measured = measured_result(lowered, steps.back());
+    const Schedule timed = with_measured_custom_durations(lowered, steps);
+    const CostTable costs = measured_costs(lowered, steps);
+    const SimResult predicted = simulate(timed, costs, {true, false});
     // The views report efficiency against the lower bound of the same measured costs.
     measured.lower_bound = lower_bound(timed, costs);
     measured.efficiency = measured.makespan > 0 ? measured.lower_bound / measured.makespan : 0;
-    j["measured_makespan_ms"] = measured.makespan;
+    const double median_makespan = median(makespans);
+    const int first_timed = j["steps"].back()["step"].get<int>() + 1 - static_cast<int>(steps.size());
+    j["timed_steps"] = {{"first", first_timed}, {"count", steps.size()}};
+    j["measured_makespan_ms"] = median_makespan;
+    j["measured_makespan_spread_ms"] = {{"min", quantile(makespans, 0)},
+                                        {"p25", quantile(makespans, 0.25)},
+                                        {"p75", quantile(makespans, 0.75)},
+                                        {"max", quantile(makespans, 1)}};
     j["predicted_makespan_ms"] = predicted.makespan;
-    j["measured_bubble_ratio"] = measured.bubble_ratio;
+    j["gap_percent"] = median_makespan > 0 ? 100 * (median_makespan - predicted.makespan) / median_makespan : 0.0;
+    j["measured_bubble_ratio"] = median(bubbles);
     j["predicted_bubble_ratio"] = predicted.bubble_ratio;
+    j["measured_link_ms"] = {{"latency", costs.link.latency},
+                             {"send_cpu", costs.link.send_cpu},
+                             {"receive_cpu", costs.link.receive_cpu}};
+    const std::vector<TimeBreakdown> simulated = simulated_breakdown(timed, predicted);
+    j["breakdown_ms"] = nlohmann::json::array();
+    for (int d = 0; d < devices; ++d) {
+      auto component = [&](double TimeBreakdown::*field) {
+        std::vector<double> values;
+        for (const TimeBreakdown& p : parts[d]) values.push_back(p.*field);
+        return median(values);
+      };
+      j["breakdown_ms"].push_back({{"rank", d},
+                                   {"measured",
+                                    {{"compute", component(&TimeBreakdown::compute)},
+                                     {"transfer", component(&TimeBreakdown::transfer)},
+                                     {"waiting", component(&TimeBreakdown::waiting)},
+                                     {"overhead", component(&TimeBreakdown::overhead)}}},
+                                   {"simulated",
+                                    {{"compute", simulated[d].compute},
+                                     {"transfer", simulated[d].transfer},
+                                     {"waiting", simulated[d].waiting},
+                                     {"overhead", simulated[d].overhead}}}});
+    }
+    if (const std::string note = core_sharing_note(); !note.empty()) j["prediction_note"] = note;
     // Memory: the simulator's activation peak per device from the cost graph's per-operator saved
     // bytes, next to the peak the executor held. The actions take their measured times, so that what
     // is saved and freed happens in the order the ranks ran it (a captured graph without timings
@@ -571,12 +637,28 @@ void print_text(const nlohmann::json& run, bool progress) {
     for (const auto& s : run["steps"])
       fmt::print("  step {}: loss {:.6f}  {:.1f} ms\n", s["step"].get<int>() + 1, s["loss"].get<double>(),
                  1e3 * s["seconds"].get<double>());
-  if (run["steps"].empty()) return;
+  if (!run.contains("timed_steps")) return;
+  const int first = run["timed_steps"]["first"].get<int>(), count = run["timed_steps"]["count"].get<int>();
+  const auto& spread = run["measured_makespan_spread_ms"];
   fmt::print(
-      "  last step: measured {:.2f} ms (bubble {:.1f}%), simulated with the measured action times {:.2f} ms "
-      "(bubble {:.1f}%)\n",
-      run["measured_makespan_ms"].get<double>(), 100 * run["measured_bubble_ratio"].get<double>(),
-      run["predicted_makespan_ms"].get<double>(), 100 * run["predicted_bubble_ratio"].get<double>());
+      "  steps {}-{} ({} timed): measured {:.2f} ms median (quartiles {:.2f}-{:.2f}, bubble {:.1f}%), simulated "
+      "from the median action times {:.2f} ms (bubble {:.1f}%): {:.1f}% {}\n",
+      first + 1, first + count, count, run["measured_makespan_ms"].get<double>(), spread["p25"].get<double>(),
+      spread["p75"].get<double>(), 100 * run["measured_bubble_ratio"].get<double>(),
+      run["predicted_makespan_ms"].get<double>(), 100 * run["predicted_bubble_ratio"].get<double>(),
+      std::abs(run["gap_percent"].get<double>()),
+      run["gap_percent"].get<double>() >= 0 ? "below the measurement" : "above the measurement");
+  fmt::print("  {:<8} {:>28} | {:>28}\n", "ms", "measured (median)", "simulated");
+  fmt::print("  {:<8} {:>9}{:>10}{:>9}{:>10} | {:>9}{:>10}{:>9}\n", "", "compute", "transfer", "waiting", "overhead",
+             "compute", "transfer", "waiting");
+  for (const auto& b : run["breakdown_ms"]) {
+    const auto &m = b["measured"], &p = b["simulated"];
+    fmt::print("  rank {:<3} {:>9.2f}{:>10.2f}{:>9.2f}{:>10.2f} | {:>9.2f}{:>10.2f}{:>9.2f}\n", b["rank"].get<int>(),
+               m["compute"].get<double>(), m["transfer"].get<double>(), m["waiting"].get<double>(),
+               m["overhead"].get<double>(), p["compute"].get<double>(), p["transfer"].get<double>(),
+               p["waiting"].get<double>());
+  }
+  if (run.contains("prediction_note")) fmt::print("  note: {}\n", run["prediction_note"].get<std::string>());
   for (const auto& m : run["memory"])
     fmt::print("  rank {}: peak saved activations {} measured, {} simulated from the cost graph\n",
                m["rank"].get<int>(), format_bytes(m["measured_peak_saved_bytes"].get<double>()),

@@ -48,6 +48,8 @@ struct StageInfo {
   double workspace = 0;        // held while any of the stage's computations runs
   double forward_send_time = 0, forward_send_bytes = 0;
   double backward_send_time = 0, backward_send_bytes = 0;
+  // Host time of this stage's SEND_F, SEND_B, RECV_F and RECV_B on its device (Link::send_cpu).
+  double forward_send_cpu = 0, backward_send_cpu = 0, forward_receive_cpu = 0, backward_receive_cpu = 0;
 };
 
 // Buffers reused from one simulation to the next on a thread: the search simulates millions of
@@ -165,6 +167,18 @@ class Simulation {
 
   void record(int device, int position, double start, double end) {
     if (options_.record_timeline) result_.timeline[device][position] = {start, end};
+  }
+  // A transfer's host time on `device` (Link::send_cpu): from `ready`, like a computation but not
+  // counted as busy; returns when the host is free again. Without host time the action takes no
+  // time and does not move the device's clock.
+  double occupy_host(int device, int position, double ready, double duration, double& clock) {
+    if (duration <= 0) {
+      record(device, position, clock, clock);
+      return ready;
+    }
+    clock = ready + duration;
+    record(device, position, ready, clock);
+    return clock;
   }
   // Runs a transfer (or an off-stream custom action) on a FIFO channel; returns its interval.
   Interval transfer(int device, int position, int src, int dst, double ready, double duration, double bytes,
@@ -334,12 +348,17 @@ void Simulation::prepare_stages() {
       info.forward_link = link_id(info.device, placement[s + 1]);
       info.forward_send_bytes = cost.output_bytes;
       info.forward_send_time = work_.links[info.forward_link]->transfer_time(cost.output_bytes);
+      info.forward_send_cpu = work_.links[info.forward_link]->send_cpu_time(cost.output_bytes);
+      info.backward_receive_cpu =
+          costs_.link_between(placement[s + 1], info.device).receive_cpu_time(cost.output_bytes);
     }
     if (!info.first && !info.previous_local) {
       const double bytes = costs_.stages[schedule_.chunk_of_stage(s - 1)].output_bytes;
       info.backward_link = link_id(info.device, placement[s - 1]);
       info.backward_send_bytes = bytes;
       info.backward_send_time = work_.links[info.backward_link]->transfer_time(bytes);
+      info.backward_send_cpu = work_.links[info.backward_link]->send_cpu_time(bytes);
+      info.forward_receive_cpu = costs_.link_between(placement[s - 1], info.device).receive_cpu_time(bytes);
     }
   }
 }
@@ -497,30 +516,33 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
     case ActionKind::SendF: {
       if (!wait(device, key(s, m, detail::kForwardDone), ready)) return false;
       const StageInfo& info = work_.stages[s];
+      // The data leaves once the sender's host has handed it over.
+      const double posted = occupy_host(device, position, ready, info.forward_send_cpu, clock);
       const Interval sent =
-          transfer(device, position, device, work_.stages[s + 1].device, ready, info.forward_send_time,
+          transfer(device, position, device, work_.stages[s + 1].device, posted, info.forward_send_time,
                    info.forward_send_bytes, work_.link_free[info.forward_link]);
       produce(key(s + 1, m, detail::kForwardArrived), sent.end);
       result_.comm_bytes += info.forward_send_bytes;
       ++result_.comm_transfers;
-      record(device, position, clock, clock);
       return true;
     }
     case ActionKind::SendB: {
       if (!wait(device, key(s, m, detail::kInputGradDone), ready)) return false;
       const StageInfo& info = work_.stages[s];
+      const double posted = occupy_host(device, position, ready, info.backward_send_cpu, clock);
       const Interval sent =
-          transfer(device, position, device, work_.stages[s - 1].device, ready, info.backward_send_time,
+          transfer(device, position, device, work_.stages[s - 1].device, posted, info.backward_send_time,
                    info.backward_send_bytes, work_.link_free[info.backward_link]);
       produce(key(s - 1, m, detail::kGradArrived), sent.end);
       result_.comm_bytes += info.backward_send_bytes;
       ++result_.comm_transfers;
-      record(device, position, clock, clock);
       return true;
     }
-    case ActionKind::RecvF:
-    case ActionKind::RecvB:  // checked before simulating; its consumer waits for the transfer
-      record(device, position, clock, clock);
+    case ActionKind::RecvF:  // checked before simulating; its consumer waits for the transfer
+      occupy_host(device, position, ready, work_.stages[s].forward_receive_cpu, clock);
+      return true;
+    case ActionKind::RecvB:
+      occupy_host(device, position, ready, work_.stages[s].backward_receive_cpu, clock);
       return true;
     case ActionKind::Offload: {
       if (!wait(device, key(s, m, detail::kForwardDone), ready)) return false;

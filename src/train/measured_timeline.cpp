@@ -1,10 +1,14 @@
 #include "flexpipe/train/measured_timeline.h"
 
 #include <algorithm>
+#include <map>
+#include <numeric>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/statistics.h"
 
 namespace flexpipe {
 
@@ -52,58 +56,115 @@ SimResult measured_result(const Schedule& lowered, const std::vector<std::vector
   return result;
 }
 
-CostTable measured_costs(const Schedule& lowered, const std::vector<std::vector<MeasuredAction>>& devices) {
-  check_indices(lowered, devices);
+CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep>& steps) {
+  for (const MeasuredStep& step : steps) check_indices(lowered, step);
   const int chunks = lowered.stages_per_pipeline;
   constexpr int kKinds = kNumActionKinds;
-  std::vector<double> sum(static_cast<size_t>(chunks) * kKinds, 0.0), count(sum.size(), 0.0);
-  auto add = [&](ActionKind kind, int stage, double time) {
-    const size_t slot = static_cast<size_t>(lowered.chunk_of_stage(stage)) * kKinds + static_cast<size_t>(kind);
-    sum[slot] += time;
-    count[slot] += 1;
-  };
-  for (size_t d = 0; d < devices.size(); ++d)
-    for (const MeasuredAction& m : devices[d]) {
-      const Action& a = lowered.device_actions[d][m.index];
-      const double time = std::max(0.0, m.end - m.start - m.wait);
-      if (a.kind == ActionKind::Overlap) continue;  // both halves in one interval: not attributable
-      if (is_compute(a.kind) && a.kind != ActionKind::Opt) add(a.kind, a.stage, time);
-    }
-  auto mean = [&](int chunk, ActionKind kind, double fallback) {
-    const size_t slot = static_cast<size_t>(chunk) * kKinds + static_cast<size_t>(kind);
-    return count[slot] > 0 ? sum[slot] / count[slot] : fallback;
+  std::vector<std::vector<double>> times(static_cast<size_t>(chunks) * kKinds);
+  std::vector<double> sends, receives, forward_flights, backward_flights;
+  for (const MeasuredStep& step : steps) {
+    // Where each pipeline message was handed over and when its consumer had it.
+    std::map<std::tuple<ActionKind, int, int>, double> sent;
+    std::vector<std::tuple<ActionKind, int, int, double>> consumed;
+    for (size_t d = 0; d < step.size(); ++d)
+      for (const MeasuredAction& m : step[d]) {
+        const Action& a = lowered.device_actions[d][m.index];
+        const double time = std::max(0.0, m.end - m.start - m.wait);
+        if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB) {
+          sends.push_back(time);
+          sent[{a.kind, a.stage, a.microbatch}] = m.end;
+        } else if (a.kind == ActionKind::RecvF || a.kind == ActionKind::RecvB) {
+          receives.push_back(time);
+        }
+        // An OVERLAP waits for two inputs at once: which one it waited for is not known.
+        if (m.wait > 0 && a.kind == ActionKind::F && !lowered.is_first_stage(a.stage) &&
+            lowered.stage_device[a.stage - 1] != static_cast<int>(d))
+          consumed.emplace_back(ActionKind::SendF, a.stage - 1, a.microbatch, m.start + m.wait);
+        if (m.wait > 0 && (a.kind == ActionKind::B || a.kind == ActionKind::I) && !lowered.is_last_stage(a.stage) &&
+            lowered.stage_device[a.stage + 1] != static_cast<int>(d))
+          consumed.emplace_back(ActionKind::SendB, a.stage + 1, a.microbatch, m.start + m.wait);
+        if (a.kind == ActionKind::Overlap || !is_compute(a.kind) || a.kind == ActionKind::Opt) continue;
+        times[static_cast<size_t>(lowered.chunk_of_stage(a.stage)) * kKinds + static_cast<size_t>(a.kind)].push_back(
+            time);
+      }
+    for (const auto& [kind, stage, microbatch, arrived] : consumed)
+      if (auto it = sent.find({kind, stage, microbatch}); it != sent.end())
+        (kind == ActionKind::SendF ? forward_flights : backward_flights).push_back(arrived - it->second);
+  }
+  auto median_of = [&](int chunk, ActionKind kind, double fallback) {
+    std::vector<double>& values = times[static_cast<size_t>(chunk) * kKinds + static_cast<size_t>(kind)];
+    return values.empty() ? fallback : median(values);
   };
   CostTable table;
   table.time_unit = "ms";
   table.memory_unit = "bytes";
   for (int c = 0; c < chunks; ++c) {
     StageCosts s;
-    s.forward = mean(c, ActionKind::F, 0);
-    s.backward_input = mean(c, ActionKind::I, 0);
-    s.backward_weight = mean(c, ActionKind::W, 0);
-    s.backward = mean(c, ActionKind::B, s.backward_input + s.backward_weight);
+    s.forward = median_of(c, ActionKind::F, 0);
+    s.backward_input = median_of(c, ActionKind::I, 0);
+    s.backward_weight = median_of(c, ActionKind::W, 0);
+    s.backward = median_of(c, ActionKind::B, s.backward_input + s.backward_weight);
     if (s.backward_input == 0 && s.backward_weight == 0) s.backward_input = s.backward_weight = s.backward / 2;
-    s.recompute = mean(c, ActionKind::R, s.forward);
+    s.recompute = median_of(c, ActionKind::R, s.forward);
     s.activation_bytes = 0;
     table.stages.push_back(s);
   }
-  table.link = Link{0, kInfinity};
-  table.host_link = Link{0, kInfinity};
+  table.link = Link{};
+  table.link.send_cpu = sends.empty() ? 0 : median(sends);
+  table.link.receive_cpu = receives.empty() ? 0 : median(receives);
+  std::vector<double> directions;
+  for (std::vector<double>* flights : {&forward_flights, &backward_flights})
+    if (!flights->empty()) directions.push_back(median(*flights));
+  if (!directions.empty())
+    table.link.latency = std::max(0.0, std::accumulate(directions.begin(), directions.end(), 0.0) / directions.size());
+  table.host_link = Link{};
   return table;
 }
 
-Schedule with_measured_custom_durations(Schedule lowered, const std::vector<std::vector<MeasuredAction>>& devices) {
-  check_indices(lowered, devices);
-  std::vector<double> sum(lowered.custom_ops.size(), 0.0), count(lowered.custom_ops.size(), 0.0);
-  for (size_t d = 0; d < devices.size(); ++d)
-    for (const MeasuredAction& m : devices[d]) {
-      const Action& a = lowered.device_actions[d][m.index];
-      if (a.kind != ActionKind::Custom) continue;
-      sum[a.custom] += std::max(0.0, m.end - m.start - m.wait);
-      count[a.custom] += 1;
+std::vector<TimeBreakdown> measured_breakdown(const Schedule& lowered, const MeasuredStep& step) {
+  check_indices(lowered, step);
+  const double makespan = measured_result(lowered, step).makespan;
+  std::vector<TimeBreakdown> parts(step.size());
+  for (size_t d = 0; d < step.size(); ++d) {
+    TimeBreakdown& p = parts[d];
+    double previous_end = 0;
+    for (const MeasuredAction& m : step[d]) {
+      const double time = std::max(0.0, m.end - m.start - m.wait);
+      (counts_as_busy(lowered, lowered.device_actions[d][m.index]) ? p.compute : p.transfer) += time;
+      p.waiting += m.wait;
+      p.overhead += std::max(0.0, m.start - previous_end);
+      previous_end = std::max(previous_end, m.end);
     }
+    p.waiting += makespan - previous_end;
+  }
+  return parts;
+}
+
+std::vector<TimeBreakdown> simulated_breakdown(const Schedule& lowered, const SimResult& simulated) {
+  std::vector<TimeBreakdown> parts(simulated.timeline.size());
+  for (size_t d = 0; d < parts.size(); ++d) {
+    TimeBreakdown& p = parts[d];
+    for (size_t i = 0; i < simulated.timeline[d].size(); ++i) {
+      const Interval& interval = simulated.timeline[d][i];
+      (counts_as_busy(lowered, lowered.device_actions[d][i]) ? p.compute : p.transfer) += interval.end - interval.start;
+    }
+    p.waiting = simulated.makespan - p.compute - p.transfer;
+  }
+  return parts;
+}
+
+Schedule with_measured_custom_durations(Schedule lowered, const std::vector<MeasuredStep>& steps) {
+  std::vector<std::vector<double>> times(lowered.custom_ops.size());
+  for (const MeasuredStep& step : steps) {
+    check_indices(lowered, step);
+    for (size_t d = 0; d < step.size(); ++d)
+      for (const MeasuredAction& m : step[d]) {
+        const Action& a = lowered.device_actions[d][m.index];
+        if (a.kind == ActionKind::Custom) times[a.custom].push_back(std::max(0.0, m.end - m.start - m.wait));
+      }
+  }
   for (size_t k = 0; k < lowered.custom_ops.size(); ++k)
-    if (count[k] > 0) lowered.custom_ops[k].duration = sum[k] / count[k];
+    if (!times[k].empty()) lowered.custom_ops[k].duration = median(times[k]);
   return lowered;
 }
 

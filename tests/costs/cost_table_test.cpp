@@ -96,7 +96,7 @@ CostTable rich_table() {
   second.workspace_bytes = 2e8;  // the first stage keeps the default: none
   costs.stages = {first, second};
   costs.link = Link{0.01, 100};
-  costs.pairs = {LinkOverride{0, 1, Link{0.5, kInfinity}}, LinkOverride{1, 0, Link{0, 25}}};
+  costs.pairs = {LinkOverride{0, 1, Link{0.5, kInfinity}}, LinkOverride{1, 0, Link{0, 25, 0.02, 0.01, 40}}};
   costs.host_link = Link{1, 8};
   costs.memory_capacity = {80e9, kInfinity};
   costs.overlap_ratio = 0.75;
@@ -126,6 +126,10 @@ TEST(CostTableJson, RoundTripsEveryField) {
   two_levels.devices_per_node = 2;
   two_levels.inter_node_link = {3, 50};
   EXPECT_EQ(parse_cost_table(cost_table_to_json(two_levels), "written"), two_levels);
+  // A link's host-time fields are written only where a transport gave them.
+  EXPECT_NE(rich.find("\"send_cpu\": 0.02"), std::string::npos) << rich;
+  EXPECT_EQ(rich.find("\"send_cpu\""), rich.rfind("\"send_cpu\"")) << rich;
+  EXPECT_EQ(text.find("cpu"), std::string::npos) << text;
 }
 
 // Devices 0 1 | 2 3: within a node `link`, across nodes `inter_node_link`, an override over both.
@@ -233,6 +237,10 @@ TEST(CostTableJson, NamesTheBadFieldExactly) {
             "write \"host_link\": null");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"link\": {\"bandwidth\": 0}")),
             "costs.json: link.bandwidth: must be positive (null for unlimited), got 0");
+  EXPECT_EQ(parse_error(document("\"stages\": [{}], \"link\": {\"send_cpu\": -0.5}")),
+            "costs.json: link.send_cpu: must not be negative, got -0.5");
+  EXPECT_EQ(parse_error(document("\"stages\": [{}], \"links\": [{\"src\": 0, \"dst\": 1, \"cpu_bandwidth\": 0}]")),
+            "costs.json: links[0].cpu_bandwidth: must be positive (null for unlimited), got 0");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"links\": [{\"src\": 0, \"dst\": 1.5}]")),
             "costs.json: links[0].dst: expected an integer, got 1.5");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"links\": [{\"src\": 0}]")),

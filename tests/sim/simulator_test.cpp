@@ -160,6 +160,40 @@ TEST(Simulator, LinkLatencyAddsToTheMakespan) {
   EXPECT_DOUBLE_EQ(simulate(two_device_1f1b(), costs, {}).makespan, 15 + 4 * 0.5);
 }
 
+TEST(Simulator, TransferHostTimeOccupiesTheSenderAndTheReceiver) {
+  // Send host time 0.25 + 2 / 8 = 0.5, receive 0.125 + 2 / 8 = 0.375, latency 0.5. Device 0: F0 [0,1],
+  // SEND_F0 [1,1.5], the data travels [1.5,2], RECV_B0 [1.5,1.875]. Device 1: RECV_F0 [0,0.375],
+  // F0 [2,3], B0 [3,5], SEND_B0 [5,5.5], travels [5.5,6]. Device 0: B0 [6,8]: 7 without host time,
+  // plus the two sends on the chain; the receives fall in waits.
+  const Schedule single = build(1, {0, 1}, {"0F0 0SEND_F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0"});
+  CostTable costs = uniform_costs(2, 1, 1, 1);
+  for (StageCosts& stage : costs.stages) stage.output_bytes = 2;
+  costs.link = Link{0.5, kInfinity, 0.25, 0.125, 8};
+  const SimResult result = simulate(single, costs, {});
+  expect_interval(result.timeline[0][1], 1, 1.5);
+  expect_interval(result.transfers[0].time, 1.5, 2);
+  expect_interval(result.timeline[0][2], 1.5, 1.875);
+  expect_interval(result.timeline[1][0], 0, 0.375);
+  expect_interval(result.timeline[1][1], 2, 3);
+  expect_interval(result.timeline[1][3], 5, 5.5);
+  expect_interval(result.transfers[1].time, 5.5, 6);
+  expect_interval(result.timeline[0][3], 6, 8);
+  EXPECT_DOUBLE_EQ(result.makespan, 8);
+  EXPECT_DOUBLE_EQ(result.devices[0].busy, 3);  // host time of transfers is not computation
+  // A receive posted between computations delays the next one: device 1 runs F0, then posts RECV_F1.
+  const Schedule two = build(2, {0, 1}, {"0F0 0SEND_F0 0F1 0SEND_F1", "1RECV_F0 1F0 1RECV_F1 1F1"});
+  const SimResult second = simulate(two, costs, {});
+  // Device 0: F0 [0,1], send [1,1.5], F1 [1.5,2.5], send [2.5,3]; arrivals 2 and 3.5. Device 1:
+  // RECV_F0 [0,0.375], F0 [2,3], RECV_F1 [3,3.375], F1 [3.5,4.5].
+  expect_interval(second.timeline[1][2], 3, 3.375);
+  expect_interval(second.timeline[1][3], 3.5, 4.5);
+  // Without latency and with a longer F on device 1 the data is there first: F0 [1.5,3.5], RECV_F1
+  // [3.5,3.875], F1 [3.875,5.875]; the receive's host time is on the critical path.
+  costs.link.latency = 0;
+  costs.stages[1].forward = 2;
+  EXPECT_DOUBLE_EQ(simulate(two, costs, {}).makespan, 5.875);
+}
+
 TEST(Simulator, TransfersOnOneLinkRunInPostingOrder) {
   CostTable costs = uniform_costs(2, 1, 1, 1, 100);  // the default link is never used
   costs.stages[0].forward = 0.5;

@@ -45,12 +45,22 @@ struct StageCosts {
 struct Link {
   double latency = 0;
   double bandwidth = kInfinity;  // bytes per time unit
+  // Host time a message takes from the devices at its ends, where the transport runs on their CPU
+  // (Gloo over TCP: packing, posting, copying): unlike latency and bandwidth, which delay only the
+  // data, it delays the device's next action. The sender pays it at SEND, the receiver at RECV; 0
+  // for a transport that copies on engines of its own (NCCL on GPUs).
+  double send_cpu = 0;               // per message, on the sender
+  double receive_cpu = 0;            // per message, on the receiver
+  double cpu_bandwidth = kInfinity;  // bytes per time unit either end copies on top of the above
   double transfer_time(double bytes) const { return latency + (bytes > 0 ? bytes / bandwidth : 0.0); }
+  double send_cpu_time(double bytes) const { return send_cpu + (bytes > 0 ? bytes / cpu_bandwidth : 0.0); }
+  double receive_cpu_time(double bytes) const { return receive_cpu + (bytes > 0 ? bytes / cpu_bandwidth : 0.0); }
+  bool uses_cpu() const { return send_cpu > 0 || receive_cpu > 0 || cpu_bandwidth < kInfinity; }
   friend bool operator==(const Link&, const Link&) = default;
 };
 
 // A host link with no bandwidth: the device cannot offload (a table's "host_link": null).
-inline constexpr Link kNoHostLink{0, 0};
+inline constexpr Link kNoHostLink{0, 0, 0, 0, kInfinity};
 
 struct LinkOverride {
   int src = 0;

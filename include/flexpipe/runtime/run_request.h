@@ -59,9 +59,12 @@ struct RunRequest {
   double timeout_seconds = 60;  // a peer silent this long fails the job
   bool verify = false;          // compare with a single-process run of the same model and batch
   double tolerance = 1e-6;      // relative, per tensor: max|a - b| / max|b|
-  std::string trace_path;       // measured Perfetto trace (rank 0 writes the merged one); "" none
-  std::string svg_path;         // measured SVG timeline; "" none
-  std::string curve_path;       // the loss curve as SVG (rank 0); "" none
+  // Steps at the start the timing report leaves out (the allocator and caches warm up); -1: a fifth
+  // of the steps run, at least one when two or more run.
+  int timing_warmup = -1;
+  std::string trace_path;  // measured Perfetto trace (rank 0 writes the merged one); "" none
+  std::string svg_path;    // measured SVG timeline; "" none
+  std::string curve_path;  // the loss curve as SVG (rank 0); "" none
   bool json = false;
   bool progress = false;                     // a line per step: loss, tokens/s, step time, measured bubble (rank 0)
   std::string checkpoint_dir;                // "" none

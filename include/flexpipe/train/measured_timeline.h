@@ -25,12 +25,34 @@ struct MeasuredAction {
 // Throws Error when an index is out of range for the device's list.
 SimResult measured_result(const Schedule& lowered, const std::vector<std::vector<MeasuredAction>>& devices);
 
-// Per model chunk, the mean measured time (wait excluded) of each compute kind; kinds never run keep
-// the derived defaults (B = I + W, R = F). Links cost nothing: the prediction isolates the schedule.
-CostTable measured_costs(const Schedule& lowered, const std::vector<std::vector<MeasuredAction>>& devices);
+// One step as it ran: per device of one pipeline, its executed actions.
+using MeasuredStep = std::vector<std::vector<MeasuredAction>>;
 
-// The schedule with each custom operation kind's duration set to its mean measured time (the
-// simulator reads custom durations from the schedule, not from the cost table).
-Schedule with_measured_custom_durations(Schedule lowered, const std::vector<std::vector<MeasuredAction>>& devices);
+// What the simulator needs to predict those steps. Per model chunk, the median measured time (wait
+// excluded) of each compute kind over every step given; kinds never run keep the derived defaults
+// (B = I + W, R = F). The link: its host times (Link::send_cpu, receive_cpu) are the medians of the
+// SEND and RECV actions; its latency the median time data took from the end of its SEND to the
+// moment its consumer stopped waiting for it (only consumers that waited tell), the two directions
+// averaged: each rank's clock starts as it leaves the step's barrier, and the ranks leave it at
+// slightly different times, an offset that adds to one direction what it takes from the other.
+// Bandwidth stays unlimited: the latency is observed at the sizes the model sends.
+CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep>& steps);
+
+// Where one device's step went, in the step's time unit; the four parts add up to the step.
+struct TimeBreakdown {
+  double compute = 0;   // computations (F, B, I, W, R, OPT, non-communicating custom), waits excluded
+  double transfer = 0;  // host time of SEND, RECV, OFFLOAD, RELOAD and communicating custom actions
+  double waiting = 0;   // blocked on a peer, and idle after the device's last action until the step ends
+  double overhead = 0;  // between actions: the host's bookkeeping, which the simulator does not see
+};
+
+// Per device of a measured step.
+std::vector<TimeBreakdown> measured_breakdown(const Schedule& lowered, const MeasuredStep& step);
+// Per device of a simulated step (its timeline recorded): waiting is all its idle time, overhead 0.
+std::vector<TimeBreakdown> simulated_breakdown(const Schedule& lowered, const SimResult& simulated);
+
+// The schedule with each custom operation kind's duration set to its median measured time over the
+// steps (the simulator reads custom durations from the schedule, not from the cost table).
+Schedule with_measured_custom_durations(Schedule lowered, const std::vector<MeasuredStep>& steps);
 
 }  // namespace flexpipe
