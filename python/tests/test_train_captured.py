@@ -203,11 +203,14 @@ class TrainCaptured(unittest.TestCase):
 
     def test_a_tied_weight_checkpointed_and_resumed(self):
         # Every holder saves its copy and its optimizer moments; resumed, the copies go on as one tensor, bit
-        # for bit as without the interruption: copies on two ranks (1F1B) and on one (interleaved).
-        for chunks, schedule, extra in ((2, "1f1b", []), (4, "interleaved-1f1b", ["-v", "2"])):
+        # for bit as without the interruption: copies on two ranks (1F1B), and under DualPipe, where rank 0
+        # holds both (in opposite pipelines). With AdamW and clipping, DualPipe's resumed step differed in
+        # the last bit while TorchScript optimized the modules after their first calls (a resumed run's
+        # step 2 is their first call, the uninterrupted run's is not).
+        for schedule in ("1f1b", "dualpipe"):
             with self.subTest(schedule=schedule):
-                self.prepare("tied_language_model", chunks)
-                checkpoints = ["--checkpoint", self.path(f"checkpoints-{schedule}"), *extra]
+                self.prepare("tied_language_model", 2)
+                checkpoints = ["--checkpoint", self.path(f"checkpoints-{schedule}")]
                 _, straight = self.train(schedule, 2, 4, "adamw", [*checkpoints, "--save-every", "2"], clip=0.5)
                 with open(self.path(f"checkpoints-{schedule}/latest"), "w") as f:  # back to after step 2
                     f.write("2\n")
@@ -328,8 +331,6 @@ class BadInput(unittest.TestCase):
                          f"{field} must be a list of the other chunks' indices, not 1")
         self.assertEqual(error_with(lambda mine, other: mine.update(tied_chunks=[2])),
                          f"{field}: 2 is not another chunk's index (0 to 1)")
-        self.assertEqual(error_with(lambda mine, other: mine.update(tied_chunks=["1"])),
-                         f"{field}: \"1\" is not another chunk's index (0 to 1)")
         self.assertEqual(error_with(lambda mine, other: mine.update(tied_chunks=[0])),
                          f"{field}: 0 is this chunk: list the other chunks that hold embedding.weight")
         self.assertEqual(error_with(lambda mine, other: other.update(shape=[10, 9])),

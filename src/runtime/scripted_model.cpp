@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/csrc/jit/serialization/import.h>
 #include <nlohmann/json.hpp>
 
@@ -258,6 +259,11 @@ void set_module_tensor(torch::jit::Module& module, const std::string& name, cons
 namespace {
 
 torch::jit::Module load_module(const ExportManifest& manifest, const std::string& file) {
+  // TorchScript's graph executor profiles a module's first calls and then runs an optimized graph whose
+  // backward is its own symbolic derivative, not autograd's: the same step computes gradients that differ
+  // in the last bit depending on how many calls came before, so a resumed run (whose first step is the
+  // modules' first call) would not equal the uninterrupted one. Every call runs the graph as traced.
+  torch::jit::setGraphExecutorOptimize(false);
   const std::string path = (std::filesystem::path(manifest.directory) / file).string();
   if (!std::filesystem::is_regular_file(path))
     throw Error(fmt::format("{}: missing: the manifest names it but the export directory does not hold it", path));
