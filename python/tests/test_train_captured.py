@@ -192,6 +192,34 @@ class TrainCaptured(unittest.TestCase):
                             clip=0.5)
         self.assertTrue(report["verify"]["passed"], report["verify"])
 
+    def test_a_tied_weight_under_dualpipe_and_dualpipev(self):
+        # DualPipe: two pipelines in opposite directions, each rank holding chunk 0 of one and chunk 1 of the
+        # other, so rank 0 holds both copies of the tied weight, in different pipelines: the copies of each
+        # chunk sum their gradients first, then each pipeline's tied copies. DualPipeV: one pipeline on a V
+        # of 4 chunks, the copies (chunks 0 and 2) on ranks 0 and 1, under overlapped F&B and split backward.
+        self.check("tied_language_model", 2, "dualpipe", 2, 4, "adamw", clip=0.5)
+        report = self.check("tied_language_model", 4, "dualpipev", 2, 4, "adamw", ["--verify"], clip=0.5)
+        self.assertTrue(report["verify"]["passed"], report["verify"])
+
+    def test_a_tied_weight_checkpointed_and_resumed(self):
+        # Every holder saves its copy and its optimizer moments; resumed, the copies go on as one tensor, bit
+        # for bit as without the interruption: copies on two ranks (1F1B), and under DualPipe, where rank 0
+        # holds both (in opposite pipelines). With AdamW and clipping, DualPipe's resumed step differed in
+        # the last bit while TorchScript optimized the modules after their first calls (a resumed run's
+        # step 2 is their first call, the uninterrupted run's is not).
+        for schedule in ("1f1b", "dualpipe"):
+            with self.subTest(schedule=schedule):
+                self.prepare("tied_language_model", 2)
+                checkpoints = ["--checkpoint", self.path(f"checkpoints-{schedule}")]
+                _, straight = self.train(schedule, 2, 4, "adamw", [*checkpoints, "--save-every", "2"], clip=0.5)
+                with open(self.path(f"checkpoints-{schedule}/latest"), "w") as f:  # back to after step 2
+                    f.write("2\n")
+                report, resumed = self.train(schedule, 2, 4, "adamw", [*checkpoints, "--resume"], clip=0.5)
+                self.assertEqual(report["first_step"], 2)
+                self.assertEqual(sorted(resumed), sorted(straight))
+                for name, want in straight.items():
+                    self.assertTrue(torch.equal(resumed[name], want), name)
+
     def test_checkpoint_and_resume_equal_an_uninterrupted_run(self):
         self.prepare("resnet18", 2)
         checkpoints = ["--checkpoint", self.path("checkpoints")]
@@ -272,6 +300,46 @@ class BadInput(unittest.TestCase):
         torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), os.path.join(export, "stage_0.pt"))
         self.assertIn("holds parameter weight, which chunk 0's manifest entry does not list",
                       self.train("--plan", self.path("plan1.json"), *one_rank, rank=True))
+
+    def test_a_malformed_tied_chunks(self):
+        # The tied language model cut in two: both chunks hold embedding.weight, each naming the other.
+        graph = graph_of_case("tied_language_model")
+        self.graph = self.path("tied.graph.json")
+        self.write("tied.graph.json", graph)
+        self.write("tied-plan.json", plan_for(graph, ["hidden"]))
+        export = self.path("tied.export")
+        done = subprocess.run([BINARY, "export", self.graph, "--plan", self.path("tied-plan.json"), "-o", export,
+                               "--no-check"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        manifest = os.path.join(export, "manifest.json")
+        with open(manifest) as f:
+            good = json.load(f)
+        index = [[p["name"] for p in chunk["parameters"]].index("embedding.weight") for chunk in good["chunks"]]
+        self.assertEqual([good["chunks"][k]["parameters"][index[k]]["tied_chunks"] for k in (0, 1)], [[1], [0]])
+
+        def error_with(change):
+            document = json.loads(json.dumps(good))
+            change(document["chunks"][0]["parameters"][index[0]], document["chunks"][1]["parameters"][index[1]])
+            with open(manifest, "w") as f:
+                json.dump(document, f)
+            # Both chunks on one rank (interleaved, one device): a rank of a job reads the export as it is.
+            return self.train("--plan", self.path("tied-plan.json"), "--schedule", "interleaved-1f1b", "-p", "1",
+                              "-v", "2", "-m", "2", "--export-dir", export, rank=True)
+
+        field = f"error: rank 0: {manifest}: chunks[0].parameters[{index[0]}].tied_chunks"
+        self.assertEqual(error_with(lambda mine, other: mine.update(tied_chunks=1)),
+                         f"{field} must be a list of the other chunks' indices, not 1")
+        self.assertEqual(error_with(lambda mine, other: mine.update(tied_chunks=[2])),
+                         f"{field}: 2 is not another chunk's index (0 to 1)")
+        self.assertEqual(error_with(lambda mine, other: mine.update(tied_chunks=[0])),
+                         f"{field}: 0 is this chunk: list the other chunks that hold embedding.weight")
+        self.assertEqual(error_with(lambda mine, other: other.update(shape=[10, 9])),
+                         f"{field}: chunk 1 holds embedding.weight as [10, 9] float32, this chunk as [10, 8] float32: "
+                         "tied copies must agree")
+        self.assertEqual(error_with(lambda mine, other: other.pop("tied_chunks")),
+                         f"{field}: chunk 1's embedding.weight does not name chunk 0 in its tied_chunks")
+        self.assertEqual(error_with(lambda mine, other: other.update(state_dict=["other.weight"])),
+                         f"{field}: chunk 1 holds no parameter embedding.weight")
 
     def test_options_a_captured_model_needs(self):
         self.assertIn("add --plan PLAN.json", self.train("-p", "2"))

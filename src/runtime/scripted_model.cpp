@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/csrc/jit/python/update_graph_executor_opt.h>
 #include <torch/csrc/jit/serialization/import.h>
 #include <nlohmann/json.hpp>
 
@@ -98,6 +99,49 @@ class ManifestReader {
   std::string path_;
 };
 
+std::string dtype_name(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    default: return c10::toString(type);
+  }
+}
+
+// Every chunk a tied parameter names holds it too, under the same state_dict name, of the same shape
+// and type, and names this chunk back: the runtime sums the copies' gradients by that name and steps
+// them as one tensor.
+void check_tied_parameters(const ExportManifest& m, const std::string& path) {
+  for (size_t k = 0; k < m.chunks.size(); ++k) {
+    const ChunkSpec& chunk = m.chunks[k];
+    for (size_t i = 0; i < chunk.parameters.size(); ++i) {
+      const std::string field = fmt::format("chunks[{}].parameters[{}].tied_chunks", k, i);
+      for (int o : chunk.parameter_tied_chunks[i]) {
+        const ChunkSpec& other = m.chunks[o];
+        const std::string& name = chunk.parameter_state_names[i].front();
+        size_t j = 0;
+        while (j < other.parameters.size() &&
+               (other.parameter_state_names[j].empty() || other.parameter_state_names[j].front() != name))
+          ++j;
+        if (j == other.parameters.size())
+          throw Error(fmt::format("{}: {}: chunk {} holds no parameter {}", path, field, o, name));
+        const TensorSpec &mine = chunk.parameters[i], &theirs = other.parameters[j];
+        if (mine.shape != theirs.shape || mine.dtype != theirs.dtype || mine.requires_grad != theirs.requires_grad)
+          throw Error(
+              fmt::format("{}: {}: chunk {} holds {} as [{}] {}{}, this chunk as [{}] {}{}: tied copies must agree",
+                          path, field, o, name, fmt::join(theirs.shape, ", "), dtype_name(theirs.dtype),
+                          theirs.requires_grad ? "" : " frozen", fmt::join(mine.shape, ", "), dtype_name(mine.dtype),
+                          mine.requires_grad ? "" : " frozen"));
+        const std::vector<int>& back = other.parameter_tied_chunks[j];
+        if (std::find(back.begin(), back.end(), static_cast<int>(k)) == back.end())
+          throw Error(
+              fmt::format("{}: {}: chunk {}'s {} does not name chunk {} in its tied_chunks", path, field, o, name, k));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 ExportManifest read_export_manifest(const std::string& directory) {
@@ -143,16 +187,23 @@ ExportManifest read_export_manifest(const std::string& directory) {
     for (size_t i = 0; i < parameters.size(); ++i) {
       chunk.parameter_tied_chunks.emplace_back();
       if (!parameters[i].contains("tied_chunks")) continue;
+      const std::string field = fmt::format("{}.parameters[{}].tied_chunks", where, i);
       const Json& tied = parameters[i].at("tied_chunks");
-      for (const Json& other : tied.is_array() ? tied : Json::array({tied})) {
-        if (!other.is_number_integer() || other.get<int64_t>() < 0 ||
-            other.get<int64_t>() >= static_cast<int64_t>(chunks.size()) || other.get<int64_t>() == int64_t(k))
-          throw Error(fmt::format("{}: {}.parameters[{}].tied_chunks: {} is not another chunk's index (0 to {})", path,
-                                  where, i, other.dump(), chunks.size() - 1));
-        chunk.parameter_tied_chunks.back().push_back(other.get<int>());
-      }
+      if (!tied.is_array())
+        throw Error(
+            fmt::format("{}: {} must be a list of the other chunks' indices, not {}", path, field, tied.dump()));
       if (chunk.parameter_state_names[i].empty())
         throw Error(fmt::format("{}: {}.parameters[{}]: a tied weight needs its state_dict names", path, where, i));
+      for (const Json& other : tied) {
+        if (!other.is_number_integer() || other.get<int64_t>() < 0 ||
+            other.get<int64_t>() >= static_cast<int64_t>(chunks.size()))
+          throw Error(fmt::format("{}: {}: {} is not another chunk's index (0 to {})", path, field, other.dump(),
+                                  chunks.size() - 1));
+        if (other.get<int64_t>() == static_cast<int64_t>(k))
+          throw Error(fmt::format("{}: {}: {} is this chunk: list the other chunks that hold {}", path, field, k,
+                                  chunk.parameter_state_names[i].front()));
+        chunk.parameter_tied_chunks.back().push_back(other.get<int>());
+      }
     }
     if (c.contains("pieces")) {
       const Json& pieces = c.at("pieces");
@@ -182,6 +233,7 @@ ExportManifest read_export_manifest(const std::string& directory) {
     }
     m.chunks.push_back(std::move(chunk));
   }
+  check_tied_parameters(m, path);
   const Json& loss = r.field(j, "loss", "the manifest");
   m.loss.kind = r.text(loss, "kind", "loss");
   m.loss.file = r.text(loss, "file", "loss");
@@ -207,6 +259,11 @@ void set_module_tensor(torch::jit::Module& module, const std::string& name, cons
 namespace {
 
 torch::jit::Module load_module(const ExportManifest& manifest, const std::string& file) {
+  // TorchScript's graph executor profiles a module's first calls and then runs an optimized graph whose
+  // backward is its own symbolic derivative, not autograd's: the same step computes gradients that differ
+  // in the last bit depending on how many calls came before, so a resumed run (whose first step is the
+  // modules' first call) would not equal the uninterrupted one. Every call runs the graph as traced.
+  torch::jit::setGraphExecutorOptimize(false);
   const std::string path = (std::filesystem::path(manifest.directory) / file).string();
   if (!std::filesystem::is_regular_file(path))
     throw Error(fmt::format("{}: missing: the manifest names it but the export directory does not hold it", path));
