@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds every reader's libFuzzer target with clang (Debian's clang-14 or clang) through CMake, with
 # ASan and UBSan, and runs each for a bounded time on its seeds: the schedule library and tests/data
-# where they hold that kind of file, fuzz/seeds/ otherwise. Usage: fuzz/run.sh [SECONDS] (per target,
-# default 10) [TARGET ...] (default all). Exit status 0: no crash, hang, leak, allocation over 2 GB or
-# round-trip mismatch found; otherwise the failing target's report and input are printed.
+# where they hold that kind of file, fuzz/seeds/ otherwise and for what those lack (a cost table
+# written with units). Usage: fuzz/run.sh [SECONDS] (per target, default 10) [TARGET ...] (default
+# all). Exit status 0: no crash, hang, leak, allocation over 2 GB or round-trip mismatch found;
+# otherwise the failing target's report and input are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
@@ -28,7 +29,7 @@ seeds() {  # the files each target starts from
     lang) echo examples/schedules/*.fps tests/data/runtime/*.fps ;;
     pytorch_csv) echo tests/data/pytorch/*.csv tests/data/pytorch/legacy/*.csv ;;
     schedule_json) echo tests/data/runtime/*.json ;;
-    cost_table) echo examples/costs/*.json ;;
+    cost_table) echo examples/costs/*.json fuzz/seeds/cost_table/* ;;
     *) echo fuzz/seeds/"$1"/* ;;
   esac
 }

@@ -20,6 +20,8 @@
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/support/quantity.h"
+#include "json_quantity.h"
 #include "json_reader.h"
 
 namespace flexpipe {
@@ -133,7 +135,12 @@ class Reader : public detail::JsonPathReader {
       for (const char* key : {"flop_rate", "byte_rate"})
         if (!hardware.contains(key)) fail(json_child("hardware", key), "missing");
       rates.flop_rate = positive(hardware["flop_rate"], "hardware.flop_rate");
-      rates.byte_rate = positive(hardware["byte_rate"], "hardware.byte_rate");
+      // Bytes per time unit; a datasheet's "3.35TB/s" is converted into it.
+      rates.byte_rate = hardware["byte_rate"].is_string()
+                            ? detail::quantity_in_declared_units(*this, hardware["byte_rate"], "hardware.byte_rate",
+                                                                 QuantityKind::Bandwidth, {result.time_unit, "bytes"})
+                            : number(hardware["byte_rate"], "hardware.byte_rate");
+      if (rates.byte_rate == 0) fail("hardware.byte_rate", "must be positive, got 0");
       result.hardware = rates;
     }
     if (document.contains("layers")) read_layers(document["layers"], result);
@@ -192,9 +199,20 @@ class Reader : public detail::JsonPathReader {
       if (std::find(known.begin(), known.end(), key) == known.end()) only_known_keys(object, path.str(), known);
   }
 
-  // A bare number is a fixed amount; an object spells the terms.
-  ShapePolynomial polynomial(const json& value, const LazyPath& path) const {
-    if (value.is_number()) return fixed_amount(number_at(value, path));
+  // What a polynomial counts: bytes may also be written with a size unit ("1.5GiB"), FLOPs may not.
+  enum class Amount { Count, Bytes };
+
+  double amount_at(const json& value, const LazyPath& path, Amount amount) const {
+    // A graph counts memory in bytes whatever its time unit, so a size always converts.
+    if (amount == Amount::Bytes && value.is_string())
+      return detail::quantity_in_declared_units(*this, value, path.str(), QuantityKind::Size, {"unit", "bytes"});
+    return number_at(value, path);
+  }
+
+  // A bare number (or, for bytes, a size) is a fixed amount; an object spells the terms.
+  ShapePolynomial polynomial(const json& value, const LazyPath& path, Amount amount) const {
+    if (value.is_number() || (amount == Amount::Bytes && value.is_string()))
+      return fixed_amount(amount_at(value, path, amount));
     if (!value.is_object())
       fail(path.str(), fmt::format("expected a number or an object of shape terms, got {}", describe_json(value)));
     only_known_keys_at(value, path, kPolynomialKeys);
@@ -203,11 +221,8 @@ class Reader : public detail::JsonPathReader {
                                      {"per_sample", &result.per_sample},
                                      {"per_token", &result.per_token},
                                      {"per_token_seq", &result.per_token_seq}})
-      if (const auto it = value.find(key); it != value.end()) *field = number_at(*it, LazyPath(path, key));
+      if (const auto it = value.find(key); it != value.end()) *field = amount_at(*it, LazyPath(path, key), amount);
     return result;
-  }
-  ShapePolynomial polynomial(const json& value, const std::string& path) const {
-    return polynomial(value, LazyPath(path));
   }
 
   PassCost pass(const json& value, const LazyPath& path) const {
@@ -215,8 +230,10 @@ class Reader : public detail::JsonPathReader {
     only_known_keys_at(value, path, kPassKeys);
     PassCost result;
     if (const auto it = value.find("time"); it != value.end()) result.time = number_at(*it, LazyPath(path, "time"));
-    if (const auto it = value.find("flops"); it != value.end()) result.flops = polynomial(*it, LazyPath(path, "flops"));
-    if (const auto it = value.find("bytes"); it != value.end()) result.bytes = polynomial(*it, LazyPath(path, "bytes"));
+    if (const auto it = value.find("flops"); it != value.end())
+      result.flops = polynomial(*it, LazyPath(path, "flops"), Amount::Count);
+    if (const auto it = value.find("bytes"); it != value.end())
+      result.bytes = polynomial(*it, LazyPath(path, "bytes"), Amount::Bytes);
     return result;
   }
 
@@ -327,7 +344,8 @@ class Reader : public detail::JsonPathReader {
                                      {"shared_saved_bytes", &result.shared_saved_bytes},
                                      {"output_bytes", &result.output_bytes},
                                      {"workspace_bytes", &result.workspace_bytes}})
-      if (const auto it = entry.find(key); it != entry.end()) *field = polynomial(*it, LazyPath(path, key));
+      if (const auto it = entry.find(key); it != entry.end())
+        *field = polynomial(*it, LazyPath(path, key), Amount::Bytes);
     if (const auto it = entry.find("note"); it != entry.end()) result.note = text_at(*it, LazyPath(path, "note"));
     return result;
   }
@@ -436,7 +454,8 @@ class Reader : public detail::JsonPathReader {
       edge.to = endpoint(entry, path, "to");
     }
     const LazyPath at(path);
-    if (const auto it = entry.find("bytes"); it != entry.end()) edge.bytes = polynomial(*it, LazyPath(at, "bytes"));
+    if (const auto it = entry.find("bytes"); it != entry.end())
+      edge.bytes = polynomial(*it, LazyPath(at, "bytes"), Amount::Bytes);
     return edge;
   }
 

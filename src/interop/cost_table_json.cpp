@@ -13,6 +13,8 @@
 #include "flexpipe/ir/schedule.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/support/quantity.h"
+#include "json_quantity.h"
 #include "json_reader.h"
 
 namespace flexpipe {
@@ -45,11 +47,17 @@ class Reader : public detail::JsonPathReader {
  public:
   Reader(const std::string& origin, int expected_stages) : JsonPathReader(origin), expected_stages_(expected_stages) {}
 
+  // A time, size or bandwidth: a number in the table's unit, or a string with a unit converted into it.
+  double quantity(const json& value, const std::string& path, QuantityKind kind) const {
+    return detail::quantity_in_declared_units(*this, value, path, kind, units_);
+  }
+
   // null stands for "no limit" (infinite bandwidth, unlimited memory).
-  double number_or_unlimited(const json& value, const std::string& path) const {
+  double quantity_or_unlimited(const json& value, const std::string& path, QuantityKind kind) const {
     if (value.is_null()) return kInfinity;
-    if (!value.is_number()) fail(path, fmt::format("expected a number or null, got {}", describe_json(value)));
-    return number(value, path);
+    if (!value.is_number() && !value.is_string())
+      fail(path, fmt::format("expected a number or null, got {}", describe_json(value)));
+    return quantity(value, path, kind);
   }
 
   int count(const json& value, const std::string& path) const {
@@ -63,33 +71,35 @@ class Reader : public detail::JsonPathReader {
     require_object(object, path);
     only_known_keys(object, path, kStageKeys);
     StageCosts costs;
-    auto read = [&](std::string_view key, double& field) {
+    auto read = [&](std::string_view key, QuantityKind kind, double& field) {
       const std::string name(key);
-      if (object.contains(name)) field = number(object[name], json_child(path, key));
+      if (object.contains(name)) field = quantity(object[name], json_child(path, key), kind);
     };
-    read("forward", costs.forward);
-    read("backward_input", costs.backward_input);
-    read("backward_weight", costs.backward_weight);
+    const auto time = QuantityKind::Time;
+    const auto size = QuantityKind::Size;
+    read("forward", time, costs.forward);
+    read("backward_input", time, costs.backward_input);
+    read("backward_weight", time, costs.backward_weight);
     costs.backward = costs.backward_input + costs.backward_weight;
-    read("backward", costs.backward);
+    read("backward", time, costs.backward);
     costs.recompute = costs.forward;
-    read("recompute", costs.recompute);
-    read("optimizer", costs.optimizer);
-    read("activation_bytes", costs.activation_bytes);
-    read("freed_by_input", costs.freed_by_input);
-    read("checkpoint_bytes", costs.checkpoint_bytes);
-    read("parameter_bytes", costs.parameter_bytes);
-    read("gradient_bytes", costs.gradient_bytes);
-    read("optimizer_bytes", costs.optimizer_bytes);
-    read("output_bytes", costs.output_bytes);
+    read("recompute", time, costs.recompute);
+    read("optimizer", time, costs.optimizer);
+    read("activation_bytes", size, costs.activation_bytes);
+    read("freed_by_input", size, costs.freed_by_input);
+    read("checkpoint_bytes", size, costs.checkpoint_bytes);
+    read("parameter_bytes", size, costs.parameter_bytes);
+    read("gradient_bytes", size, costs.gradient_bytes);
+    read("optimizer_bytes", size, costs.optimizer_bytes);
+    read("output_bytes", size, costs.output_bytes);
     // Optional; null or absent: OFFLOAD moves everything the micro-batch holds.
     if (object.contains("offload_bytes"))
-      costs.offload_bytes = number_or_unlimited(object["offload_bytes"], json_child(path, "offload_bytes"));
+      costs.offload_bytes = quantity_or_unlimited(object["offload_bytes"], json_child(path, "offload_bytes"), size);
     // Optional; null or absent: R's rebuild holds all of activation_bytes.
     if (object.contains("rebuilt_peak_bytes"))
       costs.rebuilt_peak_bytes =
-          number_or_unlimited(object["rebuilt_peak_bytes"], json_child(path, "rebuilt_peak_bytes"));
-    read("workspace_bytes", costs.workspace_bytes);  // optional; absent: no transient memory
+          quantity_or_unlimited(object["rebuilt_peak_bytes"], json_child(path, "rebuilt_peak_bytes"), size);
+    read("workspace_bytes", size, costs.workspace_bytes);  // optional; absent: no transient memory
     if (costs.freed_by_input > costs.activation_bytes)
       fail(json_child(path, "freed_by_input"),
            fmt::format("{} exceeds activation_bytes {}", costs.freed_by_input, costs.activation_bytes));
@@ -99,10 +109,11 @@ class Reader : public detail::JsonPathReader {
   // Fields left out keep their value in `defaults`.
   Link link(const json& object, const std::string& path, const Link& defaults) const {
     Link result = defaults;
-    if (object.contains("latency")) result.latency = number(object["latency"], json_child(path, "latency"));
+    if (object.contains("latency"))
+      result.latency = quantity(object["latency"], json_child(path, "latency"), QuantityKind::Time);
     if (object.contains("bandwidth")) {
       const std::string where = json_child(path, "bandwidth");
-      result.bandwidth = number_or_unlimited(object["bandwidth"], where);
+      result.bandwidth = quantity_or_unlimited(object["bandwidth"], where, QuantityKind::Bandwidth);
       if (result.bandwidth == 0)
         fail(where, path == "host_link" ? "must be positive (null for unlimited), got 0; for no host link at all, "
                                           "write \"host_link\": null"
@@ -119,7 +130,7 @@ class Reader : public detail::JsonPathReader {
     return result;
   }
 
-  CostTable table(const json& document, StatedCosts* stated) const {
+  CostTable table(const json& document, StatedCosts* stated) {
     if (!document.is_object())
       fail("", fmt::format("expected a JSON object at the top level, got {}", describe_json(document)));
     only_known_keys(document, "", kTopLevelKeys);
@@ -129,6 +140,8 @@ class Reader : public detail::JsonPathReader {
     CostTable costs;
     if (document.contains("time_unit")) costs.time_unit = text(document["time_unit"], "time_unit");
     if (document.contains("memory_unit")) costs.memory_unit = text(document["memory_unit"], "memory_unit");
+    // Read before any quantity: every written unit is converted into these.
+    units_ = {costs.time_unit, costs.memory_unit};
     read_stages(document, costs);
 
     if (document.contains("link")) {
@@ -159,9 +172,10 @@ class Reader : public detail::JsonPathReader {
       const json& capacity = document["memory_capacity"];
       if (capacity.is_array()) {
         for (size_t i = 0; i < capacity.size(); ++i)
-          costs.memory_capacity.push_back(number_or_unlimited(capacity[i], json_element("memory_capacity", i)));
-      } else if (capacity.is_number()) {
-        costs.memory_capacity.push_back(number(capacity, "memory_capacity"));
+          costs.memory_capacity.push_back(
+              quantity_or_unlimited(capacity[i], json_element("memory_capacity", i), QuantityKind::Size));
+      } else if (capacity.is_number() || capacity.is_string()) {
+        costs.memory_capacity.push_back(quantity(capacity, "memory_capacity", QuantityKind::Size));
       } else {
         fail("memory_capacity",
              fmt::format("expected a number or an array of numbers, got {}", describe_json(capacity)));
@@ -230,7 +244,8 @@ class Reader : public detail::JsonPathReader {
     }
   }
 
-  int expected_stages_;  // 0: any number
+  int expected_stages_;          // 0: any number
+  detail::DeclaredUnits units_;  // the table's own, once read
 };
 
 // Integral values written as integers, so files stay readable.

@@ -120,6 +120,22 @@ double in_memory_unit(const Quantity& size, std::string_view memory_unit, std::s
   return size.value / *bytes;
 }
 
+double in_bandwidth_unit(const Quantity& bandwidth, std::string_view memory_unit, std::string_view time_unit,
+                         std::string_view option) {
+  if (bandwidth.unit.empty()) return bandwidth.value;
+  const std::optional<double> bytes = bytes_per_memory_unit(memory_unit);
+  const std::optional<double> seconds = seconds_per_time_unit(time_unit);
+  if (!bytes || !seconds) {
+    const double written = bandwidth.value / scale_of(bandwidth.unit, QuantityKind::Bandwidth).value_or(1);
+    throw Error(
+        fmt::format("{}: {:g}{} cannot be converted: the costs count memory in '{}' per '{}'; give a bare "
+                    "number in it",
+                    option, written, bandwidth.unit, memory_unit, time_unit));
+  }
+  // Bytes per second into memory units per second, then per time unit.
+  return bandwidth.value / *bytes * *seconds;
+}
+
 std::string format_bytes(double bytes, ByteUnits units) {
   const double size = std::abs(bytes);
   if (units == ByteUnits::None) return fmt::format("{:.6g}", bytes);

@@ -236,7 +236,10 @@ TEST(CostGraphErrors, NodeFieldErrorsNameTheJsonPath) {
       error_of(with("{\"per_token\": 8}", "{\"per_tokn\": 8}")),
       "g.json: nodes[0].forward.flops.per_tokn: unknown key (known keys: fixed, per_sample, per_token, per_token_seq)");
   EXPECT_EQ(error_of(with("\"bytes\": 2", "\"bytes\": \"2\"")),
-            "g.json: nodes[0].forward.bytes: expected a number or an object of shape terms, got \"2\"");
+            "g.json: nodes[0].forward.bytes: '2' is not a size with a unit; write 80GiB, 1.5GB or a bare number in "
+            "'bytes'");
+  EXPECT_EQ(error_of(with("\"bytes\": 2", "\"bytes\": true")),
+            "g.json: nodes[0].forward.bytes: expected a number or an object of shape terms, got true");
   EXPECT_EQ(error_of(with("\"rule\": \"power\"", "\"rule\": \"cubic\"")),
             "g.json: nodes[1].scaling.rule: expected \"roofline\" or \"power\", got \"cubic\"");
   EXPECT_EQ(error_of(with("\"layer\": \"first\"", "\"layer\": \"zeroth\"")),

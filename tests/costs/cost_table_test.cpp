@@ -219,7 +219,7 @@ TEST(CostTableJson, SyntaxErrorsGiveLineAndColumn) {
 
 TEST(CostTableJson, NamesTheBadFieldExactly) {
   EXPECT_EQ(parse_error(document("\"stages\": [{}, {}, {\"forward\": \"x\"}]")),
-            "costs.json: stages[2].forward: expected a number, got \"x\"");
+            "costs.json: stages[2].forward: 'x' is not a time; write a bare number in 'unit'");
   EXPECT_EQ(parse_error(document("\"stages\": [{}, {\"forward\": -1}]")),
             "costs.json: stages[1].forward: must not be negative, got -1");
   EXPECT_EQ(parse_error(document("\"stages\": [{\"forwrad\": 1}]")),
@@ -248,7 +248,7 @@ TEST(CostTableJson, NamesTheBadFieldExactly) {
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"links\": [{\"src\": 0, \"dst\": 1}, {\"src\": 0, \"dst\": 1}]")),
             "costs.json: links[1]: repeats the link 0 -> 1 of links[0]");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"memory_capacity\": [1, \"big\"]")),
-            "costs.json: memory_capacity[1]: expected a number or null, got \"big\"");
+            "costs.json: memory_capacity[1]: 'big' is not a size; write a bare number in 'unit'");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"memory_capacity\": {}")),
             "costs.json: memory_capacity: expected a number or an array of numbers, got an object");
   EXPECT_EQ(parse_error(document("\"stages\": [{\"activation_bytes\": 2, \"freed_by_input\": 3}]")),
@@ -297,7 +297,7 @@ TEST(CostTableFile, ErrorsNameTheFile) {
   const std::filesystem::path path = std::filesystem::temp_directory_path() / "flexpipe_costs_test.json";
   std::ofstream(path) << document("\"stages\": [{\"forward\": \"slow\"}]");
   EXPECT_EQ(error_of([&] { load_cost_table(path.string()); }),
-            path.string() + ": stages[0].forward: expected a number, got \"slow\"");
+            path.string() + ": stages[0].forward: 'slow' is not a time; write a bare number in 'unit'");
   std::ofstream(path) << cost_table_to_json(rich_table());
   EXPECT_EQ(load_cost_table(path.string()), rich_table());
   std::filesystem::remove(path);

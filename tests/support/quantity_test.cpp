@@ -91,6 +91,22 @@ TEST(InMemoryUnit, ConvertsToTheTablesSizeUnitOrRefuses) {
   }
 }
 
+TEST(InBandwidthUnit, ConvertsBytesPerSecondToTheTablesUnitsOrRefuses) {
+  // 900e9 bytes per second is 9e8 bytes per millisecond, and 0.9 GB per millisecond.
+  EXPECT_DOUBLE_EQ(in_bandwidth_unit(*parse_quantity("900GB/s", QuantityKind::Bandwidth), "bytes", "ms", "link"), 9e8);
+  EXPECT_DOUBLE_EQ(in_bandwidth_unit(*parse_quantity("900GB/s", QuantityKind::Bandwidth), "GB", "ms", "link"), 0.9);
+  EXPECT_DOUBLE_EQ(in_bandwidth_unit(*parse_quantity("64GiB/s", QuantityKind::Bandwidth), "GiB", "s", "link"), 64);
+  EXPECT_EQ(in_bandwidth_unit(*parse_quantity("25", QuantityKind::Bandwidth), "unit", "unit", "link"), 25);
+  try {
+    in_bandwidth_unit(*parse_quantity("900GB/s", QuantityKind::Bandwidth), "bytes", "unit", "link");
+    FAIL() << "a table without a time unit cannot take bytes per second";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "link: 900GB/s cannot be converted: the costs count memory in 'bytes' per 'unit'; give a bare number "
+                 "in it");
+  }
+}
+
 TEST(FormatBytes, InTheUnitsOfTheInputAndNeverZeroKilobytes) {
   EXPECT_EQ(format_bytes(8), "8 B");
   EXPECT_EQ(format_bytes(8, ByteUnits::None), "8");

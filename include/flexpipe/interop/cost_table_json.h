@@ -15,6 +15,8 @@ struct StatedCosts {
   bool host_link = false;       // "host_link" given as a link object (not null)
 };
 
+// Times, sizes and bandwidths are plain numbers in the table's time_unit / memory_unit, or strings with
+// a unit ("5us", "1.5GiB", "900GB/s") converted into them; the writer writes plain numbers.
 // Errors name the file and, for syntax errors, line and column. With `expected_stages`, the stages
 // per pipeline of the schedule the table is for, a table shared by "num_stages" stages is checked
 // against it before it is expanded. `stated`, when given, is filled in.

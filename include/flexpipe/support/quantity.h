@@ -47,6 +47,12 @@ std::optional<double> bytes_per_memory_unit(std::string_view memory_unit);
 // Throws Error naming `option` when the unit cannot be converted (a table whose memory is in "unit").
 double in_memory_unit(const Quantity& size, std::string_view memory_unit, std::string_view option);
 
+// A bandwidth quantity in `memory_unit` per `time_unit`, the unit of a cost table's links: a bare number
+// is already in it; one with a unit (bytes per second) is converted. Throws Error naming `option` when
+// either unit cannot be converted (a table whose memory or time is in "unit").
+double in_bandwidth_unit(const Quantity& bandwidth, std::string_view memory_unit, std::string_view time_unit,
+                         std::string_view option);
+
 // Bytes as text in the units the input used: decimal ("85.90 GB", "512 B"), binary ("80.00 GiB"),
 // or none at all when the memory is counted in the cost table's own unit ("8").
 enum class ByteUnits { Decimal, Binary, None };
