@@ -119,12 +119,13 @@ class Reader : public detail::JsonPathReader {
                                           "write \"host_link\": null"
                                         : "must be positive (null for unlimited), got 0");
     }
-    if (object.contains("send_cpu")) result.send_cpu = number(object["send_cpu"], json_child(path, "send_cpu"));
+    if (object.contains("send_cpu"))
+      result.send_cpu = quantity(object["send_cpu"], json_child(path, "send_cpu"), QuantityKind::Time);
     if (object.contains("receive_cpu"))
-      result.receive_cpu = number(object["receive_cpu"], json_child(path, "receive_cpu"));
+      result.receive_cpu = quantity(object["receive_cpu"], json_child(path, "receive_cpu"), QuantityKind::Time);
     if (object.contains("cpu_bandwidth")) {
       const std::string where = json_child(path, "cpu_bandwidth");
-      result.cpu_bandwidth = number_or_unlimited(object["cpu_bandwidth"], where);
+      result.cpu_bandwidth = quantity_or_unlimited(object["cpu_bandwidth"], where, QuantityKind::Bandwidth);
       if (result.cpu_bandwidth == 0) fail(where, "must be positive (null for unlimited), got 0");
     }
     return result;

@@ -351,7 +351,7 @@ class RankJob {
   }
 
   // The timing report over the timed steps (docs/fidelity.md): the measured step's median and
-  // spread, the simulator's step from the median action times, and per rank where the time went in
+  // spread, the simulator's step from the mean action times, and per rank where the time went in
   // both. The timelines drawn are the last step's.
   void describe_timing(Executor& executor, const ScheduledRun& run, const ModelPlan& plan,
                        const std::vector<MeasuredStep>& steps, nlohmann::json& j) {
@@ -642,7 +642,7 @@ void print_text(const nlohmann::json& run, bool progress) {
   const auto& spread = run["measured_makespan_spread_ms"];
   fmt::print(
       "  steps {}-{} ({} timed): measured {:.2f} ms median (quartiles {:.2f}-{:.2f}, bubble {:.1f}%), simulated "
-      "from the median action times {:.2f} ms (bubble {:.1f}%): {:.1f}% {}\n",
+      "from the mean action times {:.2f} ms (bubble {:.1f}%): {:.1f}% {}\n",
       first + 1, first + count, count, run["measured_makespan_ms"].get<double>(), spread["p25"].get<double>(),
       spread["p75"].get<double>(), 100 * run["measured_bubble_ratio"].get<double>(),
       run["predicted_makespan_ms"].get<double>(), 100 * run["predicted_bubble_ratio"].get<double>(),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -19,6 +20,11 @@ double quantile(std::vector<double> values, double q) {
   if (below + 1 >= values.size()) return low;
   const double high = *std::min_element(values.begin() + below + 1, values.end());
   return low + (position - static_cast<double>(below)) * (high - low);
+}
+
+double mean(const std::vector<double>& values) {
+  if (values.empty()) throw Error("mean of no values");
+  return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
 }
 
 }  // namespace flexpipe

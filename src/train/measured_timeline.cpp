@@ -62,6 +62,7 @@ CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep
   constexpr int kKinds = kNumActionKinds;
   std::vector<std::vector<double>> times(static_cast<size_t>(chunks) * kKinds);
   std::vector<double> sends, receives, forward_flights, backward_flights;
+  std::vector<std::pair<const Action*, double>> overlaps;  // each OVERLAP and its time
   for (const MeasuredStep& step : steps) {
     // Where each pipeline message was handed over and when its consumer had it.
     std::map<std::tuple<ActionKind, int, int>, double> sent;
@@ -83,6 +84,7 @@ CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep
         if (m.wait > 0 && (a.kind == ActionKind::B || a.kind == ActionKind::I) && !lowered.is_last_stage(a.stage) &&
             lowered.stage_device[a.stage + 1] != static_cast<int>(d))
           consumed.emplace_back(ActionKind::SendB, a.stage + 1, a.microbatch, m.start + m.wait);
+        if (a.kind == ActionKind::Overlap) overlaps.emplace_back(&a, time);
         if (a.kind == ActionKind::Overlap || !is_compute(a.kind) || a.kind == ActionKind::Opt) continue;
         times[static_cast<size_t>(lowered.chunk_of_stage(a.stage)) * kKinds + static_cast<size_t>(a.kind)].push_back(
             time);
@@ -91,27 +93,36 @@ CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep
       if (auto it = sent.find({kind, stage, microbatch}); it != sent.end())
         (kind == ActionKind::SendF ? forward_flights : backward_flights).push_back(arrived - it->second);
   }
-  auto median_of = [&](int chunk, ActionKind kind, double fallback) {
+  auto mean_of = [&](int chunk, ActionKind kind, double fallback) {
     std::vector<double>& values = times[static_cast<size_t>(chunk) * kKinds + static_cast<size_t>(kind)];
-    return values.empty() ? fallback : median(values);
+    return values.empty() ? fallback : mean(values);
   };
   CostTable table;
   table.time_unit = "ms";
   table.memory_unit = "bytes";
   for (int c = 0; c < chunks; ++c) {
     StageCosts s;
-    s.forward = median_of(c, ActionKind::F, 0);
-    s.backward_input = median_of(c, ActionKind::I, 0);
-    s.backward_weight = median_of(c, ActionKind::W, 0);
-    s.backward = median_of(c, ActionKind::B, s.backward_input + s.backward_weight);
+    s.forward = mean_of(c, ActionKind::F, 0);
+    s.backward_input = mean_of(c, ActionKind::I, 0);
+    s.backward_weight = mean_of(c, ActionKind::W, 0);
+    s.backward = mean_of(c, ActionKind::B, s.backward_input + s.backward_weight);
     if (s.backward_input == 0 && s.backward_weight == 0) s.backward_input = s.backward_weight = s.backward / 2;
-    s.recompute = median_of(c, ActionKind::R, s.forward);
+    s.recompute = mean_of(c, ActionKind::R, s.forward);
     s.activation_bytes = 0;
     table.stages.push_back(s);
   }
+  // An OVERLAP's time against its halves' when they run alone: the table's overlap_ratio.
+  double overlapped = 0, alone = 0;
+  for (const auto& [a, time] : overlaps) {
+    const StageCosts& backward = table.stages[lowered.chunk_of_stage(a->stage2)];
+    overlapped += time;
+    alone += table.stages[lowered.chunk_of_stage(a->stage)].forward +
+             (a->sub_kind == ActionKind::I ? backward.backward_input : backward.backward);
+  }
+  if (overlapped > 0 && alone > 0) table.overlap_ratio = overlapped / alone;
   table.link = Link{};
-  table.link.send_cpu = sends.empty() ? 0 : median(sends);
-  table.link.receive_cpu = receives.empty() ? 0 : median(receives);
+  table.link.send_cpu = sends.empty() ? 0 : mean(sends);
+  table.link.receive_cpu = receives.empty() ? 0 : mean(receives);
   std::vector<double> directions;
   for (std::vector<double>* flights : {&forward_flights, &backward_flights})
     if (!flights->empty()) directions.push_back(median(*flights));
@@ -164,7 +175,7 @@ Schedule with_measured_custom_durations(Schedule lowered, const std::vector<Meas
       }
   }
   for (size_t k = 0; k < lowered.custom_ops.size(); ++k)
-    if (!times[k].empty()) lowered.custom_ops[k].duration = median(times[k]);
+    if (!times[k].empty()) lowered.custom_ops[k].duration = mean(times[k]);
   return lowered;
 }
 

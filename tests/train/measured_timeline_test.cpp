@@ -33,7 +33,7 @@ TEST(MeasuredTimeline, IntervalsStartAfterTheWaitAndOnlyComputeIsBusy) {
   EXPECT_DOUBLE_EQ(r.bubble_ratio, (20 - 11.9) / 20);
 }
 
-TEST(MeasuredTimeline, CostsAreMedianTimesPerChunkOverTheSteps) {
+TEST(MeasuredTimeline, CostsAreMeanTimesPerChunkOverTheSteps) {
   const Schedule s = tiny();
   // A second step: d0's F 4, d1's F 1.5 and B 3, d0's B waits 5 (until 9.6) and takes 4.6; a third
   // as the first.
@@ -44,13 +44,14 @@ TEST(MeasuredTimeline, CostsAreMedianTimesPerChunkOverTheSteps) {
   slower[1][2] = {2, 6.1, 9.1, 0}, slower[1][3] = {3, 9.1, 9.2, 0};
   const CostTable c = measured_costs(s, {timings(), slower, timings()});
   ASSERT_EQ(c.stages.size(), 2u);
-  EXPECT_DOUBLE_EQ(c.stages[0].forward, 2);         // median of 2, 4, 2
-  EXPECT_DOUBLE_EQ(c.stages[0].backward, 4);        // of 4, 4.6, 4
-  EXPECT_DOUBLE_EQ(c.stages[1].forward, 1.9);       // of 1.9, 1.5, 1.9
-  EXPECT_DOUBLE_EQ(c.stages[1].backward_input, 2);  // never split: half of B each
-  EXPECT_DOUBLE_EQ(c.stages[1].recompute, 1.9);
-  EXPECT_DOUBLE_EQ(c.link.send_cpu, 0.3);  // sends 0.5 0.1 0.5 0.1 0.5 0.1: the middle two
+  EXPECT_DOUBLE_EQ(c.stages[0].forward, (2 + 4 + 2) / 3.0);
+  EXPECT_DOUBLE_EQ(c.stages[0].backward, (4 + 4.6 + 4) / 3);
+  EXPECT_DOUBLE_EQ(c.stages[1].forward, (1.9 + 1.5 + 1.9) / 3);
+  EXPECT_DOUBLE_EQ(c.stages[1].backward_input, (4 + 3 + 4) / 6.0);  // never split: half of B each
+  EXPECT_DOUBLE_EQ(c.stages[1].recompute, c.stages[1].forward);
+  EXPECT_DOUBLE_EQ(c.link.send_cpu, 0.3);  // sends 0.5 0.1 0.5 0.1 0.5 0.1
   EXPECT_DOUBLE_EQ(c.link.receive_cpu, 0.1);
+  EXPECT_DOUBLE_EQ(c.overlap_ratio, 1);  // no OVERLAP ran
   // In flight forward: 2.6 - 2.5, 4.6 - 4.5, 0.1 again; backward: F0's gradient left d1 at 8.6
   // and d0 had it at 6 (the made-up first step's clocks disagree: -2.6), then 9.6 - 9.2 = 0.4, -2.6.
   // Medians 0.1 and -2.6 average to less than nothing: no latency.

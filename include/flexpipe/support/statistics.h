@@ -10,5 +10,7 @@ namespace flexpipe {
 // or q is outside [0, 1].
 double quantile(std::vector<double> values, double q);
 inline double median(std::vector<double> values) { return quantile(std::move(values), 0.5); }
+// The arithmetic mean; throws Error when `values` is empty.
+double mean(const std::vector<double>& values);
 
 }  // namespace flexpipe

@@ -28,14 +28,17 @@ SimResult measured_result(const Schedule& lowered, const std::vector<std::vector
 // One step as it ran: per device of one pipeline, its executed actions.
 using MeasuredStep = std::vector<std::vector<MeasuredAction>>;
 
-// What the simulator needs to predict those steps. Per model chunk, the median measured time (wait
+// What the simulator needs to predict those steps. Per model chunk, the mean measured time (wait
 // excluded) of each compute kind over every step given; kinds never run keep the derived defaults
-// (B = I + W, R = F). The link: its host times (Link::send_cpu, receive_cpu) are the medians of the
-// SEND and RECV actions; its latency the median time data took from the end of its SEND to the
-// moment its consumer stopped waiting for it (only consumers that waited tell), the two directions
-// averaged: each rank's clock starts as it leaves the step's barrier, and the ranks leave it at
-// slightly different times, an offset that adds to one direction what it takes from the other.
-// Bandwidth stays unlimited: the latency is observed at the sizes the model sends.
+// (B = I + W, R = F). Means, not medians: a step adds up many actions, and a sum's typical value is
+// the sum of the means, which a skewed action time (the scheduler's preemptions) puts above the sum
+// of the medians. OVERLAP actions give the overlap ratio: their time over their halves' when alone.
+// The link: its host times (Link::send_cpu, receive_cpu) are the mean times of the SEND and RECV
+// actions; its latency the median time data took from the end of its SEND to the moment its
+// consumer stopped waiting for it (only consumers that waited tell), the two directions averaged:
+// each rank's clock starts as it leaves the step's barrier, and the ranks leave it at slightly
+// different times, an offset that adds to one direction what it takes from the other. Bandwidth
+// stays unlimited: the latency is observed at the sizes the model sends.
 CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep>& steps);
 
 // Where one device's step went, in the step's time unit; the four parts add up to the step.
@@ -51,7 +54,7 @@ std::vector<TimeBreakdown> measured_breakdown(const Schedule& lowered, const Mea
 // Per device of a simulated step (its timeline recorded): waiting is all its idle time, overhead 0.
 std::vector<TimeBreakdown> simulated_breakdown(const Schedule& lowered, const SimResult& simulated);
 
-// The schedule with each custom operation kind's duration set to its median measured time over the
+// The schedule with each custom operation kind's duration set to its mean measured time over the
 // steps (the simulator reads custom durations from the schedule, not from the cost table).
 Schedule with_measured_custom_durations(Schedule lowered, const std::vector<MeasuredStep>& steps);
 
