@@ -2,7 +2,7 @@
 # How well the simulator predicts a real step (docs/fidelity.md, docs/performance.md "Fidelity"):
 # every built-in schedule trains the default model on 2 and 4 ranks of this machine, and the report's
 # median measured step (over the steps after the timing warm-up) is set against the simulator's step
-# from the median action times. Then `train --schedule auto` trains the search's answer next to the
+# from the mean action times. Then `train --schedule auto` trains the search's answer next to the
 # best built-in, both measured, to see whether the speedup the search predicts is real. Prints
 # tables; not a timed test. Each run is repeated REPEATS times and the median of the runs' medians is
 # shown, with the range of their gaps.

@@ -43,7 +43,35 @@ class MultiProcess : public CliHarness {
       if (r["microbatches"] != first["microbatches"]) continue;  // another batch, another loss
       for (size_t step = 0; step < r["steps"].size(); ++step)
         EXPECT_NEAR(r["steps"][step]["loss"].get<double>(), first["steps"][step]["loss"].get<double>(), 1e-9) << name;
-      EXPECT_GT(r["measured_makespan_ms"].get<double>(), 0) << name;
+      expect_timing_report(r, name);
+    }
+  }
+
+  // The timing report of a run of two steps or more: the first step is the warm-up, the others are timed.
+  static void expect_timing_report(const nlohmann::json& r, const std::string& name) {
+    const int steps = static_cast<int>(r["steps"].size());
+    ASSERT_GE(steps, 2) << name;
+    EXPECT_EQ(r["timed_steps"], (nlohmann::json{{"first", 1}, {"count", steps - 1}})) << name;
+    const double measured = r["measured_makespan_ms"].get<double>(),
+                 predicted = r["predicted_makespan_ms"].get<double>();
+    EXPECT_GT(measured, 0) << name;
+    const nlohmann::json& spread = r["measured_makespan_spread_ms"];
+    EXPECT_LE(spread["min"].get<double>(), spread["p25"].get<double>()) << name;
+    EXPECT_LE(spread["p25"].get<double>(), measured) << name;
+    EXPECT_LE(measured, spread["p75"].get<double>()) << name;
+    EXPECT_LE(spread["p75"].get<double>(), spread["max"].get<double>()) << name;
+    EXPECT_NEAR(r["gap_percent"].get<double>(), 100 * (measured - predicted) / measured, 1e-9) << name;
+    ASSERT_EQ(r["breakdown_ms"].size(), static_cast<size_t>(r["ranks"].get<int>() / r["data_parallel"].get<int>()))
+        << name;
+    for (const nlohmann::json& b : r["breakdown_ms"]) {
+      const nlohmann::json& s = b["simulated"];
+      // The simulated parts are one step's, so they add up to it exactly.
+      EXPECT_NEAR(s["compute"].get<double>() + s["transfer"].get<double>() + s["waiting"].get<double>(), predicted,
+                  1e-9 * predicted)
+          << name;
+      EXPECT_EQ(s["overhead"].get<double>(), 0) << name;
+      for (const char* part : {"compute", "transfer", "waiting", "overhead"})
+        EXPECT_GE(b["measured"][part].get<double>(), 0) << name << " " << part;
     }
   }
 };
@@ -107,7 +135,7 @@ TEST_F(MultiProcess, MeasuredTimelineIsWrittenAsTraceAndSvg) {
   const std::filesystem::path trace = dir_ / "run.trace.json", svg = dir_ / "run.svg";
   const Outcome run = launch(2, "zb-h1 --trace " + trace.string() + " --svg " + svg.string());
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  EXPECT_NE(run.out.find("simulated with the measured action times"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("simulated from the mean action times"), std::string::npos) << run.out;
   const nlohmann::json events = nlohmann::json::parse(slurp(trace))["traceEvents"];
   std::set<int> devices;
   int complete = 0;
