@@ -190,7 +190,8 @@ CostTable model_cost_table(const ModelOptions& options, const std::string& parti
   const HardwareProfile& hardware = find_hardware(options.hardware);
   AggregationOptions aggregation;
   aggregation.shape = {options.microbatch_size, options.seq_len > 0 ? options.seq_len : graph.reference.seq_len};
-  aggregation.device_link = {0, link_bandwidth_per_ms(hardware, Interconnect::NvLink)};
+  // A graph that measured its transport (`flexpipe profile --transport`) brings the link it was measured on.
+  aggregation.device_link = graph.link ? *graph.link : Link{0, link_bandwidth_per_ms(hardware, Interconnect::NvLink)};
   aggregation.host_link = {0, link_bandwidth_per_ms(hardware, Interconnect::Pcie)};
   aggregation.memory_capacity = {hardware.memory_bytes};
   return aggregate_stages(graph, parse_partition(graph, partition, stages), aggregation).table;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "flexpipe/train/trainable_model.h"
+#include "launcher.h"
 #include "number_checks.h"
 #include "options.h"
 #include "runtime_loader.h"
@@ -15,6 +16,7 @@ namespace {
 struct ProfileOptions {
   ModelSize model{4, 64, 4, 64, 64};
   runtime::ProfileRequest request;
+  bool transport = false;
 };
 
 }  // namespace
@@ -39,10 +41,14 @@ void add_profile_command(CLI::App& app, int& exit_code) {
       ->check(whole_number_at_least(0));
   command->add_option("--repeats", o->request.repeats, "Timed runs per operator; the median counts [7]")
       ->check(whole_number_at_least(1));
+  command->add_flag("--transport", o->transport,
+                    "Also measure the transport between two ranks of this machine (Gloo over loopback: latency, "
+                    "bandwidth, each end's host time per message) and store it as the graph's link");
   command->add_option("-o,--output", o->request.output, "Write the measured cost graph (JSON) here");
   command->add_flag("--json", o->request.json, "Print the measured cost graph instead of the table");
   command->callback([o, &exit_code] {
     o->request.model = trainable_config(o->model);
+    if (o->transport) o->request.transport_port = free_tcp_port();
     exit_code = profile_runtime(o->request);
   });
 }

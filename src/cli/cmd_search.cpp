@@ -239,6 +239,9 @@ void run(const SearchCommand& o, int& exit_code) {
     const double link = o.link_bandwidth >= 0 ? o.link_bandwidth : hardware.nvlink_bandwidth;
     problem.aggregation.device_link = {in_time_unit(o.link_latency, problem.graph.time_unit, "--link-latency"),
                                        link > 0 ? per_time_unit(problem.graph, link) : kInfinity};
+    // A graph that measured its transport brings that link, unless the command line gives one.
+    if (problem.graph.link && o.link_bandwidth < 0 && o.link_latency.value == 0)
+      problem.aggregation.device_link = *problem.graph.link;
     const double host = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
     problem.aggregation.host_link = {0, host > 0 ? per_time_unit(problem.graph, host) : 0.0};
     if (o.devices_per_node > 0) {
@@ -386,9 +389,11 @@ void add_search_command(CLI::App& app, int& exit_code) {
   command->add_option("--max-chunks", o->max_chunks, "Largest number of stages per device in loop placements")
       ->capture_default_str()
       ->check(whole_number_between(1, 16));
-  add_quantity_option(command, "--link-bandwidth", o->link_bandwidth, QuantityKind::Bandwidth,
-                      QuantityRange::PositiveOrInfinite, kBytesPerSecondExamples,
-                      "Between devices: 900GB/s or bytes per second; inf: no limit [the hardware's NVLink]");
+  add_quantity_option(
+      command, "--link-bandwidth", o->link_bandwidth, QuantityKind::Bandwidth, QuantityRange::PositiveOrInfinite,
+      kBytesPerSecondExamples,
+      "Between devices: 900GB/s or bytes per second; inf: no limit [a profiled graph's measured link, else "
+      "the hardware's NVLink]");
   add_quantity_option(command, "--link-latency", o->link_latency, QuantityKind::Time, QuantityRange::NonNegative,
                       kGraphTimeExamples,
                       "Per transfer between devices: 5us, or a bare number in the model's time unit [0]");

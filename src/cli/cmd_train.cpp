@@ -178,6 +178,8 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
       path = (std::filesystem::temp_directory_path() / fmt::format("flexpipe-profile-{}.json", ::getpid())).string();
     profile.output = path;
     profile.quiet = true;  // the table is not for the training log
+    // Not in a job: the ranks about to start are this machine's, and talk over loopback.
+    profile.transport_port = free_tcp_port();
     if (const int code = profile_runtime(profile); code != 0) throw Error(fmt::format("profiling failed ({})", code));
   }
   SearchProblem problem;
@@ -191,6 +193,7 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   problem.aggregation.parameter_bytes = problem.aggregation.gradient_bytes = t.dtype == "float64" ? 8 : 4;
   problem.aggregation.optimizer_bytes = 2 * problem.aggregation.parameter_bytes;
   problem.memory_choices = false;  // host memory: nothing to recompute or offload for
+  if (problem.graph.link) problem.aggregation.device_link = *problem.graph.link;
   SearchOptions options;
   options.threads = 1;
   options.time_budget = 120;  // a backstop: the count below ends the search

@@ -23,6 +23,7 @@
 #include "flexpipe/support/quantity.h"
 #include "json_quantity.h"
 #include "json_reader.h"
+#include "link_json.h"
 
 namespace flexpipe {
 
@@ -31,14 +32,15 @@ namespace {
 using detail::describe_json;
 using detail::json_child;
 using detail::json_element;
+using detail::number_json;
 using nlohmann::json;
 using ordered = nlohmann::ordered_json;
 
 constexpr std::string_view kFormat = "flexpipe-cost-graph";
 constexpr int kVersion = 1;
 
-constexpr std::string_view kTopLevelKeys[] = {"format",   "version", "name",  "time_unit", "reference",
-                                              "hardware", "layers",  "nodes", "edges",     "capture"};
+constexpr std::string_view kTopLevelKeys[] = {"format", "version", "name",  "time_unit", "reference", "hardware",
+                                              "link",   "layers",  "nodes", "edges",     "capture"};
 constexpr std::string_view kCaptureKeys[] = {"file",   "factory", "inputs", "loss",  "threads",
                                              "warmup", "repeats", "clock",  "torch", "kept_whole"};
 constexpr std::string_view kCapturedInputKeys[] = {"shape", "dtype"};
@@ -142,6 +144,12 @@ class Reader : public detail::JsonPathReader {
                             : number(hardware["byte_rate"], "hardware.byte_rate");
       if (rates.byte_rate == 0) fail("hardware.byte_rate", "must be positive, got 0");
       result.hardware = rates;
+    }
+    if (document.contains("link")) {
+      const json& link = document["link"];
+      require_object(link, "link");
+      only_known_keys(link, "link", detail::kLinkKeys);
+      result.link = detail::read_link_fields(*this, link, "link", Link{}, {result.time_unit, "bytes"});
     }
     if (document.contains("layers")) read_layers(document["layers"], result);
     if (!document.contains("nodes")) fail("nodes", "missing (a cost graph lists its operators)");
@@ -490,11 +498,6 @@ class Reader : public detail::JsonPathReader {
   std::unordered_map<std::string, int> node_index_;
 };
 
-ordered number_json(double value) {
-  if (value == std::floor(value) && std::abs(value) < 9e15) return static_cast<int64_t>(value);
-  return value;
-}
-
 // Zero and fixed amounts as bare numbers, the rest as objects with the non-zero terms.
 ordered polynomial_json(const ShapePolynomial& p) {
   if (p.per_sample == 0 && p.per_token == 0 && p.per_token_seq == 0) return number_json(p.fixed);
@@ -715,6 +718,7 @@ std::string cost_graph_to_json(const CostGraph& graph) {
     out["hardware"] = {{"name", graph.hardware->name},
                        {"flop_rate", number_json(graph.hardware->flop_rate)},
                        {"byte_rate", number_json(graph.hardware->byte_rate)}};
+  if (graph.link) out["link"] = detail::link_json(*graph.link);
   out["layers"] = ordered::array();
   for (const LayerInfo& layer : graph.layers)
     out["layers"].push_back({{"name", layer.name}, {"role", layer_role_name(layer.role)}});

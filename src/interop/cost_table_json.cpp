@@ -16,14 +16,19 @@
 #include "flexpipe/support/quantity.h"
 #include "json_quantity.h"
 #include "json_reader.h"
+#include "link_json.h"
 
 namespace flexpipe {
 
 namespace {
 
+using detail::add_link_fields;
 using detail::describe_json;
 using detail::json_child;
 using detail::json_element;
+using detail::kLinkKeys;
+using detail::link_json;
+using detail::number_json;
 using nlohmann::json;
 
 constexpr std::string_view kFormat = "flexpipe-costs";
@@ -38,7 +43,6 @@ constexpr std::string_view kStageKeys[] = {"forward",          "backward_input",
                                            "parameter_bytes",  "gradient_bytes", "optimizer_bytes",
                                            "output_bytes",     "offload_bytes",  "rebuilt_peak_bytes",
                                            "workspace_bytes"};
-constexpr std::string_view kLinkKeys[] = {"latency", "bandwidth", "send_cpu", "receive_cpu", "cpu_bandwidth"};
 constexpr std::string_view kLinkOverrideKeys[] = {"src",      "dst",         "latency",      "bandwidth",
                                                   "send_cpu", "receive_cpu", "cpu_bandwidth"};
 
@@ -108,27 +112,7 @@ class Reader : public detail::JsonPathReader {
 
   // Fields left out keep their value in `defaults`.
   Link link(const json& object, const std::string& path, const Link& defaults) const {
-    Link result = defaults;
-    if (object.contains("latency"))
-      result.latency = quantity(object["latency"], json_child(path, "latency"), QuantityKind::Time);
-    if (object.contains("bandwidth")) {
-      const std::string where = json_child(path, "bandwidth");
-      result.bandwidth = quantity_or_unlimited(object["bandwidth"], where, QuantityKind::Bandwidth);
-      if (result.bandwidth == 0)
-        fail(where, path == "host_link" ? "must be positive (null for unlimited), got 0; for no host link at all, "
-                                          "write \"host_link\": null"
-                                        : "must be positive (null for unlimited), got 0");
-    }
-    if (object.contains("send_cpu"))
-      result.send_cpu = quantity(object["send_cpu"], json_child(path, "send_cpu"), QuantityKind::Time);
-    if (object.contains("receive_cpu"))
-      result.receive_cpu = quantity(object["receive_cpu"], json_child(path, "receive_cpu"), QuantityKind::Time);
-    if (object.contains("cpu_bandwidth")) {
-      const std::string where = json_child(path, "cpu_bandwidth");
-      result.cpu_bandwidth = quantity_or_unlimited(object["cpu_bandwidth"], where, QuantityKind::Bandwidth);
-      if (result.cpu_bandwidth == 0) fail(where, "must be positive (null for unlimited), got 0");
-    }
-    return result;
+    return detail::read_link_fields(*this, object, path, defaults, units_);
   }
 
   CostTable table(const json& document, StatedCosts* stated) {
@@ -249,13 +233,6 @@ class Reader : public detail::JsonPathReader {
   detail::DeclaredUnits units_;  // the table's own, once read
 };
 
-// Integral values written as integers, so files stay readable.
-nlohmann::ordered_json number_json(double value) {
-  if (std::isinf(value)) return nullptr;
-  if (value == std::floor(value) && std::abs(value) < 9e15) return static_cast<int64_t>(value);
-  return value;
-}
-
 nlohmann::ordered_json stage_json(const StageCosts& stage) {
   nlohmann::ordered_json out;
   out["forward"] = number_json(stage.forward);
@@ -274,21 +251,6 @@ nlohmann::ordered_json stage_json(const StageCosts& stage) {
   if (std::isfinite(stage.offload_bytes)) out["offload_bytes"] = number_json(stage.offload_bytes);
   if (std::isfinite(stage.rebuilt_peak_bytes)) out["rebuilt_peak_bytes"] = number_json(stage.rebuilt_peak_bytes);
   if (stage.workspace_bytes > 0) out["workspace_bytes"] = number_json(stage.workspace_bytes);
-  return out;
-}
-
-// The host-time fields only where a transport measured them, so that tables without stay as they were.
-void add_link_fields(nlohmann::ordered_json& out, const Link& link) {
-  out["latency"] = number_json(link.latency);
-  out["bandwidth"] = number_json(link.bandwidth);
-  if (link.send_cpu != 0) out["send_cpu"] = number_json(link.send_cpu);
-  if (link.receive_cpu != 0) out["receive_cpu"] = number_json(link.receive_cpu);
-  if (std::isfinite(link.cpu_bandwidth)) out["cpu_bandwidth"] = number_json(link.cpu_bandwidth);
-}
-
-nlohmann::ordered_json link_json(const Link& link) {
-  nlohmann::ordered_json out;
-  add_link_fields(out, link);
   return out;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdint>
 #include <utility>
 
 #include <fmt/format.h>
@@ -122,6 +124,12 @@ void JsonPathReader::check_format_header(const json& document, std::string_view 
   const json& found = document["version"];
   if (!found.is_number_integer() || found.get<int64_t>() != version)
     fail("version", fmt::format("unsupported version {} (this build reads version {})", found.dump(), version));
+}
+
+nlohmann::ordered_json number_json(double value) {
+  if (std::isinf(value)) return nullptr;
+  if (value == std::floor(value) && std::abs(value) < 9e15) return static_cast<int64_t>(value);
+  return value;
 }
 
 }  // namespace flexpipe::detail

@@ -27,6 +27,9 @@ std::string json_element(const std::string& path, size_t index);
 // The largest number a file may hold (number() refuses more): far beyond any real time, size or rate.
 inline constexpr double kLargestNumber = 1e30;
 
+// Integral values as integers, so that files stay readable; an infinity (no limit) as null.
+nlohmann::ordered_json number_json(double value);
+
 // A new document that starts as every file format does, with its "format" and "version": the
 // writers' side of JsonPathReader::check_format_header.
 template <typename Json>

@@ -1,5 +1,9 @@
 // The runtime library's profiling entry point (`flexpipe profile`).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -10,11 +14,30 @@
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/exit_status.h"
 #include "flexpipe/support/files.h"
+#include "flexpipe/support/quantity.h"
 #include "flexpipe/train/trainable_model.h"
 #include "profiler.h"
+#include "transport_profiler.h"
 
 namespace flexpipe::runtime {
 namespace {
+
+// Bytes per millisecond as a rate people read.
+std::string rate(double bytes_per_ms) {
+  return std::isfinite(bytes_per_ms) ? format_bytes(bytes_per_ms * 1e3) + "/s" : "unlimited";
+}
+
+void print_transport(const std::vector<TransportSample>& samples, const Link& link) {
+  fmt::print("\ntransport: Gloo over loopback between two ranks of this machine, median of {} round trips\n",
+             TransportProfileOptions{}.repeats);
+  fmt::print("{:>12} {:>9} {:>11} {:>11}\n", "bytes", "send ms", "receive ms", "one way ms");
+  for (const TransportSample& s : samples)
+    fmt::print("{:>12.0f} {:>9.4f} {:>11.4f} {:>11.4f}\n", s.bytes, s.send, s.receive, s.one_way);
+  fmt::print(
+      "link: latency {:.4f} ms, bandwidth {}; host time per message {:.4f} ms to send, {:.4f} ms to receive, "
+      "copying at {}\n",
+      link.latency, rate(link.bandwidth), link.send_cpu, link.receive_cpu, rate(link.cpu_bandwidth));
+}
 
 int profile(const ProfileRequest& request) {
   if (request.repeats < 1 || request.warmup < 0)
@@ -24,7 +47,19 @@ int profile(const ProfileRequest& request) {
   const CostGraph analytic = trainable_graph(request.model, request.microbatch_size);
   const ModelPlan plan =
       make_model_plan(request.model, partition_balanced(analytic, 1), request.microbatch_size, dtype, request.seed);
-  const CostGraph measured = profile_model(plan, {request.warmup, request.repeats});
+  CostGraph measured = profile_model(plan, {request.warmup, request.repeats});
+  std::vector<TransportSample> transport;
+  if (request.transport_port > 0) {
+    double largest = 0;
+    for (const TensorEdge& edge : measured.edges)
+      largest = std::max(largest, edge.bytes.at(measured.reference.microbatch_size, measured.reference.seq_len));
+    TransportProfileOptions options;
+    options.port = request.transport_port;
+    options.sizes = transport_profile_sizes(largest);
+    options.dtype = dtype;
+    transport = profile_transport(options);
+    measured.link = fit_link(transport);
+  }
   if (!request.output.empty()) write_text_file(request.output, cost_graph_to_json(measured));
   if (request.quiet) return kExitSuccess;
   if (request.json) {
@@ -47,6 +82,7 @@ int profile(const ProfileRequest& request) {
     w += n.backward_weight.time;
   }
   fmt::print("{:<24} {:>9.4f} {:>9.4f} {:>9.4f}\n", "total", f, i, w);
+  if (measured.link) print_transport(transport, *measured.link);
   if (!request.output.empty()) fmt::print("cost graph: {}\n", request.output);
   return kExitSuccess;
 }

@@ -133,6 +133,28 @@ TEST_F(ModelCli, SimulateAggregatesTheModel) {
   EXPECT_EQ(even.exit_code, 0) << even.err;
 }
 
+// A profiled graph brings the link its transport was measured as: GPipe with one micro-batch on two
+// devices crosses it twice on its critical path (the activation, then its gradient), so a latency of
+// 1 ms adds 2 ms, and half a millisecond of host time at each SEND one more.
+TEST_F(ModelCli, SimulateUsesTheLinkAMeasuredGraphCarries) {
+  auto makespan = [&](const std::string& name, const std::string& link) {
+    const fs::path file =
+        write(name, R"({"format": "flexpipe-cost-graph", "version": 1, "time_unit": "ms", )" + link +
+                        R"("nodes": [{"name": "a", "scaling": {"rule": "power"}, "forward": {"time": 2},
+                   "backward_input": {"time": 1}, "backward_weight": {"time": 1}},
+                  {"name": "b", "scaling": {"rule": "power"}, "forward": {"time": 2},
+                   "backward_input": {"time": 1}, "backward_weight": {"time": 1}}],
+                 "edges": [{"from": "a", "to": "b", "bytes": 1000}]})");
+    const Outcome run = flexpipe("simulate gpipe -p 2 -m 1 --json --model " + file.string());
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+    return nlohmann::json::parse(run.out)["makespan"].get<double>();
+  };
+  const double free = makespan("free.json", "");
+  EXPECT_DOUBLE_EQ(free, 2 + 2 + 2 + 2);
+  EXPECT_DOUBLE_EQ(makespan("latency.json", R"("link": {"latency": 1}, )"), free + 2);
+  EXPECT_DOUBLE_EQ(makespan("host.json", R"("link": {"latency": 1, "send_cpu": 0.5}, )"), free + 3);
+}
+
 TEST_F(ModelCli, ErrorsAreExact) {
   Outcome run = flexpipe("simulate 1f1b -p 4 -m 8 --model gpt3-1.3b --partition \"Et*5|t*6|t*6|t*6L\"");
   EXPECT_EQ(run.exit_code, 2);

@@ -223,9 +223,10 @@ TEST(CostGraphErrors, HeaderErrors) {
             "g.json: format: missing (a cost graph starts with \"format\": \"flexpipe-cost-graph\")");
   EXPECT_EQ(error_of(with("\"version\": 1", "\"version\": 2")),
             "g.json: version: unsupported version 2 (this build reads version 1)");
-  EXPECT_EQ(error_of(with("\"name\": \"small\"", "\"nmae\": \"small\"")),
-            "g.json: nmae: unknown key (known keys: format, version, name, time_unit, reference, hardware, layers, "
-            "nodes, edges, capture)");
+  EXPECT_EQ(
+      error_of(with("\"name\": \"small\"", "\"nmae\": \"small\"")),
+      "g.json: nmae: unknown key (known keys: format, version, name, time_unit, reference, hardware, link, layers, "
+      "nodes, edges, capture)");
   EXPECT_EQ(error_of(with("\"seq_len\": 128", "\"seq_len\": 0")), "g.json: reference.seq_len: must be positive, got 0");
 }
 

@@ -193,6 +193,43 @@ TEST_F(Train, ProfileWritesACostGraphTheSimulatorReads) {
   EXPECT_GT(nlohmann::json::parse(simulate.out)["makespan"].get<double>(), 0);
 }
 
+// Evaluates a cost graph's byte polynomial (a bare number, or its terms) at the graph's reference shape.
+double bytes_at_reference(const nlohmann::json& g, const nlohmann::json& bytes) {
+  if (bytes.is_number()) return bytes.get<double>();
+  const double b = g["reference"]["microbatch_size"].get<double>(), s = g["reference"]["seq_len"].get<double>();
+  return bytes.value("fixed", 0.0) + bytes.value("per_sample", 0.0) * b + bytes.value("per_token", 0.0) * b * s +
+         bytes.value("per_token_seq", 0.0) * b * s * s;
+}
+
+TEST_F(Train, ProfileMeasuresTheTransportAsTheGraphsLink) {
+  const std::filesystem::path graph = dir_ / "measured.json";
+  const Outcome profile = flexpipe("profile " + kSmall + " --repeats 1 --transport -o " + graph.string());
+  ASSERT_EQ(profile.exit_code, 0) << profile.err;
+  const nlohmann::json g = nlohmann::json::parse(slurp(graph));
+  // One row per size: 4 bytes, eight times more each row, up to the largest tensor between operators.
+  double largest = 0;
+  for (const auto& edge : g["edges"]) largest = std::max(largest, bytes_at_reference(g, edge["bytes"]));
+  ASSERT_GT(largest, 4);
+  std::vector<double> sizes;
+  for (double bytes = 4; bytes < largest; bytes *= 8) sizes.push_back(bytes);
+  sizes.push_back(largest);
+  size_t from = profile.out.find("transport: Gloo over loopback");
+  ASSERT_NE(from, std::string::npos) << profile.out;
+  for (double bytes : sizes) {
+    from = profile.out.find(fmt::format("\n{:>12.0f} ", bytes), from);
+    EXPECT_NE(from, std::string::npos) << bytes << " bytes:\n" << profile.out;
+  }
+  EXPECT_NE(profile.out.find("\nlink: latency "), std::string::npos) << profile.out;
+  // Sending takes host time (the payload is packed into a fresh buffer), so the graph's link has some.
+  ASSERT_TRUE(g.contains("link")) << g.dump();
+  EXPECT_GT(g["link"]["send_cpu"].get<double>(), 0);
+  EXPECT_GE(g["link"]["latency"].get<double>(), 0);
+  // Without --transport, no link: the graph says nothing it did not measure.
+  const Outcome operators_only = flexpipe("profile " + kSmall + " --repeats 1 --json");
+  ASSERT_EQ(operators_only.exit_code, 0) << operators_only.err;
+  EXPECT_FALSE(nlohmann::json::parse(operators_only.out).contains("link"));
+}
+
 TEST_F(Train, AutoTrainsTheFastestScheduleSimulatedWithTheProfile) {
   const std::filesystem::path graph = dir_ / "profile.json";
   const Outcome first = flexpipe("train --schedule auto --profile " + graph.string() + " --steps 2 " + kSmall);
@@ -210,6 +247,8 @@ TEST_F(Train, AutoTrainsTheFastestScheduleSimulatedWithTheProfile) {
   // The profile was kept; a second run reads it instead of measuring again, and chooses the same.
   const std::string measured = slurp(graph);
   ASSERT_FALSE(measured.empty());
+  // The ranks about to start are this machine's: the profile measured their transport too.
+  EXPECT_TRUE(nlohmann::json::parse(measured).contains("link"));
   const Outcome second = flexpipe("train --schedule auto --profile " + graph.string() + " --steps 1 " + kSmall);
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_EQ(slurp(graph), measured);

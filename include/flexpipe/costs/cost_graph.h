@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "flexpipe/costs/cost_table.h"
+
 namespace flexpipe {
 
 // A quantity that depends on the micro-batch size b and the sequence length s:
@@ -159,6 +161,9 @@ struct CostGraph {
   std::string time_unit = "ms";
   Shape reference;                        // the shape the stored times are for
   std::optional<RooflineRates> hardware;  // needed by Roofline nodes
+  // The transport between two ranks of the machine the graph was measured on (`flexpipe profile
+  // --transport`), in time_unit and bytes; absent: the caller's link, or a free one.
+  std::optional<Link> link;
   std::vector<LayerInfo> layers;
   std::vector<OperatorNode> nodes;
   std::vector<TensorEdge> edges;

@@ -90,6 +90,9 @@ struct ProfileRequest {
   std::string output;  // the measured cost graph (JSON); "" none
   bool json = false;   // print the graph instead of the table
   bool quiet = false;  // print nothing (train --schedule auto profiles for itself)
+  // > 0: also measure the transport between two ranks of this machine, whose rendezvous listens on
+  // 127.0.0.1 at this port, and store it as the graph's link.
+  int transport_port = 0;
 };
 
 }  // namespace flexpipe::runtime
