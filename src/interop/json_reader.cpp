@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -107,6 +108,15 @@ double JsonPathReader::number(const json& value, const std::string& path) const 
   // products over stages and micro-batches stay finite: the simulator and the search never see inf.
   if (result > kLargestNumber) fail(path, fmt::format("is too large, got {} (at most 1e30)", value.dump()));
   return result;
+}
+
+int JsonPathReader::count(const json& value, const std::string& path) const {
+  const double result = number(value, path);
+  // Compared as doubles first: converting 1e26 to int is undefined, not a wrong answer.
+  if (result > std::numeric_limits<int>::max() || result != std::floor(result))
+    fail(path,
+         fmt::format("must be a whole number of at most {}, got {}", std::numeric_limits<int>::max(), value.dump()));
+  return static_cast<int>(result);
 }
 
 std::string JsonPathReader::text(const json& value, const std::string& path) const {

@@ -53,6 +53,8 @@ class JsonPathReader {
                        std::span<const std::string_view> known) const;
   // A number from 0 to kLargestNumber.
   double number(const nlohmann::json& value, const std::string& path) const;
+  // A whole number from 0 to INT_MAX (a count: operators, devices, micro-batches).
+  int count(const nlohmann::json& value, const std::string& path) const;
   std::string text(const nlohmann::json& value, const std::string& path) const;
 
   // The "format" and "version" that every file format starts with, checked alike for all of them so

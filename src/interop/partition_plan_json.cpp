@@ -59,11 +59,7 @@ PartitionPlan parse_partition_plan(const std::string& text, const std::string& o
     if (!j.contains(key)) read.fail("", fmt::format("missing \"{}\"", key));
     return j[key];
   };
-  auto integer = [&](const char* key) {
-    const double value = read.number(field(key), key);
-    if (value != static_cast<int>(value)) read.fail(key, fmt::format("must be an integer, got {}", value));
-    return static_cast<int>(value);
-  };
+  auto integer = [&](const char* key) { return read.count(field(key), key); };
   PartitionPlan plan;
   plan.model = read.text(field("model"), "model");
   plan.graph = read.text(field("graph"), "graph");
@@ -85,10 +81,8 @@ PartitionPlan parse_partition_plan(const std::string& text, const std::string& o
     read.require_object(stages[k], path);
     PlannedStage stage;
     if (!stages[k].contains("operators")) read.fail(path, "missing \"operators\"");
-    const double count = read.number(stages[k]["operators"], json_child(path, "operators"));
-    if (count < 1 || count != static_cast<int>(count))
-      read.fail(json_child(path, "operators"), fmt::format("must be a positive integer, got {}", count));
-    stage.operators = static_cast<int>(count);
+    stage.operators = read.count(stages[k]["operators"], json_child(path, "operators"));
+    if (stage.operators < 1) read.fail(json_child(path, "operators"), "must be a positive integer, got 0");
     for (const char* key : {"recompute", "offload"}) {
       std::vector<std::string>& names = std::string_view(key) == "recompute" ? stage.recompute : stage.offload;
       if (!stages[k].contains(key)) continue;

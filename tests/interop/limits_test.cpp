@@ -47,5 +47,23 @@ TEST(ReaderLimits, ASharedStageCountIsCheckedBeforeTheTableIsExpanded) {
   EXPECT_EQ(parse_cost_table(kSharedTable, "costs.json", 2).stages.size(), 2u);
 }
 
+TEST(ReaderLimits, ACountBeyondAnIntIsALocatedErrorNotAnOverflow) {
+  PartitionPlan plan;
+  plan.devices = 2;
+  plan.stages.emplace_back().operators = 3;
+  const std::string text = partition_plan_to_json(plan);
+  EXPECT_EQ(parse_partition_plan(text, "plan.json").devices, 2);
+  // The case the fuzzer found: 1e26 passed the number check and was then converted to int.
+  EXPECT_EQ(test::error_text(
+                [&] { parse_partition_plan(replaced(text, "\"devices\": 2", "\"devices\": 1e26"), "plan.json"); }),
+            "plan.json: devices: must be a whole number of at most 2147483647, got 1e+26");
+  EXPECT_EQ(test::error_text(
+                [&] { parse_partition_plan(replaced(text, "\"devices\": 2", "\"devices\": 2.5"), "plan.json"); }),
+            "plan.json: devices: must be a whole number of at most 2147483647, got 2.5");
+  EXPECT_EQ(test::error_text(
+                [&] { parse_partition_plan(replaced(text, "\"operators\": 3", "\"operators\": 0"), "plan.json"); }),
+            "plan.json: stages[0].operators: must be a positive integer, got 0");
+}
+
 }  // namespace
 }  // namespace flexpipe
