@@ -103,8 +103,8 @@ TEST_F(Search, TheReportMeasuresEveryRowAgainstOneBoundAndSaysSo) {
   for (const auto& b : j["builtins"])
     if (!b.contains("skipped")) rows.emplace_back(b["name"].get<std::string>(), b["makespan"].get<double>());
   for (const auto& [name, makespan] : rows) {
-    const auto row =
-        std::find_if(bound_line, lines.end(), [&](const std::string& l) { return l.rfind(name + " ", 0) == 0; });
+    const std::string prefix = name + " ";  // clang 14 cannot capture a structured binding
+    const auto row = std::find_if(bound_line, lines.end(), [&](const std::string& l) { return l.starts_with(prefix); });
     ASSERT_NE(row, lines.end()) << name;
     EXPECT_TRUE(row->ends_with(above(makespan))) << *row << " (expected " << above(makespan) << ")";
   }

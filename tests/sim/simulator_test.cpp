@@ -477,7 +477,8 @@ TEST(Simulator, TrySimulateReturnsTheStatusAndTheMessageSimulateWouldThrow) {
       {one_f_one_b(2, 1), SimStatus::NotLowered},
       {build(1, {0, 1}, {"0F0 1F0", ""}), SimStatus::Malformed},
   };
-  for (const auto& [schedule, status] : failing) {
+  for (const auto& [failing_schedule, status] : failing) {
+    const Schedule& schedule = failing_schedule;  // clang 14 cannot capture a structured binding
     const SimOutcome outcome = try_simulate(schedule, costs);
     EXPECT_EQ(outcome.status, status);
     EXPECT_FALSE(outcome.ran());
