@@ -253,6 +253,28 @@ TEST_F(Train, AutoTrainsTheFastestScheduleSimulatedWithTheProfile) {
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_EQ(slurp(graph), measured);
   EXPECT_NE(second.out.find("; chose " + chosen + "\n"), std::string::npos) << second.out;
+  // The search's program only where it is predicted --auto-margin (5%) faster than the fastest built-in.
+  const size_t builtin_at = first.out.find("fastest built-in ");
+  ASSERT_NE(builtin_at, std::string::npos) << first.out;
+  char builtin[64];
+  double builtin_ms = 0, best_ms = 0;
+  ASSERT_EQ(std::sscanf(first.out.c_str() + builtin_at, "fastest built-in %63s %lf ms, best %lf ms", builtin,
+                        &builtin_ms, &best_ms),
+            3)
+      << first.out;
+  if (program) {
+    EXPECT_LE(best_ms, 0.95 * builtin_ms) << first.out;
+  } else if (best_ms < builtin_ms) {
+    EXPECT_NE(first.out.find(", less than --auto-margin 5% faster; chose " + std::string(builtin) + "\n"),
+              std::string::npos)
+        << first.out;
+  }
+  // No program is predicted twice as fast as every built-in here: a margin of 1 trains the built-in.
+  const Outcome built_in =
+      flexpipe("train --schedule auto --auto-margin 1 --profile " + graph.string() + " --steps 1 " + kSmall);
+  ASSERT_EQ(built_in.exit_code, 0) << built_in.err;
+  EXPECT_NE(built_in.out.find("chose " + std::string(builtin) + "\n"), std::string::npos) << built_in.out;
+  EXPECT_NE(built_in.out.find("\n" + std::string(builtin) + ": 2 ranks"), std::string::npos) << built_in.out;
 }
 
 // On three devices the search's answer (a built-in or its own program) trains exactly like the
