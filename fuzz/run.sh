@@ -5,7 +5,8 @@
 # written with units). Usage: fuzz/run.sh [SECONDS] (per target, default 10) [TARGET ...] (default
 # all). FUZZ_DIR names the build folder (default build-fuzz); FUZZ_BUILD_TESTS=ON builds the
 # torch-free tests there too, with the same flags, so that scripts/run-tests.sh compiles the
-# libraries under the sanitizers once for both. Exit status 0: no crash, hang, leak, allocation over
+# libraries under the sanitizers once for both; FUZZ_JOBS targets run at once (default: one per
+# core). Exit status 0: no crash, hang, leak, allocation over
 # 2 GB or round-trip mismatch found; otherwise the failing target's report and input are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,20 +45,25 @@ seeds() {  # the files each target starts from
     *) echo fuzz/seeds/"$1"/* ;;
   esac
 }
-failed=0
 for target in "${targets[@]}"; do
-  corpus="$out/corpus/$target"
-  mkdir -p "$corpus"
-  for seed in $(seeds "$target"); do cp "$seed" "$corpus/${seed//\//_}"; done  # two folders may share a name
+  mkdir -p "$out/corpus/$target"
+  for seed in $(seeds "$target"); do cp "$seed" "$out/corpus/$target/${seed//\//_}"; done  # two folders may share a name
+done
+
+fuzz() {  # TARGET: one libFuzzer run on its corpus, its verdict on one line
+  local log="$out/$1.log"
   # -timeout: one input taking over 10 s is a hang; -rss_limit_mb: a few kilobytes of input must never
   # allocate gigabytes; -max_len: inputs stay small enough that each run tries many.
-  if "$out/${target}_fuzzer" "$corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
-    -print_final_stats=1 >"$out/$target.log" 2>&1; then
-    echo "fuzz $target: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$out/$target.log" | grep -o '[0-9]*$') inputs in ${seconds} s, no failure"
+  if "$out/$1_fuzzer" "$out/corpus/$1" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+    -print_final_stats=1 >"$log" 2>&1; then
+    echo "fuzz $1: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') inputs in ${seconds} s, no failure"
   else
-    failed=1
-    echo "fuzz $target: FAILED"
-    tail -n 40 "$out/$target.log"
+    echo "fuzz $1: FAILED"
+    tail -n 40 "$log"
+    return 1
   fi
-done
-exit $failed
+}
+# libFuzzer runs on one core: as many targets at once as there are cores (FUZZ_JOBS), each for its full time.
+export -f fuzz
+export out seconds
+printf '%s\n' "${targets[@]}" | xargs -P "${FUZZ_JOBS:-$(nproc)}" -I '{}' bash -c 'fuzz "$1"' fuzz '{}'
