@@ -6,8 +6,8 @@
 # all). FUZZ_DIR names the build folder (default build-fuzz); FUZZ_BUILD_TESTS=ON builds the
 # torch-free tests there too, with the same flags, so that scripts/run-tests.sh compiles the
 # libraries under the sanitizers once for both; FUZZ_JOBS targets run at once (default: one per
-# core). Exit status 0: no crash, hang, leak, allocation over
-# 2 GB or round-trip mismatch found; otherwise the failing target's report and input are printed.
+# core). Exit status 0: no crash, hang, leak, allocation over 2 GB or round-trip mismatch found;
+# otherwise the failing target's report and input are printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}

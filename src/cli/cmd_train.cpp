@@ -209,7 +209,7 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
     if (b.skipped.empty() && b.fits && (!fastest_builtin || b.makespan < fastest_builtin->makespan))
       fastest_builtin = &b;
   // A predicted gain smaller than the simulator's error is a tie when trained (docs/fidelity.md: the
-  // search's 0.2% and 4.5% over DualPipe measured 8% slower), and the built-in is the known schedule.
+  // search's predicted 0.2-5% over DualPipe measured 3-8% slower), and the built-in is the known schedule.
   const bool within_margin = result.best.name == "search" && fastest_builtin &&
                              result.best.makespan > (1 - o.auto_margin) * fastest_builtin->makespan;
   const ScheduleCandidateReport& best = within_margin ? *fastest_builtin : result.best;

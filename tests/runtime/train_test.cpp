@@ -220,10 +220,13 @@ TEST_F(Train, ProfileMeasuresTheTransportAsTheGraphsLink) {
     EXPECT_NE(from, std::string::npos) << bytes << " bytes:\n" << profile.out;
   }
   EXPECT_NE(profile.out.find("\nlink: latency "), std::string::npos) << profile.out;
-  // Sending takes host time (the payload is packed into a fresh buffer), so the graph's link has some.
+  // Sending takes host time (the payload is packed into a fresh buffer), so the graph's link charges
+  // some: per message, or per byte where the fit's intercept fell below 0 and the line went through
+  // the origin (a zero send_cpu is then left out of the file).
   ASSERT_TRUE(g.contains("link")) << g.dump();
-  EXPECT_GT(g["link"]["send_cpu"].get<double>(), 0);
-  EXPECT_GE(g["link"]["latency"].get<double>(), 0);
+  const nlohmann::json& link = g.at("link");
+  EXPECT_TRUE(link.value("send_cpu", 0.0) > 0 || link.contains("cpu_bandwidth")) << link.dump();
+  EXPECT_GE(link.at("latency").get<double>(), 0);
   // Without --transport, no link: the graph says nothing it did not measure.
   const Outcome operators_only = flexpipe("profile " + kSmall + " --repeats 1 --json");
   ASSERT_EQ(operators_only.exit_code, 0) << operators_only.err;
