@@ -266,7 +266,7 @@ TEST_F(Train, AutoTrainsTheFastestScheduleSimulatedWithTheProfile) {
             3)
       << first.out;
   if (program) {
-    EXPECT_LE(best_ms, 0.95 * builtin_ms) << first.out;
+    EXPECT_LE(best_ms, 0.95 * builtin_ms + 0.005) << first.out;  // the line rounds to 0.01 ms
   } else if (best_ms < builtin_ms) {
     EXPECT_NE(first.out.find(", less than --auto-margin 5% faster; chose " + std::string(builtin) + "\n"),
               std::string::npos)
