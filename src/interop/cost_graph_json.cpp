@@ -387,14 +387,6 @@ class Reader : public detail::JsonPathReader {
     result.nodes = std::move(streamed.nodes);
   }
 
-  // A count that fits an int: threads and runs per measurement.
-  int small_count(const json& value, const std::string& path) const {
-    const double result = number(value, path);
-    if (result != std::floor(result) || result > 1e9)
-      fail(path, fmt::format("expected a whole number up to 10^9, got {}", describe_json(value)));
-    return static_cast<int>(result);
-  }
-
   CaptureRecord capture(const json& value) const {
     require_object(value, "capture");
     only_known_keys(value, "capture", kCaptureKeys);
@@ -408,7 +400,7 @@ class Reader : public detail::JsonPathReader {
                  &Reader::text);
     read_present(value, "capture",
                  {{"threads", &result.threads}, {"warmup", &result.warmup}, {"repeats", &result.repeats}},
-                 &Reader::small_count);
+                 &Reader::count);
     if (value.contains("inputs")) {
       const json& inputs = array(value["inputs"], "capture.inputs");
       for (size_t i = 0; i < inputs.size(); ++i) {
@@ -421,7 +413,7 @@ class Reader : public detail::JsonPathReader {
         const json& shape = array(inputs[i]["shape"], json_child(path, "shape"));
         for (size_t d = 0; d < shape.size(); ++d) {
           const std::string dimension = json_element(json_child(path, "shape"), d);
-          const int extent = small_count(shape[d], dimension);
+          const int extent = count(shape[d], dimension);
           if (extent == 0) fail(dimension, "must be positive, got 0");
           input.shape.push_back(extent);
         }

@@ -328,7 +328,7 @@ TEST(CapturedGraphs, CaptureRecordErrorsNameTheJsonPath) {
   EXPECT_EQ(captured(R"({"inputs": [{"shape": [8, 0]}]})"),
             "g.json: capture.inputs[0].shape[1]: must be positive, got 0");
   EXPECT_EQ(captured(R"({"inputs": [{"shape": [8.5]}]})"),
-            "g.json: capture.inputs[0].shape[0]: expected a whole number up to 10^9, got 8.5");
+            "g.json: capture.inputs[0].shape[0]: must be a whole number of at most 2147483647, got 8.5");
   EXPECT_EQ(captured(R"({"inputs": [{"dtype": "int64"}]})"), "g.json: capture.inputs[0].shape: missing");
   EXPECT_EQ(captured(R"({"threads": -1})"), "g.json: capture.threads: must not be negative, got -1");
   EXPECT_EQ(captured(R"({"file": 3})"), "g.json: capture.file: expected a string, got 3");
