@@ -3,8 +3,8 @@
 # model"): the executor's overhead per action (what an action costs apart from compute, transfers and
 # waiting), as the median over the steps after the first, and the timing report's measured step (its
 # median over the timed steps) against the simulator's prediction from the mean measured action times
-# and the link (docs/fidelity.md). The captured model is the transformer classifier
-# of python/tests/models.py (2 encoder layers, width 32), cut in two by `flexpipe partition`. Prints
+# and the link (docs/fidelity.md). The captured model is the transformer classifier of
+# python/tests/models.py (2 encoder layers, width 32), cut in two by `flexpipe partition`. Prints
 # figures; not a timed test.
 # Usage: bench/captured_train.sh [BUILD_DIR] [STEPS]   (defaults: build, 30)
 set -euo pipefail

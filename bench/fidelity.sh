@@ -5,8 +5,8 @@
 # from the mean action times. Then `train --schedule auto` trains the search's answer next to the
 # best built-in, both measured, to see whether the speedup the search predicts is real: once with
 # --auto-margin 0 (the search's own program whenever it is predicted faster at all), once as by
-# default. Prints tables; not a timed test. Each run is repeated REPEATS times and the median of the runs' medians is
-# shown, with the range of their gaps.
+# default. Prints tables; not a timed test. Each run is repeated REPEATS times and the median of the
+# runs' medians is shown, with the range of their gaps.
 # Usage: bench/fidelity.sh [BUILD_DIR] [STEPS] [RANKS] [REPEATS]   (defaults: build, 40, "2 4", 3)
 set -euo pipefail
 build=${1:-build}

@@ -204,15 +204,9 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   options.exact = false;  // seconds of branch and bound on every rank's start, for small instances only
   const SearchResult result = search_schedules(problem, options);
   if (!result.found) throw Error(fmt::format("--schedule auto: {}", result.infeasible));
-  const ScheduleCandidateReport* fastest_builtin = nullptr;
-  for (const ScheduleCandidateReport& b : result.builtins)
-    if (b.skipped.empty() && b.fits && (!fastest_builtin || b.makespan < fastest_builtin->makespan))
-      fastest_builtin = &b;
-  // A predicted gain smaller than the simulator's error is a tie when trained (docs/fidelity.md: the
-  // search's predicted 0.2-5% over DualPipe measured 3-8% slower), and the built-in is the known schedule.
-  const bool within_margin = result.best.name == "search" && fastest_builtin &&
-                             result.best.makespan > (1 - o.auto_margin) * fastest_builtin->makespan;
-  const ScheduleCandidateReport& best = within_margin ? *fastest_builtin : result.best;
+  const ScheduleCandidateReport* builtin = fastest_builtin(result);
+  const ScheduleCandidateReport& best = answer_to_train(result, o.auto_margin);
+  const bool within_margin = &best != &result.best;
   std::string chosen = best.name;
   if (best.name == "search") {
     const std::filesystem::path base =
@@ -226,8 +220,8 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
     fmt::print(
         "auto: searched {} schedules with measured operator times ({}): fastest built-in {} {:.2f} ms, best "
         "{:.2f} ms ({}){}; chose {}\n",
-        result.evaluated, problem.graph.name, fastest_builtin ? fastest_builtin->name : "none",
-        fastest_builtin ? fastest_builtin->makespan : kInfinity, result.best.makespan, result.best.family,
+        result.evaluated, problem.graph.name, builtin ? builtin->name : "none", builtin ? builtin->makespan : kInfinity,
+        result.best.makespan, result.best.family,
         within_margin ? fmt::format(", less than --auto-margin {:g}% faster", 100 * o.auto_margin) : "", chosen);
     std::fflush(stdout);  // before the ranks print theirs
   }

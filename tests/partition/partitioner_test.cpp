@@ -18,7 +18,7 @@
 namespace flexpipe {
 namespace {
 
-// The sanitizer build (Debug) runs these searches 30x slower than Release: the two heaviest tests
+// Under the sanitizers these searches run many times slower than in Release: the three heaviest tests
 // below do less there. The Release run covers them whole; the sanitizer still walks the same code.
 // gcc says so with __SANITIZE_ADDRESS__, clang 14 only through __has_feature.
 #if defined(__SANITIZE_ADDRESS__)

@@ -151,4 +151,11 @@ struct SearchResult {
 
 SearchResult search_schedules(const SearchProblem& problem, const SearchOptions& options = {});
 
+// The fastest built-in that runs at the search's parameters and fits, or null when none does.
+const ScheduleCandidateReport* fastest_builtin(const SearchResult& result);
+// The answer to train: the search's own schedule only when it is predicted at least `margin` (a
+// fraction of the built-in's makespan) faster than the fastest built-in, which is trained otherwise.
+// A smaller predicted gain is within what the simulator misses on a real run (docs/fidelity.md).
+const ScheduleCandidateReport& answer_to_train(const SearchResult& result, double margin);
+
 }  // namespace flexpipe

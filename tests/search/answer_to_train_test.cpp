@@ -1,0 +1,58 @@
+// Which answer a run trains: the search's own schedule only for a predicted gain of at least the
+// margin over the fastest built-in that runs and fits.
+#include <gtest/gtest.h>
+
+#include "flexpipe/search/search.h"
+
+namespace flexpipe {
+namespace {
+
+ScheduleCandidateReport candidate(const std::string& name, double makespan, bool fits = true,
+                                  const std::string& skipped = "") {
+  ScheduleCandidateReport c;
+  c.name = name;
+  c.makespan = makespan;
+  c.fits = fits;
+  c.skipped = skipped;
+  return c;
+}
+
+// The search's program at `best`, against DualPipe at 100, a faster ZB-V that does not fit and a
+// faster 1F1B that does not run at these parameters.
+SearchResult searched(double best) {
+  SearchResult r;
+  r.found = true;
+  r.best = candidate("search", best);
+  r.builtins = {candidate("1f1b", 90, true, "needs m >= p"), candidate("zb-v", 95, false), candidate("dualpipe", 100),
+                candidate("gpipe", 120)};
+  return r;
+}
+
+TEST(AnswerToTrain, TheFastestBuiltInIsTheFastestThatRunsAndFits) {
+  const SearchResult r = searched(50);
+  ASSERT_NE(fastest_builtin(r), nullptr);
+  EXPECT_EQ(fastest_builtin(r)->name, "dualpipe");
+  SearchResult none = r;
+  none.builtins = {candidate("zb-v", 95, false)};
+  EXPECT_EQ(fastest_builtin(none), nullptr);
+}
+
+TEST(AnswerToTrain, TheSearchsProgramOnlyForAGainOfAtLeastTheMargin) {
+  EXPECT_EQ(answer_to_train(searched(96), 0.05).name, "dualpipe");  // 4% faster: a tie
+  EXPECT_EQ(answer_to_train(searched(95), 0.05).name, "search");    // 5%: exactly the margin
+  EXPECT_EQ(answer_to_train(searched(80), 0.05).name, "search");
+  EXPECT_EQ(answer_to_train(searched(99.9), 0).name, "search");  // no margin: whatever is predicted fastest
+  EXPECT_EQ(answer_to_train(searched(1), 1).name, "dualpipe");   // a margin of 1: always the built-in
+}
+
+TEST(AnswerToTrain, ABuiltInAnswerOrNoBuiltInToCompareWithIsKept) {
+  SearchResult builtin_best = searched(100);
+  builtin_best.best = candidate("dualpipe", 100);
+  EXPECT_EQ(&answer_to_train(builtin_best, 0.05), &builtin_best.best);
+  SearchResult alone = searched(99);
+  alone.builtins = {candidate("zb-v", 95, false)};
+  EXPECT_EQ(answer_to_train(alone, 0.05).name, "search");
+}
+
+}  // namespace
+}  // namespace flexpipe
