@@ -58,11 +58,22 @@ double operator_time(const CostGraph& graph, const OperatorNode& node, Pass pass
 }
 
 CostGraph with_activation_bytes_scaled(CostGraph graph, double factor) {
-  for (OperatorNode& node : graph.nodes)
+  for (OperatorNode& node : graph.nodes) {
+    const ShapePolynomial unscaled = node.unscaled_saved_bytes;
+    // What I frees is all the node saves or none of it where a capture wrote it.
+    const bool frees_all = node.freed_by_input == node.saved_bytes;
     for (ShapePolynomial* bytes :
          {&node.saved_bytes, &node.freed_by_input, &node.shared_saved_bytes, &node.output_bytes, &node.workspace_bytes})
       *bytes = factor * *bytes;
-  for (TensorEdge& edge : graph.edges) edge.bytes = factor * edge.bytes;
+    if (!unscaled.is_zero()) {
+      node.saved_bytes += (1 - factor) * unscaled;
+      if (frees_all) node.freed_by_input = node.saved_bytes;
+    }
+  }
+  for (TensorEdge& edge : graph.edges) {
+    edge.bytes = factor * edge.bytes;
+    if (edge.saved_bytes) *edge.saved_bytes = factor * *edge.saved_bytes;
+  }
   return graph;
 }
 
@@ -196,11 +207,16 @@ void validate_cost_graph(const CostGraph& graph, const std::string& origin) {
                         "reference shape",
                         where(), shared, saved, graph.nodes[i - 1].name, previous));
     }
+    if (const double unscaled = node.unscaled_saved_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
+        unscaled > saved)
+      fail(fmt::format("{}: unscaled_saved_bytes {} exceed saved_bytes {} at the reference shape", where(), unscaled,
+                       saved));
     if (node.scaling.rule == ScalingRule::Roofline && !graph.hardware)
       fail(fmt::format("{}: scales by roofline but the graph names no hardware rates", where()));
   }
 
   std::set<std::pair<int, int>> seen;
+  std::vector<double> saved_from_inputs(n, 0);
   for (size_t e = 0; e < graph.edges.size(); ++e) {
     const TensorEdge& edge = graph.edges[e];
     if (edge.from < 0 || edge.from >= n || edge.to < 0 || edge.to >= n)
@@ -210,6 +226,22 @@ void validate_cost_graph(const CostGraph& graph, const std::string& origin) {
     };
     if (edge.from == edge.to) fail(fmt::format("{}: an operator cannot feed itself (cycle)", where()));
     if (!seen.emplace(edge.from, edge.to).second) fail(fmt::format("{}: duplicate edge", where()));
+    if (!edge.saved_bytes) continue;
+    const double saved = edge.saved_bytes->at(graph.reference.microbatch_size, graph.reference.seq_len);
+    const double bytes = edge.bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
+    if (saved > bytes)
+      fail(
+          fmt::format("{}: saved_bytes {} exceed the tensor's bytes {} at the reference shape", where(), saved, bytes));
+    saved_from_inputs[edge.to] += saved;
+  }
+  for (int i = 0; i < n; ++i) {
+    const double saved = graph.nodes[i].saved_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
+    // Relative slack: the two sums round differently.
+    if (saved_from_inputs[i] > saved * (1 + 1e-12))
+      fail(
+          fmt::format("nodes[{}] ('{}'): its edges' saved_bytes add up to {}, more than it saves ({}) at the "
+                      "reference shape",
+                      i, graph.nodes[i].name, saved_from_inputs[i], saved));
   }
   for (int i = 1; i < n; ++i) {
     if (graph.nodes[i].shared_saved_bytes.is_zero()) continue;

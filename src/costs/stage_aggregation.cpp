@@ -177,6 +177,13 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       options.decisions.empty() ? std::vector<int>(n, -1) : recompute_segments(graph, partition, options.decisions);
   std::vector<double> largest_segment(stages, 0);
   double segment_bytes = 0;
+  // What a recomputed operator saves of the tensors its segment reads from outside is their
+  // checkpoint, which the rebuild reads in place: known where the edges say what their readers save.
+  std::vector<double> checkpointed(n, 0);
+  for (const TensorEdge& edge : graph.edges)
+    if (edge.saved_bytes && decision(edge.to) == MemoryDecision::Recompute &&
+        !(segment_of[edge.from] >= 0 && segment_of[edge.from] == segment_of[edge.to]))
+      checkpointed[edge.to] += edge.saved_bytes->at(b, s);
 
   for (int i = 0; i < n; ++i) {
     const OperatorNode& node = graph.nodes[i];
@@ -215,9 +222,10 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       case MemoryDecision::Recompute: {
         recomputes[k] = true;
         stage.recompute += forward;
-        rebuilt[k] += saved - shared;
-        rebuilt_freed[k] += freed - shared_freed;
-        segment_bytes = (segment_of[i] != i ? segment_bytes : 0) + saved - shared;
+        const double bytes = std::max(0.0, saved - shared - checkpointed[i]);
+        rebuilt[k] += bytes;
+        rebuilt_freed[k] += std::min(bytes, freed - shared_freed);
+        segment_bytes = (segment_of[i] != i ? segment_bytes : 0) + bytes;
         largest_segment[k] = std::max(largest_segment[k], segment_bytes);
         break;
       }
@@ -250,13 +258,15 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       for (int j = first_edge[p]; j < first_edge[p + 1]; ++j) {
         const TensorEdge& edge = graph.edges[by_producer[j]];
         if (stage_of[edge.to] > cut) crossing += edge.bytes.at(b, s);
-        if (stage_of[edge.to] == cut + 1) read_saved += graph.nodes[edge.to].saved_bytes.at(b, s);
+        if (stage_of[edge.to] == cut + 1)
+          read_saved += (edge.saved_bytes ? *edge.saved_bytes : graph.nodes[edge.to].saved_bytes).at(b, s);
       }
       const double received = std::min(output, crossing);
       costs[cut].output_bytes += received;
-      // The runtime holds what a stage receives until the micro-batch's backward ends. A reader that
-      // saves bytes is taken to save what it reads (counted with its decision); the rest is held as
-      // the stage input, and a recompute checkpoint keeps at most the part the readers hold.
+      // The runtime holds what a stage receives until the micro-batch's backward ends. What its
+      // readers save of it (where the edge does not say, all they save) is counted with their
+      // decisions; the rest is held as the stage input, and a recompute checkpoint keeps at most the
+      // part the readers hold.
       const double held = std::max(0.0, received - read_saved);
       input_held[cut + 1] += held;
       limit[cut + 1] = received - held;

@@ -61,13 +61,14 @@ constexpr std::string_view kNodeKeys[] = {"name",
                                           "saved_bytes",
                                           "freed_by_input",
                                           "shared_saved_bytes",
+                                          "unscaled_saved_bytes",
                                           "output_bytes",
                                           "workspace_bytes",
                                           "note"};
 constexpr std::string_view kPassKeys[] = {"time", "flops", "bytes"};
 constexpr std::string_view kPolynomialKeys[] = {"fixed", "per_sample", "per_token", "per_token_seq"};
 constexpr std::string_view kScalingKeys[] = {"rule", "batch_exponent", "sequence_exponent"};
-constexpr std::string_view kEdgeKeys[] = {"from", "to", "bytes"};
+constexpr std::string_view kEdgeKeys[] = {"from", "to", "bytes", "saved_bytes"};
 constexpr std::pair<std::string_view, LayerRole> kRoles[] = {{"embedding", LayerRole::Embedding},
                                                              {"transformer", LayerRole::Transformer},
                                                              {"mtp", LayerRole::Mtp},
@@ -350,6 +351,7 @@ class Reader : public detail::JsonPathReader {
     for (const auto& [key, field] : {std::pair{"saved_bytes", &result.saved_bytes},
                                      {"freed_by_input", &result.freed_by_input},
                                      {"shared_saved_bytes", &result.shared_saved_bytes},
+                                     {"unscaled_saved_bytes", &result.unscaled_saved_bytes},
                                      {"output_bytes", &result.output_bytes},
                                      {"workspace_bytes", &result.workspace_bytes}})
       if (const auto it = entry.find(key); it != entry.end())
@@ -456,6 +458,8 @@ class Reader : public detail::JsonPathReader {
     const LazyPath at(path);
     if (const auto it = entry.find("bytes"); it != entry.end())
       edge.bytes = polynomial(*it, LazyPath(at, "bytes"), Amount::Bytes);
+    if (const auto it = entry.find("saved_bytes"); it != entry.end())
+      edge.saved_bytes = polynomial(*it, LazyPath(at, "saved_bytes"), Amount::Bytes);
     return edge;
   }
 
@@ -530,6 +534,7 @@ ordered node_json(const CostGraph& graph, const OperatorNode& node) {
   out["saved_bytes"] = polynomial_json(node.saved_bytes);
   out["freed_by_input"] = polynomial_json(node.freed_by_input);
   if (!node.shared_saved_bytes.is_zero()) out["shared_saved_bytes"] = polynomial_json(node.shared_saved_bytes);
+  if (!node.unscaled_saved_bytes.is_zero()) out["unscaled_saved_bytes"] = polynomial_json(node.unscaled_saved_bytes);
   out["output_bytes"] = polynomial_json(node.output_bytes);
   if (!node.workspace_bytes.is_zero()) out["workspace_bytes"] = polynomial_json(node.workspace_bytes);
   if (!node.note.empty()) out["note"] = node.note;
@@ -717,10 +722,12 @@ std::string cost_graph_to_json(const CostGraph& graph) {
   out["nodes"] = ordered::array();
   for (const OperatorNode& node : graph.nodes) out["nodes"].push_back(node_json(graph, node));
   out["edges"] = ordered::array();
-  for (const TensorEdge& edge : graph.edges)
+  for (const TensorEdge& edge : graph.edges) {
     out["edges"].push_back({{"from", graph.nodes[edge.from].name},
                             {"to", graph.nodes[edge.to].name},
                             {"bytes", polynomial_json(edge.bytes)}});
+    if (edge.saved_bytes) out["edges"].back()["saved_bytes"] = polynomial_json(*edge.saved_bytes);
+  }
   if (graph.capture) out["capture"] = capture_json(*graph.capture);
   return out.dump(1) + "\n";
 }

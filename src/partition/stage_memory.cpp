@@ -84,7 +84,8 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
       ops.shared[i] = graph.nodes[i].shared_saved_bytes.at(shape.microbatch_size, shape.seq_len);
   }
   for (const TensorEdge& edge : graph.edges)
-    ops.inputs[edge.to].push_back({edge.from, edge.bytes.at(shape.microbatch_size, shape.seq_len)});
+    ops.inputs[edge.to].push_back({edge.from, edge.bytes.at(shape.microbatch_size, shape.seq_len),
+                                   edge.saved_bytes ? edge.saved_bytes->at(shape.microbatch_size, shape.seq_len) : -1});
   index_tensors(ops);
   return ops;
 }
@@ -93,7 +94,7 @@ void index_tensors(OperatorTable& ops) {
   const int n = ops.size();
   ops.consumers.assign(n, {});
   for (int v = 0; v < n; ++v)
-    for (const OperatorTable::InEdge& in : ops.inputs[v]) ops.consumers[in.from].push_back({v, in.bytes});
+    for (const OperatorTable::InEdge& in : ops.inputs[v]) ops.consumers[in.from].push_back({v, in.bytes, in.saved});
   // Producer u crosses the cuts u + 1 .. its last consumer.
   std::vector<int> last(n, -1);
   ops.live_start.assign(n + 2, 0);
@@ -119,7 +120,7 @@ std::vector<ReceivedTensor> received_tensors(const OperatorTable& ops, int begin
       for (const OperatorTable::OutEdge& out : ops.consumers[r.from]) {
         if (out.to < begin) continue;
         r.bytes += out.bytes;
-        if (out.to < end) r.read_saved += ops.saved[out.to];
+        if (out.to < end) r.read_saved += ops.saved_of(out);
       }
       bounded(r);
       received.push_back(r);
@@ -133,7 +134,7 @@ std::vector<ReceivedTensor> received_tensors(const OperatorTable& ops, int begin
           std::find_if(received.begin(), received.end(), [&](const ReceivedTensor& r) { return r.from == in.from; });
       if (it == received.end()) it = received.insert(received.end(), ReceivedTensor{in.from, 0, 0});
       it->bytes += in.bytes;
-      if (v < end) it->read_saved += ops.saved[v];
+      if (v < end) it->read_saved += ops.saved_of({v, in.bytes, in.saved});
     }
   for (ReceivedTensor& r : received) bounded(r);
   std::sort(received.begin(), received.end(),
@@ -175,9 +176,10 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
       case MemoryDecision::Offload: offloaded += ops.saved[v] - shared; break;
       case MemoryDecision::Recompute: {
         const bool continues = detail::continues_segment(ops, begin, v, as_previous);
-        const double bytes = ops.saved[v] - (continues ? shared : 0);
-        segment = (continues ? segment : 0) + bytes;
         if (!continues) segment_start = v;
+        const double bytes =
+            std::max(0.0, ops.saved[v] - (continues ? shared : 0) - detail::checkpointed_saved(ops, v, segment_start));
+        segment = (continues ? segment : 0) + bytes;
         largest_segment = std::max(largest_segment, segment);
         rebuilt_all += bytes;
         checkpoints += detail::checkpoint_bytes(ops, inputs, v, segment_start);
@@ -235,6 +237,13 @@ double checkpoint_bytes(const OperatorTable& ops, const StageInputs& inputs, int
     const double limit = inputs.checkpoint_limit(ops, in.from);
     bytes += std::min(limit, read + in.bytes) - std::min(limit, read);
   }
+  return bytes;
+}
+
+double checkpointed_saved(const OperatorTable& ops, int v, int segment_start) {
+  double bytes = 0;
+  for (const OperatorTable::InEdge& in : ops.inputs[v])
+    if (in.from < segment_start && in.saved > 0) bytes += in.saved;
   return bytes;
 }
 

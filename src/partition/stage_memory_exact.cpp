@@ -100,7 +100,8 @@ Point recompute_step(const OperatorTable& ops, const StageInputs& inputs, int v,
   Point p = base;
   p.start = continues ? base.start : v;
   add_checkpoints(checkpoint_bytes(ops, inputs, v, p.start), context, p.memory, p.offload);
-  const double bytes = continues ? ops.saved_once(begin, v) : ops.saved[v];
+  const double bytes =
+      std::max(0.0, (continues ? ops.saved_once(begin, v) : ops.saved[v]) - checkpointed_saved(ops, v, p.start));
   if (context.split_backward) {
     p.memory += bytes;
   } else {
@@ -279,7 +280,8 @@ bool same_shape(const OperatorTable& ops, const StageInputs& inputs, int a, int 
       return false;
     for (size_t j = 0; j < ops.inputs[u].size(); ++j) {
       const OperatorTable::InEdge &x = ops.inputs[u][j], &y = ops.inputs[v][j];
-      if (x.bytes != y.bytes || x.from - u != y.from - v || (x.from >= stage_begin) != (y.from >= stage_begin) ||
+      if (x.bytes != y.bytes || x.saved != y.saved || x.from - u != y.from - v ||
+          (x.from >= stage_begin) != (y.from >= stage_begin) ||
           (!ops.output.empty() && ops.output[x.from] != ops.output[y.from]) ||
           (x.from < stage_begin && inputs.checkpoint_limit(ops, x.from) != inputs.checkpoint_limit(ops, y.from)))
         return false;

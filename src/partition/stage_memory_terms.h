@@ -34,6 +34,11 @@ StageInputs stage_inputs(const OperatorTable& ops, int begin, int end);
 // segment rebuilds what it reads from itself.
 double checkpoint_bytes(const OperatorTable& ops, const StageInputs& inputs, int v, int segment_start);
 
+// The part of a recomputed v's saved bytes that is a tensor produced before its segment (where the
+// edges say what their readers save): that tensor is the segment's checkpoint, which the rebuild
+// reads in place rather than making again.
+double checkpointed_saved(const OperatorTable& ops, int v, int segment_start);
+
 // Forwards arrive one per third of a period at most (a backward takes about twice a forward), so a
 // transfer of t spans ceil(t / (T/3)) forward slots: that many micro-batches' offloaded bytes are still
 // on their way out, besides the one just produced and the one reloaded for the next backward (its

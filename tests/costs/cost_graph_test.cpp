@@ -73,6 +73,26 @@ TEST(ActivationBytesScaled, ScalesEveryByteCountAndNothingElse) {
   EXPECT_EQ(doubled.edges[0].bytes, 2 * graph.edges[0].bytes);
 }
 
+// A max pool saves its input (float, 96 bytes per sample) and its indices (int64, 32): trained in
+// float64 after a float32 capture it holds 2 x 96 + 32. Without parameters it frees all at I.
+TEST(ActivationBytesScaled, SavedTensorsOfAnotherTypeKeepTheirSize) {
+  CostGraph graph = parse_cost_graph(kSmallGraph, "g.json");
+  OperatorNode& pool = graph.nodes[1];
+  pool.saved_bytes = pool.freed_by_input = ShapePolynomial{0, 128, 0, 0};
+  pool.unscaled_saved_bytes = ShapePolynomial{0, 32, 0, 0};
+  graph.nodes[0].freed_by_input = ShapePolynomial{0, 0, 1, 0};  // a: part of its 2 per token
+  validate_cost_graph(graph, "g.json");
+  EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), "again"), graph);
+  const CostGraph doubled = with_activation_bytes_scaled(graph, 2);
+  EXPECT_EQ(doubled.nodes[1].saved_bytes, (ShapePolynomial{0, 2 * 96 + 32, 0, 0}));
+  EXPECT_EQ(doubled.nodes[1].freed_by_input, doubled.nodes[1].saved_bytes);
+  EXPECT_EQ(doubled.nodes[1].unscaled_saved_bytes, graph.nodes[1].unscaled_saved_bytes);
+  EXPECT_EQ(doubled.nodes[0].freed_by_input, (ShapePolynomial{0, 0, 2, 0}));
+  pool.unscaled_saved_bytes = ShapePolynomial{0, 129, 0, 0};
+  EXPECT_EQ(error_of(cost_graph_to_json(graph)),
+            "g.json: nodes[1] ('b'): unscaled_saved_bytes 258 exceed saved_bytes 256 at the reference shape");
+}
+
 TEST(ActivationBytesScaled, ACaptureMeasuresInItsFirstFloatingInputsType) {
   CaptureRecord capture;
   EXPECT_EQ(captured_element_bytes(capture), 4);  // no inputs recorded: float32 parameters
@@ -183,6 +203,35 @@ TEST(CostGraphErrors, SharedSavedBytesNeedAFeedingNeighbourThatSavesThem) {
   const std::string b_to_c = R"({"from": "b", "to": "c", "bytes": {"per_token": 4}},)";
   unfed.erase(unfed.find(b_to_c), b_to_c.size());
   EXPECT_EQ(error_of(unfed), "g.json: nodes[2] ('c'): shares saved tensors with 'b' before it, which does not feed it");
+}
+
+// a -> b: b saves 1 byte per token of the 4 it reads from a (b saves 32,776 bytes in all at the
+// reference shape, 2 x 128 tokens).
+TEST(CostGraphFormat, AnEdgeMaySayWhatItsReaderSavesOfIt) {
+  const std::string a_to_b = R"({"from": "a", "to": "b", "bytes": {"per_token": 4})";
+  const CostGraph graph = parse_cost_graph(with(a_to_b, a_to_b + R"(, "saved_bytes": {"per_token": 1})"), "g.json");
+  ASSERT_TRUE(graph.edges[0].saved_bytes.has_value());
+  EXPECT_EQ(*graph.edges[0].saved_bytes, per_token(1));
+  EXPECT_FALSE(graph.edges[1].saved_bytes.has_value());  // unknown: b -> c says nothing
+  EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), "again"), graph);
+  EXPECT_EQ(*with_activation_bytes_scaled(graph, 2).edges[0].saved_bytes, per_token(2));
+  // Zero is known: the reader saves none of it (a ReLU saves its output).
+  EXPECT_EQ(*parse_cost_graph(with(a_to_b, a_to_b + R"(, "saved_bytes": 0)"), "g.json").edges[0].saved_bytes,
+            ShapePolynomial{});
+}
+
+TEST(CostGraphErrors, AnEdgesSavedBytesFitTheTensorAndWhatItsReaderSaves) {
+  const std::string a_to_b = R"({"from": "a", "to": "b", "bytes": {"per_token": 4})";
+  EXPECT_EQ(error_of(with(a_to_b, a_to_b + R"(, "saved_bytes": {"per_token": 5})")),
+            "g.json: edges[0] ('a' -> 'b'): saved_bytes 1280 exceed the tensor's bytes 1024 at the reference shape");
+  // b -> c and a -> c each within their tensors, together more than c saves (0).
+  const std::string b_to_c = R"({"from": "b", "to": "c", "bytes": {"per_token": 4})";
+  EXPECT_EQ(
+      error_of(with(b_to_c, b_to_c + R"(, "saved_bytes": 8)")),
+      "g.json: nodes[2] ('c'): its edges' saved_bytes add up to 8, more than it saves (0) at the reference shape");
+  EXPECT_EQ(error_of(with(a_to_b, a_to_b + R"(, "saved_bytes": {"per_tok": 1})")),
+            "g.json: edges[0].saved_bytes.per_tok: unknown key (known keys: fixed, per_sample, per_token, "
+            "per_token_seq)");
 }
 
 TEST(CostGraphScaling, PowerRuleScalesByExponents) {

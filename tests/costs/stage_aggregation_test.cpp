@@ -290,6 +290,76 @@ TEST(StageAggregation, AResidualCutInsideItsBlockIsHeldByTheStageThatJoinsIt) {
   EXPECT_EQ(between.table.stages[1].activation_bytes, 10 + 6 + 6 + 6 + 10 + 0 + 10);
 }
 
+// What a captured graph says per edge: which part of a tensor its reader saves. stem -> relu -> conv
+// -> head: the ReLU saves its output (10), not the tensor it reads; the convolution saves the ReLU's
+// output, which the ReLU counted already (0 on its edge and in its saved bytes); the head saves the
+// convolution's output (6). A cut before the ReLU leaves what the stage receives held whole.
+TEST(StageAggregation, AReaderThatSavesItsOutputLeavesTheTensorItReceivesHeld) {
+  CostGraph g = test::dag_graph("relu-cut",
+                                {{"stem", "conv", 2, 1, 3, 10},
+                                 {"relu", "relu", 1, 0, 10, 10},
+                                 {"conv", "conv", 4, 2, 0, 6},
+                                 {"head", "linear", 2, 1, 6, 1}},
+                                {"stem", "block", "head"}, {0, 1, 1, 2}, {{0, 1}, {1, 2}, {2, 3}});
+  const Partition partition = partition_from_sizes(g, std::vector<int>{1, 3});
+  // Unknown, the ReLU is taken to save the 10 bytes it reads: nothing else held.
+  EXPECT_EQ(aggregate_stages(g, partition, AggregationOptions{}).table.stages[1].activation_bytes, 10 + 0 + 6);
+  g.edges[0].saved_bytes = fixed_amount(0);
+  g.edges[1].saved_bytes = fixed_amount(0);
+  g.edges[2].saved_bytes = fixed_amount(6);
+  validate_cost_graph(g, "relu-cut");
+  const StageAggregate known = aggregate_stages(g, partition, AggregationOptions{});
+  EXPECT_EQ(known.details[1].held_input_bytes, 10);
+  EXPECT_EQ(known.table.stages[1].activation_bytes, 10 + 10 + 0 + 6);
+  // Cut after the ReLU instead, the convolution saves the very tensor the stage receives: held once.
+  const StageAggregate after = aggregate_stages(g, partition_from_sizes(g, std::vector<int>{2, 2}), {});
+  EXPECT_EQ(after.table.stages[1].activation_bytes, 10 + 0 + 6);
+  // The partitioner's model agrees.
+  const OperatorTable ops = make_operator_table(g, {1, 1});
+  StageContext one;
+  EXPECT_EQ(evaluate_stage_memory(ops, 1, 4, one, std::vector<MemoryDecision>(3, MemoryDecision::Keep))
+                .activation_memory,
+            26);
+  EXPECT_EQ(held_input_bytes(ops, 1, 4), 10);
+  EXPECT_EQ(held_input_bytes(ops, 2, 4), 10);
+}
+
+// stem -> conv -> relu -> head, the convolution and the ReLU recomputed as one segment. The
+// convolution saves its input, which is the segment's checkpoint: the rebuild reads it in place, so
+// R rebuilds only the ReLU's output. Unknown, the checkpoint was counted a second time as rebuilt.
+TEST(StageAggregation, ARecomputedReaderThatSavesItsCheckpointDoesNotRebuildIt) {
+  CostGraph g = test::dag_graph("conv-recompute",
+                                {{"stem", "conv", 2, 1, 3, 10},
+                                 {"conv", "conv", 4, 2, 10, 6},
+                                 {"relu", "relu", 1, 0, 6, 6},
+                                 {"head", "linear", 2, 1, 0, 1}},
+                                {"stem", "block", "head"}, {0, 1, 1, 2}, {{0, 1}, {1, 2}, {2, 3}});
+  const Partition partition = partition_from_sizes(g, std::vector<int>{1, 3});
+  using D = MemoryDecision;
+  AggregationOptions options;
+  options.decisions = {D::Keep, D::Recompute, D::Recompute, D::Keep};
+  const StageCosts unknown = aggregate_stages(g, partition, options).table.stages[1];
+  EXPECT_EQ(unknown.checkpoint_bytes, 10);
+  EXPECT_EQ(unknown.activation_bytes, 10 + 6);
+  g.edges[0].saved_bytes = fixed_amount(10);
+  g.edges[1].saved_bytes = fixed_amount(0);
+  g.edges[2].saved_bytes = fixed_amount(0);
+  validate_cost_graph(g, "conv-recompute");
+  const StageCosts known = aggregate_stages(g, partition, options).table.stages[1];
+  EXPECT_EQ(known.checkpoint_bytes, 10);  // what the stage received, which the convolution reads
+  EXPECT_EQ(known.activation_bytes, 6);
+  EXPECT_EQ(known.rebuilt_peak_bytes, 6);
+  EXPECT_EQ(known.freed_by_input, 6);  // the ReLU has no parameters; the convolution rebuilds nothing
+  // Kept, the convolution's saved bytes are the received tensor, held once.
+  options.decisions.assign(4, D::Keep);
+  EXPECT_EQ(aggregate_stages(g, partition, options).table.stages[1].activation_bytes, 10 + 6);
+  // The partitioner's model agrees: 10 checkpointed, 6 rebuilt.
+  const OperatorTable ops = make_operator_table(g, {1, 1});
+  const StageMemoryPlan plan = evaluate_stage_memory(ops, 1, 4, StageContext{}, {D::Recompute, D::Recompute, D::Keep});
+  EXPECT_EQ(plan.checkpoint_bytes, 10);
+  EXPECT_EQ(plan.activation_memory, 10 + 6);
+}
+
 // A U-Net (tests/common/dag_graphs.h) in three stages: in enc1 down1 | enc2 down2 mid up2 | cat2 ..
 // head. The skip enc1 -> cat1 crosses both cuts: each sends it, stage 1 carries it through without
 // reading it, and both later stages hold it. Hand-computed per stage.

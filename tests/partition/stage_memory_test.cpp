@@ -353,6 +353,11 @@ OperatorTable random_ops(std::mt19937& rng, int n) {
     if (v > 0) ops.inputs[v].push_back({v - 1, edge(rng)});
     if (v > 2 && rng() % 3 == 0) ops.inputs[v].push_back({static_cast<int>(rng() % (v - 1)), edge(rng)});
     ops.output.push_back(edge(rng));
+    // Half the operators say what they save of each input (as a capture does), within what they save.
+    if (rng() % 2 == 0) {
+      double left = ops.saved[v];
+      for (OperatorTable::InEdge& in : ops.inputs[v]) left -= in.saved = std::min(left, in.bytes * (rng() % 3) / 2);
+    }
   }
   return ops;
 }

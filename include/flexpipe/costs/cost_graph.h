@@ -94,6 +94,10 @@ struct OperatorNode {
   // both nodes keep what they save, both offload it, or both rebuild it in one recompute segment;
   // released when neither node holds it any more.
   ShapePolynomial shared_saved_bytes;
+  // Part of saved_bytes in tensors not of the captured floating type (max-pool indices and class
+  // targets in integers, a double scalar): they keep their size when the model trains in another
+  // floating type than it was captured in.
+  ShapePolynomial unscaled_saved_bytes;
   ShapePolynomial output_bytes;     // the operator's full output
   ShapePolynomial workspace_bytes;  // transient, during its own passes only
   std::string note;                 // free text for reports: why a cost is missing or approximate
@@ -106,6 +110,10 @@ struct TensorEdge {
   int from = 0;
   int to = 0;
   ShapePolynomial bytes;
+  // The bytes of this very tensor (its storage) that `to` saves for its backward and counts in its own
+  // saved_bytes, where the graph knows it (a capture does); unknown, the reader is taken to save what it
+  // reads. A ReLU saves its output, not its input (0); a linear layer its input (all of it).
+  std::optional<ShapePolynomial> saved_bytes = std::nullopt;
   friend bool operator==(const TensorEdge&, const TensorEdge&) = default;
 };
 
@@ -183,7 +191,7 @@ double total_active_parameters(const CostGraph& graph);
 
 // The graph with every activation byte count (saved, shared, freed, output, workspace and edge bytes)
 // times `factor`, times and FLOPs unchanged: a model captured in float32 and trained in float64 holds
-// twice the bytes.
+// twice the bytes. Saved tensors of other types (unscaled_saved_bytes) keep their size.
 CostGraph with_activation_bytes_scaled(CostGraph graph, double factor);
 // Bytes per element of the floating type a captured graph's activations were measured in: that of its
 // first floating-point input, else 4 (a model of float32 parameters fed integer tokens).
@@ -199,7 +207,8 @@ const char* layer_role_name(LayerRole role);  // "embedding", "transformer", "mt
 // node, edge or layer at fault: unique names, valid indices, no self-loops or duplicate edges, no cycle
 // (the cycle is spelled out), nodes in topological order, freed_by_input <= saved_bytes at the
 // reference shape, shared_saved_bytes at most what the node and the previous one (which must feed it)
-// save, hardware present when a node scales by roofline.
+// save, unscaled_saved_bytes at most saved_bytes, an edge's saved_bytes at most its bytes and together
+// at most what their reader saves, hardware present when a node scales by roofline.
 void validate_cost_graph(const CostGraph& graph, const std::string& origin);
 
 }  // namespace flexpipe

@@ -21,13 +21,17 @@ std::vector<int> chunks_sharing_device(const Schedule& schedule);
 
 // The graph's operators at one shape, flattened for the partitioner's inner loops.
 struct OperatorTable {
+  // `saved`: the bytes of the tensor that its reader saves and counts in its saved bytes
+  // (TensorEdge::saved_bytes); negative where unknown (the reader is taken to save what it reads).
   struct InEdge {
     int from = 0;
     double bytes = 0;
+    double saved = -1;
   };
   struct OutEdge {
     int to = 0;
     double bytes = 0;
+    double saved = -1;
   };
   std::vector<double> forward, backward, saved, workspace, parameters;
   std::vector<double> shared;               // per node, saved bytes shared with node - 1; empty: none
@@ -49,6 +53,8 @@ struct OperatorTable {
   // What v saves besides the tensors v - 1 saves too, when both hold theirs the same way (kept,
   // offloaded, or rebuilt in one segment) and v - 1 is in the stage.
   double saved_once(int begin, int v) const { return saved[v] - shared_in_stage(begin, v); }
+  // What the reader of `out` saves of its tensor: what the edge says, or all the reader saves.
+  double saved_of(const OutEdge& out) const { return out.saved >= 0 ? out.saved : saved[out.to]; }
 };
 OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape);
 // Builds the table's edge index (consumers, live) from its inputs: for tables built by hand, after
@@ -58,9 +64,9 @@ void index_tensors(OperatorTable& ops);
 // A tensor the stage [begin, end) receives: produced before begin and read at or after it, whether
 // by the stage or only by a later one (then the stage carries it through: it receives it and sends
 // it on). `bytes`: what crosses the cut at begin from that producer (its edges to operators at or
-// after begin, at most its output); `read_saved`: what the stage's operators that read it save.
-// The runtime holds every tensor a stage receives until the micro-batch's backward ends. The model
-// assumes a reader that saves bytes saves (part of) what it reads, so those bytes are counted once,
+// after begin, at most its output); `read_saved`: what the stage's operators that read it save of it
+// (OperatorTable::saved_of). The runtime holds every tensor a stage receives until the micro-batch's
+// backward ends. What the readers save of it is counted once,
 // with the reader's decision (kept, offloaded, or a checkpoint where it is recomputed), and the
 // rest, `held()`, is held as the stage input, k times: all of a tensor carried through unread, or
 // read only by operators that save nothing (a residual add, a concatenation).
