@@ -292,7 +292,7 @@ void Executor::State::scripted_transfer(Local& l, int mb, bool to_host) {
   Micro& m = l.micro[mb];
   for (size_t p = 0; p < c.spec->pieces.size() && p < m.pieces.size(); ++p) {
     PieceRun& run = m.pieces[p];
-    if (!c.spec->offloads || c.spec->pieces[p].memory == "offload") run.saved.move(to_host, c.parameter_storages);
+    if (!c.spec->offloads || c.spec->pieces[p].memory == "offload") run.saved.move(to_host, c.state_storages);
     if (l.offload_checkpoints && run.dropped)
       for (at::Tensor& t : run.inputs) t = t.clone();
   }
@@ -305,7 +305,7 @@ void Executor::State::scripted_transfer(Local& l, int mb, bool to_host) {
 // never; host bytes: what OFFLOAD moved.
 void Executor::State::scripted_account(const Local& l, Micro& m) {
   const ScriptedChunk& c = *l.scripted;
-  std::vector<const void*> counted = c.parameter_storages;
+  std::vector<const void*> counted = c.state_storages;
   int64_t device = 0, host = 0;
   for (size_t p = 0; p < m.pieces.size(); ++p) {
     const PieceRun& run = m.pieces[p];

@@ -358,11 +358,14 @@ ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk) {
     if (!c.parameters[i].defined())
       throw Error(fmt::format("{}: no module of chunk {} holds parameter {}", where, chunk, c.parameter_names[i]));
     c.gradients.push_back(at::zeros_like(c.parameters[i]));
-    c.parameter_storages.push_back(storage_key(c.parameters[i]));
+    c.state_storages.push_back(storage_key(c.parameters[i]));
   }
-  for (size_t i = 0; i < c.buffers.size(); ++i)
+  for (size_t i = 0; i < c.buffers.size(); ++i) {
     if (!c.buffers[i].defined())
       throw Error(fmt::format("{}: no module of chunk {} holds buffer {}", where, chunk, c.buffer_names[i]));
+    // BatchNorm's graph saves its running statistics; they are the model's, as in the capture.
+    c.state_storages.push_back(storage_key(c.buffers[i]));
+  }
   if (chunk + 1 == static_cast<int>(manifest.chunks.size())) c.loss = load_module(manifest, manifest.loss.file);
   return c;
 }

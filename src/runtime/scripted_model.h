@@ -74,7 +74,7 @@ struct ScriptedChunk {
   std::vector<std::string> buffer_names;
   std::vector<at::Tensor> buffers;
   std::vector<std::vector<int>> piece_buffers;  // per piece: indices into buffers
-  std::vector<const void*> parameter_storages;  // not activations, whatever a graph saves
+  std::vector<const void*> state_storages;      // parameters' and buffers': not activations, whatever a graph saves
   std::vector<int> parameter_spec;              // per trainable parameter: its index in spec->parameters
   std::optional<torch::jit::Module> loss;
 };
