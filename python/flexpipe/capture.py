@@ -1,5 +1,6 @@
 """capture(): a user's nn.Module to the project's cost graph (docs/cost-graph.md, docs/capture.md),
 with one node per operator and an edge per tensor, measured on this machine."""
+import copy
 import platform
 
 import torch
@@ -9,6 +10,7 @@ from . import formulas
 from .errors import CaptureError, where
 from .losses import LOSSES, apply_loss
 from .measure import LOSS_NODE, PassTimes, Timing, saved_storages, time_loss, time_operator
+from .out_of_place import make_out_of_place, mutated_input
 from .tracing import trace
 
 PASSES = ("forward", "backward_input", "backward_weight")
@@ -137,24 +139,53 @@ def _tensor_inputs(node, values):
 
 
 def _attribute_saved(order, saved, feeds, layer_of):
-    """Per node (saved bytes, shared bytes): a storage several operators save is counted at the first;
-    the very next operator, when it is fed by that one in the same layer, lists it as shared (the cost
-    graph's shared_saved_bytes); any later one does not count it again."""
+    """Per node (saved bytes, shared bytes, {storage key: bytes} counted in the saved bytes): a storage
+    several operators save is counted at the first; the very next operator, when it is fed by that one
+    in the same layer, lists it as shared (the cost graph's shared_saved_bytes); any later one does not
+    count it again."""
     seen = set()
     result = {}
     for index, name in enumerate(order):
-        own, shared = 0, 0
+        own, shared, counted = 0, 0, {}
         previous = order[index - 1] if index else None
         for key, size in saved.get(name, {}).items():
             if key not in seen:
                 seen.add(key)
                 own += size
+                counted[key] = size
             elif (previous is not None and key in saved.get(previous, {}) and previous in feeds.get(name, ())
                   and layer_of[previous] == layer_of[name]):
                 own += size
                 shared += size
-        result[name] = (own, shared)
+                counted[key] = size
+        result[name] = (own, shared, counted)
     return result
+
+
+def _saved_of_inputs(reader, producers, attributed, outputs, tensor_bytes):
+    """Per producer: what `reader` counts in its saved bytes of the tensor it reads from it (the edge's
+    saved_bytes), at most the tensor's bytes; a storage two inputs share is the first one's."""
+    counted = dict(attributed.get(reader, (0, 0, {}))[2])
+    result = {}
+    for producer in producers:
+        keys = [key for key in outputs.get(producer, ()) if key in counted]
+        result[producer] = min(tensor_bytes(producer), sum(counted.pop(key) for key in keys))
+    return result
+
+
+def _as_exported(model, graph_module, inputs):
+    """The traced graph as the exported chunks run it: in-place operators out-of-place (out_of_place.py),
+    so that what autograd saves is measured as the runtime will hold it (an in-place ReLU saves the
+    tensor it received; its out-of-place twin a new one). Traced again from a copy of the model, whose
+    modules' in-place flags change; the node names are the same."""
+    def module_of(node):
+        return graph_module.get_submodule(node.target)
+
+    if not any(mutated_input(node, module_of) is not None for node in graph_module.graph.nodes):
+        return graph_module
+    copied, tracer, _ = trace(copy.deepcopy(model), inputs)
+    make_out_of_place(copied, tracer.values)
+    return copied
 
 
 def _check_runs(model, inputs, loss):
@@ -218,13 +249,31 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
     feeds = {n.name: {a.name for a in n.all_input_nodes if a.op != "placeholder"} for n in nodes}
     feeds[LOSS_NODE] = {a.name for a in output_node.all_input_nodes if a.op != "placeholder"}
 
-    saved, _ = saved_storages(graph_module, inputs, loss)
+    saved, outputs, unscaled = saved_storages(_as_exported(model, graph_module, inputs), inputs, loss)
     attributed = _attribute_saved(order, saved, feeds, layer_of)
     if graph_module2 is not None:
-        saved2, _ = saved_storages(graph_module2, doubled, loss)
+        saved2, outputs2, unscaled2 = saved_storages(_as_exported(model, graph_module2, doubled), doubled, loss)
         attributed2 = _attribute_saved(order, saved2, feeds, layer_of)
     else:
-        attributed2 = {k: (2 * a, 2 * s) for k, (a, s) in attributed.items()}
+        outputs2, unscaled2 = None, set()
+        attributed2 = {k: (2 * a, 2 * s, {}) for k, (a, s, _) in attributed.items()}
+
+    def unscaled_saved(name):
+        """The polynomial of what `name` counts in its saved bytes in tensors not of the captured floating
+        type, which keep their size when the model trains in another."""
+        at1 = sum(b for key, b in attributed.get(name, (0, 0, {}))[2].items() if key in unscaled)
+        at2 = (sum(b for key, b in attributed2.get(name, (0, 0, {}))[2].items() if key in unscaled2)
+               if outputs2 is not None else 2 * at1)
+        return _Polynomial(at1, at2, batch)
+
+    def edges_saved(reader, producers):
+        """Per producer, the polynomial of what `reader` saves of the tensor it reads from it."""
+        at1 = _saved_of_inputs(reader, producers, attributed, outputs,
+                               lambda a: formulas.tensor_bytes(values1[a]))
+        at2 = (_saved_of_inputs(reader, producers, attributed2, outputs2,
+                                lambda a: formulas.tensor_bytes(values2[a])) if outputs2 is not None else
+               {a: 2 * b for a, b in at1.items()})
+        return {a: _Polynomial(at1[a], at2[a], batch).json() for a in producers}
 
     # Which values training needs gradients of: those that depend on a parameter.
     needs_gradient = set()
@@ -288,8 +337,8 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
                 if moved:
                     pass_entry["bytes"] = moved
             entry[pass_name] = pass_entry
-        own, shared = attributed.get(n.name, (0, 0))
-        own2, shared2 = attributed2.get(n.name, (0, 0))
+        own, shared, _ = attributed.get(n.name, (0, 0, {}))
+        own2, shared2, _ = attributed2.get(n.name, (0, 0, {}))
         saved_poly = _Polynomial(own, own2, batch)
         if own or own2:
             entry["saved_bytes"] = saved_poly.json()
@@ -297,15 +346,19 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
                 entry["freed_by_input"] = saved_poly.json()
         if shared or shared2:
             entry["shared_saved_bytes"] = _Polynomial(shared, shared2, batch).json()
+        if unscaled_saved(n.name).json():
+            entry["unscaled_saved_bytes"] = unscaled_saved(n.name).json()
         output_bytes = tensor_bytes_of(n)
         if output_bytes.fixed or output_bytes.per_sample:
             entry["output_bytes"] = output_bytes.json()
         json_nodes.append(entry)
+        producers = [a.name for a in n.all_input_nodes if a.op != "placeholder"]
+        saved_of = edges_saved(n.name, producers)
         for a in n.all_input_nodes:
             if a.op == "placeholder":
                 continue
-            edge_bytes = tensor_bytes_of(a)
-            edges.append({"from": a.name, "to": n.name, "bytes": edge_bytes.json()})
+            edges.append({"from": a.name, "to": n.name, "bytes": tensor_bytes_of(a).json(),
+                          "saved_bytes": saved_of[a.name]})
 
     output_value = values[output_node.args[0]] if isinstance(output_node.args[0], fx.Node) else None
     if loss != "none":
@@ -321,17 +374,21 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
                 pass_entry["flops"] = {"per_sample": known.flops[pass_name] / batch}
                 pass_entry["bytes"] = {"per_sample": known.bytes[pass_name] / batch}
             entry[pass_name] = pass_entry
-        own, _ = attributed.get(LOSS_NODE, (0, 0))
-        own2, _ = attributed2.get(LOSS_NODE, (0, 0))
+        own, _, _ = attributed.get(LOSS_NODE, (0, 0, {}))
+        own2, _, _ = attributed2.get(LOSS_NODE, (0, 0, {}))
         if own or own2:
             entry["saved_bytes"] = _Polynomial(own, own2, batch).json()
             entry["freed_by_input"] = entry["saved_bytes"]
+            if unscaled_saved(LOSS_NODE).json():
+                entry["unscaled_saved_bytes"] = unscaled_saved(LOSS_NODE).json()
         entry["output_bytes"] = 4
         json_nodes.append(entry)
+        producers = [a.name for a in output_node.all_input_nodes if a.op != "placeholder"]
+        saved_of = edges_saved(LOSS_NODE, producers)
         for a in output_node.all_input_nodes:
             if a.op != "placeholder":
-                edges.append({"from": a.name, "to": LOSS_NODE,
-                              "bytes": tensor_bytes_of(a).json()})
+                edges.append({"from": a.name, "to": LOSS_NODE, "bytes": tensor_bytes_of(a).json(),
+                              "saved_bytes": saved_of[a.name]})
 
     layer_list = []
     for layer in layer_names + (["loss"] if loss != "none" else []):

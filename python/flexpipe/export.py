@@ -25,7 +25,9 @@ from .errors import CaptureError
 from .loading import DTYPES, build_model, example_input
 from .losses import LOSSES
 from .measure import LOSS_NODE
+from .out_of_place import make_out_of_place
 from .tracing import trace
+from .values import at as _at, leaves as _leaves
 
 FORMAT = "flexpipe-export"
 VERSION = 1
@@ -125,23 +127,6 @@ def _check_plan(plan, origin, graph):
 # ---------------------------------------------------------------------------------------------------
 # Values: tensors, and structures of them
 
-def _leaves(value, path=()):
-    """[(path, leaf)] of a value: tuples, lists and dicts are walked, anything else is a leaf."""
-    if isinstance(value, torch.Tensor):
-        return [(path, value)]
-    if isinstance(value, (tuple, list)) and not isinstance(value, torch.Size):
-        return [leaf for i, item in enumerate(value) for leaf in _leaves(item, path + (i,))]
-    if isinstance(value, dict):
-        return [leaf for key, item in value.items() for leaf in _leaves(item, path + (key,))]
-    return [(path, value)]
-
-
-def _at(value, path):
-    for step in path:
-        value = value[step]
-    return value
-
-
 def _key_name(key):
     node, path = key
     return node.name + "".join(f"[{step}]" for step in path)
@@ -149,98 +134,6 @@ def _key_name(key):
 
 def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
-
-
-# ---------------------------------------------------------------------------------------------------
-# In-place operators: made out-of-place where nothing can tell the difference
-
-_INPLACE_OPERATORS = {operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
-                      operator.itruediv: operator.truediv}
-
-
-def _mutated_input(node, module_of):
-    """The node whose tensor `node` modifies in place, or None: a module with `inplace=True`, a function
-    called with `inplace=True`, `operator.iadd` and the like, and PyTorch's NAME_ methods and functions."""
-    first = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
-    if first is None:
-        return None
-    if node.op == "call_module":
-        return first if getattr(module_of(node), "inplace", False) is True else None
-    if node.op == "call_method":
-        return first if node.target.endswith("_") and not node.target.startswith("_") else None
-    if node.op == "call_function":
-        if node.kwargs.get("inplace") is True or node.target in _INPLACE_OPERATORS:
-            return first
-        name = getattr(node.target, "__name__", "")
-        if name.endswith("_") and not name.startswith("_") and getattr(torch, name, None) is node.target:
-            return first
-    return None
-
-
-def _out_of_place(node):
-    """Makes an in-place call node its out-of-place twin; False when there is none (`copy_`)."""
-    if node.op == "call_method":
-        if not callable(getattr(torch.Tensor, node.target[:-1], None)):
-            return False
-        node.target = node.target[:-1]
-    elif node.kwargs.get("inplace") is True:
-        node.kwargs = {**node.kwargs, "inplace": False}
-    elif node.target in _INPLACE_OPERATORS:
-        node.target = _INPLACE_OPERATORS[node.target]
-    else:
-        twin = getattr(torch, node.target.__name__[:-1], None)
-        if not callable(twin):
-            return False
-        node.target = twin
-    return True
-
-
-def _storage(value):
-    try:
-        return value.storage().data_ptr() if isinstance(value, torch.Tensor) else None
-    except (RuntimeError, NotImplementedError):
-        return None
-
-
-def _make_out_of_place(graph_module, values):
-    """In-place operators become their out-of-place twins where nothing can tell the difference, so that
-    a chunk never modifies a tensor it received (a leaf of the runtime's autograd graph, possibly relayed
-    further). An in-place operator returns the tensor it modified, so every later reader of that tensor
-    reads the operator's result instead; then the twin computes the same numbers unless a later operator
-    reads another view of the same memory. Returns the nodes left in place."""
-    nodes = [n for n in graph_module.graph.nodes]
-    position = {n: i for i, n in enumerate(nodes)}
-    modules = {}
-    left = set()
-
-    def module_of(node):
-        return graph_module.get_submodule(node.target)
-
-    for node in nodes:
-        mutated = _mutated_input(node, module_of)
-        if mutated is None:
-            continue
-        for later in nodes[position[node] + 1:]:
-            later.replace_input_with(mutated, node)
-        storage = _storage(values.get(mutated))
-        safe = storage is not None and mutated.op != "get_attr"
-        for later in nodes[position[node] + 1:]:
-            if not safe:
-                break
-            for read in later.all_input_nodes:
-                if read is not node and position[read] < position[node] and any(
-                        _storage(leaf) == storage for _, leaf in _leaves(values.get(read))):
-                    safe = False
-        if node.op == "call_module":
-            modules.setdefault(node.target, []).append((node, safe))
-        elif not safe or not _out_of_place(node):
-            left.add(node)
-    for target, calls in modules.items():
-        if all(safe for _, safe in calls):
-            graph_module.get_submodule(target).inplace = False
-        else:
-            left.update(node for node, _ in calls)
-    return left
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -577,7 +470,7 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
                            f"({len(graph_names)} and {len(traced_names)} operators); capture it again")
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     model_inputs = {node: index for index, node in enumerate(placeholders[:len(inputs)])}
-    inplace_nodes = _make_out_of_place(graph_module, tracer.values)
+    inplace_nodes = make_out_of_place(graph_module, tracer.values)
     cutter = _Cutter(graph_module, tracer, model_inputs, set(kept_whole), inplace_nodes, parameter_names)
 
     # Stage k holds operators [starts[k], starts[k + 1]) of the graph's order (the loss is the last one).

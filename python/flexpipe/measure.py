@@ -34,19 +34,28 @@ def model_storages(model):
 class _SavedTensorRecorder(fx.Interpreter):
     """Runs the graph node by node and records, per node, the storages its autograd saves."""
 
-    def __init__(self, module):
+    def __init__(self, module, floating):
         super().__init__(module)
+        self.floating = floating  # the captured floating type
         self.current = None
         self.saved = {}  # node name -> {storage key: bytes}
+        self.outputs = {}  # node name -> storage keys of the tensors it returns
+        self.unscaled = set()  # storage keys of saved tensors of another type than the captured one
 
     def run_node(self, n):
         self.current = n.name
-        return super().run_node(n)
+        result = super().run_node(n)
+        tensors = result if isinstance(result, (tuple, list)) else [result]
+        self.outputs[n.name] = {found[0] for found in (_storage_of(t) for t in tensors if isinstance(t, torch.Tensor))
+                                if found}
+        return result
 
     def pack(self, tensor):
         found = _storage_of(tensor)
         if found and self.current is not None:
             self.saved.setdefault(self.current, {})[found[0]] = found[1]
+            if tensor.dtype != self.floating:
+                self.unscaled.add(found[0])
         return tensor
 
     def record(self, inputs, loss):
@@ -60,15 +69,19 @@ class _SavedTensorRecorder(fx.Interpreter):
 
 def saved_storages(graph_module, inputs, loss):
     """{node name: {storage key: bytes}} of every tensor autograd saves in one forward (and the loss),
-    parameters and buffers excluded, and the storages of the inputs (the caller decides about those)."""
-    recorder = _SavedTensorRecorder(graph_module)
+    parameters and buffers excluded; {node name: storage keys of its output}; and the keys of the
+    saved tensors not of the captured floating type (integer indices, a double scalar). A key names
+    one storage while a reader of the output runs (the output is alive then), so a reader's saved key
+    that is a key of its input's output is that very tensor, or a view of it."""
+    # As the C++ side reads the capture: its first floating input's type, else float32.
+    floating = next((x.dtype for x in inputs if x.is_floating_point()), torch.float32)
+    recorder = _SavedTensorRecorder(graph_module, floating)
     torch.manual_seed(0)
     output, result = recorder.record(inputs, loss)
     excluded = model_storages(graph_module)
     saved = {name: {k: b for k, b in storages.items() if k not in excluded} for name, storages in recorder.saved.items()}
-    input_keys = {found[0] for found in map(_storage_of, inputs) if found}
     del output, result
-    return saved, input_keys
+    return saved, recorder.outputs, recorder.unscaled
 
 
 # What a time is measured with: the wall clock (what a step takes), or this thread's CPU time, which

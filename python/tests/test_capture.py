@@ -180,5 +180,41 @@ class SkipConnections(unittest.TestCase):
         self.assertEqual(into_cat["relu"], {"per_sample": 8 * 8 * 8 * 4})
 
 
+class ReadsAndSaves(torch.nn.Module):
+    """h = first(x); relu(h) + second(h), max-pooled in pairs: the ReLU saves its output, the second linear
+    layer the h it reads, the max pool its input and its indices (int64)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(4, 6)
+        self.second = torch.nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = self.first(x)
+        out = torch.relu(h) + self.second(h)
+        return torch.nn.functional.max_pool1d(out.unsqueeze(1), 2).squeeze(1)
+
+
+class WhatAReaderSavesOfItsInput(unittest.TestCase):
+    # Per edge, the bytes of the very tensor the reader saves and counts: what a stage that receives the
+    # tensor holds once, not twice (docs/cost-graph.md). Per node, the saved bytes in tensors of another
+    # type than the captured float32, which keep their size when trained in float64.
+    def test_edges_and_types_of_saved_tensors(self):
+        torch.manual_seed(0)
+        graph = capture(ReadsAndSaves(), [torch.randn(2, 4)], "cross_entropy", warmup=0, repeats=1)
+        saved = {(e["from"], e["to"]): e["saved_bytes"] for e in graph["edges"]}
+        h = {"per_sample": 6 * 4}
+        self.assertEqual(saved["first", "relu"], 0)  # it saves its output
+        self.assertEqual(saved["first", "second"], h)  # all of h
+        self.assertEqual(saved["relu", "add"], 0)
+        self.assertEqual(saved["unsqueeze", "max_pool1d"], h)  # a view of the sum's storage
+        nodes = {n["name"]: n for n in graph["nodes"]}
+        self.assertEqual(nodes["relu"]["saved_bytes"], h)
+        self.assertEqual(nodes["max_pool1d"]["saved_bytes"], {"per_sample": 6 * 4 + 3 * 8})
+        self.assertEqual(nodes["max_pool1d"]["unscaled_saved_bytes"], {"per_sample": 3 * 8})  # the indices
+        self.assertEqual(nodes["loss"]["unscaled_saved_bytes"], {"per_sample": 8})  # the class targets
+        self.assertNotIn("unscaled_saved_bytes", nodes["second"])
+
+
 if __name__ == "__main__":
     unittest.main()
