@@ -164,7 +164,8 @@ def _attribute_saved(order, saved, feeds, layer_of):
 
 def _saved_of_inputs(reader, producers, attributed, outputs, tensor_bytes):
     """Per producer: what `reader` counts in its saved bytes of the tensor it reads from it (the edge's
-    saved_bytes), at most the tensor's bytes; a storage two inputs share is the first one's."""
+    saved_bytes), at most the tensor's bytes; a storage two inputs share is the first one's. With
+    [reader] as the producers: what it counts of its own output."""
     counted = dict(attributed.get(reader, (0, 0, {}))[2])
     result = {}
     for producer in producers:
@@ -258,6 +259,13 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
         outputs2, unscaled2 = None, set()
         attributed2 = {k: (2 * a, 2 * s, {}) for k, (a, s, _) in attributed.items()}
 
+    def saved_output(name):
+        """The polynomial of what `name` counts in its saved bytes of its own output (a ReLU's)."""
+        at1 = _saved_of_inputs(name, [name], attributed, outputs, lambda a: formulas.tensor_bytes(values1[a]))[name]
+        at2 = (_saved_of_inputs(name, [name], attributed2, outputs2, lambda a: formulas.tensor_bytes(values2[a]))[name]
+               if outputs2 is not None else 2 * at1)
+        return _Polynomial(at1, at2, batch)
+
     def unscaled_saved(name):
         """The polynomial of what `name` counts in its saved bytes in tensors not of the captured floating
         type, which keep their size when the model trains in another."""
@@ -348,6 +356,8 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
             entry["shared_saved_bytes"] = _Polynomial(shared, shared2, batch).json()
         if unscaled_saved(n.name).json():
             entry["unscaled_saved_bytes"] = unscaled_saved(n.name).json()
+        if saved_output(n.name).json():
+            entry["saved_output_bytes"] = saved_output(n.name).json()
         output_bytes = tensor_bytes_of(n)
         if output_bytes.fixed or output_bytes.per_sample:
             entry["output_bytes"] = output_bytes.json()

@@ -210,6 +210,8 @@ class WhatAReaderSavesOfItsInput(unittest.TestCase):
         self.assertEqual(saved["unsqueeze", "max_pool1d"], h)  # a view of the sum's storage
         nodes = {n["name"]: n for n in graph["nodes"]}
         self.assertEqual(nodes["relu"]["saved_bytes"], h)
+        self.assertEqual(nodes["relu"]["saved_output_bytes"], h)  # its own output
+        self.assertNotIn("saved_output_bytes", nodes["second"])  # its input
         self.assertEqual(nodes["max_pool1d"]["saved_bytes"], {"per_sample": 6 * 4 + 3 * 8})
         self.assertEqual(nodes["max_pool1d"]["unscaled_saved_bytes"], {"per_sample": 3 * 8})  # the indices
         self.assertEqual(nodes["loss"]["unscaled_saved_bytes"], {"per_sample": 8})  # the class targets

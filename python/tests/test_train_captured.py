@@ -182,6 +182,8 @@ class TrainCaptured(unittest.TestCase):
 
     def test_transformer_classifier_zb_v_and_1f1b_with_two_data_parallel_copies(self):
         self.check("transformer_classifier", 4, "zb-v", 2, 4, "adamw")
+        # Split backward: a piece that trains keeps its graph from I to W, and the simulator holds it so.
+        self.check("transformer_classifier", 2, "zb-h1", 2, 4)
         self.check("transformer_classifier", 2, "1f1b", 2, 2, "adamw", clip=0.5, dp=2)
 
     def test_a_weight_tied_across_chunks(self):
@@ -234,6 +236,9 @@ class TrainCaptured(unittest.TestCase):
 
     def test_resnet18_batchnorm_statistics(self):
         self.check("resnet18", 2, "1f1b", 2, 2)
+        # 4 chunks under ZB-V: a recomputed convolution after a kept ReLU (the checkpoint is the tensor the
+        # ReLU saves), BatchNorm rebuilt from copies of its statistics, an offload piece.
+        self.check("resnet18", 4, "zb-v", 2, 4, "adamw")
 
 
 @unittest.skipUnless(BINARY, "FLEXPIPE_BINARY names the flexpipe binary (ctest sets it)")

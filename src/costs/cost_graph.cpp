@@ -62,8 +62,8 @@ CostGraph with_activation_bytes_scaled(CostGraph graph, double factor) {
     const ShapePolynomial unscaled = node.unscaled_saved_bytes;
     // What I frees is all the node saves or none of it where a capture wrote it.
     const bool frees_all = node.freed_by_input == node.saved_bytes;
-    for (ShapePolynomial* bytes :
-         {&node.saved_bytes, &node.freed_by_input, &node.shared_saved_bytes, &node.output_bytes, &node.workspace_bytes})
+    for (ShapePolynomial* bytes : {&node.saved_bytes, &node.freed_by_input, &node.shared_saved_bytes,
+                                   &node.saved_output_bytes, &node.output_bytes, &node.workspace_bytes})
       *bytes = factor * *bytes;
     if (!unscaled.is_zero()) {
       node.saved_bytes += (1 - factor) * unscaled;
@@ -211,6 +211,13 @@ void validate_cost_graph(const CostGraph& graph, const std::string& origin) {
         unscaled > saved)
       fail(fmt::format("{}: unscaled_saved_bytes {} exceed saved_bytes {} at the reference shape", where(), unscaled,
                        saved));
+    if (const double own = node.saved_output_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
+        own > 0) {
+      const double output = node.output_bytes.at(graph.reference.microbatch_size, graph.reference.seq_len);
+      if (own > std::min(saved, output))
+        fail(fmt::format("{}: saved_output_bytes {} exceed saved_bytes {} or output_bytes {} at the reference shape",
+                         where(), own, saved, output));
+    }
     if (node.scaling.rule == ScalingRule::Roofline && !graph.hardware)
       fail(fmt::format("{}: scales by roofline but the graph names no hardware rates", where()));
   }

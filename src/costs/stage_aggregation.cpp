@@ -244,6 +244,7 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
   std::vector<double> checkpoint(stages, 0), input_held(stages, 0);
   std::vector<std::pair<int, double>> reads;  // (stage, bytes) one producer's recomputed consumers read
   std::vector<double> limit(stages, 0);       // per stage: the most of the producer's output a checkpoint keeps
+  std::vector<double> kept_holds(stages, 0);  // per stage: what kept operators save of the producer's output
   for (int p = 0; p < n; ++p) {
     const int from_stage = stage_of[p];
     const double output = graph.nodes[p].output_bytes.at(b, s);
@@ -272,11 +273,15 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       limit[cut + 1] = received - held;
     }
     // A recomputed consumer re-reads its inputs that its segment does not rebuild: each is
-    // checkpointed once per stage that recomputes from it.
+    // checkpointed once per stage that recomputes from it, less what kept operators of that stage
+    // hold of the very tensor already (the producer saving its output, readers saving their input).
     reads.clear();
+    kept_holds.assign(stages, 0);
+    if (decision(p) == MemoryDecision::Keep) kept_holds[from_stage] += graph.nodes[p].saved_output_bytes.at(b, s);
     for (int j = first_edge[p]; j < first_edge[p + 1]; ++j) {
       const TensorEdge& edge = graph.edges[by_producer[j]];
       const int k = stage_of[edge.to];
+      if (edge.saved_bytes && decision(edge.to) == MemoryDecision::Keep) kept_holds[k] += edge.saved_bytes->at(b, s);
       const bool rebuilt_with_consumer = segment_of[p] >= 0 && segment_of[p] == segment_of[edge.to];
       if (decision(edge.to) != MemoryDecision::Recompute || rebuilt_with_consumer) continue;
       auto it = std::find_if(reads.begin(), reads.end(), [&](const auto& r) { return r.first == k; });
@@ -285,7 +290,7 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       else
         it->second += edge.bytes.at(b, s);
     }
-    for (const auto& [k, bytes] : reads) checkpoint[k] += std::min(limit[k], bytes);
+    for (const auto& [k, bytes] : reads) checkpoint[k] += std::max(0.0, std::min(limit[k], bytes) - kept_holds[k]);
   }
 
   const double optimizer_rate = graph.hardware ? graph.hardware->byte_rate : 0;

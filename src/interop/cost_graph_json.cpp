@@ -62,6 +62,7 @@ constexpr std::string_view kNodeKeys[] = {"name",
                                           "freed_by_input",
                                           "shared_saved_bytes",
                                           "unscaled_saved_bytes",
+                                          "saved_output_bytes",
                                           "output_bytes",
                                           "workspace_bytes",
                                           "note"};
@@ -352,6 +353,7 @@ class Reader : public detail::JsonPathReader {
                                      {"freed_by_input", &result.freed_by_input},
                                      {"shared_saved_bytes", &result.shared_saved_bytes},
                                      {"unscaled_saved_bytes", &result.unscaled_saved_bytes},
+                                     {"saved_output_bytes", &result.saved_output_bytes},
                                      {"output_bytes", &result.output_bytes},
                                      {"workspace_bytes", &result.workspace_bytes}})
       if (const auto it = entry.find(key); it != entry.end())
@@ -535,6 +537,7 @@ ordered node_json(const CostGraph& graph, const OperatorNode& node) {
   out["freed_by_input"] = polynomial_json(node.freed_by_input);
   if (!node.shared_saved_bytes.is_zero()) out["shared_saved_bytes"] = polynomial_json(node.shared_saved_bytes);
   if (!node.unscaled_saved_bytes.is_zero()) out["unscaled_saved_bytes"] = polynomial_json(node.unscaled_saved_bytes);
+  if (!node.saved_output_bytes.is_zero()) out["saved_output_bytes"] = polynomial_json(node.saved_output_bytes);
   out["output_bytes"] = polynomial_json(node.output_bytes);
   if (!node.workspace_bytes.is_zero()) out["workspace_bytes"] = polynomial_json(node.workspace_bytes);
   if (!node.note.empty()) out["note"] = node.note;

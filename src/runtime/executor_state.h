@@ -49,6 +49,9 @@ struct Executor::State {
     bool dropped = false;                   // F ran it without autograd: R, or its backward, rebuilds it
     at::Tensor rng_state;                   // the generator before F ran it (random pieces), replayed by the rebuild
     std::vector<at::Tensor> seeded, seeds;  // split backward: the outputs and gradients W differentiates again
+    // The rebuild's copies of the buffers it moves, which its graph saves: the model's state (as the
+    // buffers themselves are), not activations. Held here so that their storages stay theirs.
+    std::vector<at::Tensor> state_copies;
   };
   struct Micro {
     std::vector<at::Tensor> inputs;

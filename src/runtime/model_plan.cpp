@@ -10,7 +10,27 @@
 
 namespace flexpipe::runtime {
 
-namespace {}  // namespace
+namespace {
+
+// A split backward keeps a piece's whole autograd graph from I to W when the piece trains a parameter
+// (differentiate), so what its operators saved is released when W ends, not at I as the capture
+// writes for operators without parameters: the simulator holds it as the runtime does. The loss (the
+// last chunk's range ends with it) is differentiated whole at I.
+void release_at_weight_gradient(CostGraph& graph, const ExportManifest& manifest) {
+  for (const ChunkSpec& chunk : manifest.chunks)
+    for (const PieceSpec& piece : chunk.pieces) {
+      if (!piece.trains) continue;
+      const int first = find_node(graph, piece.first), last = find_node(graph, piece.last);
+      if (first < 0 || last < first) continue;  // an older manifest: the capture's release stands
+      for (int node = first; node <= last; ++node) {
+        OperatorNode& op = graph.nodes[node];
+        const bool loss = op.layer != kNoLayer && graph.layers[op.layer].role == LayerRole::Loss;
+        if (!loss) op.freed_by_input = ShapePolynomial{};
+      }
+    }
+}
+
+}  // namespace
 
 ModelPlan make_model_plan(const ModelConfig& config, const Partition& partition, int microbatch_size,
                           at::ScalarType dtype, uint64_t seed) {
@@ -78,6 +98,7 @@ ModelPlan make_scripted_plan(const CostGraph& graph, const Partition& partition,
   const double captured_bytes = graph.capture ? captured_element_bytes(*graph.capture) : element_bytes;
   plan.graph =
       captured_bytes == element_bytes ? graph : with_activation_bytes_scaled(graph, element_bytes / captured_bytes);
+  release_at_weight_gradient(plan.graph, *manifest);
   plan.partition = partition;
   plan.starts = starts;
   plan.crossing.resize(partition.num_stages);

@@ -86,8 +86,12 @@ void Executor::State::rebuild_piece(Local& l, Micro& m, int piece) {
   PieceRun& run = m.pieces[piece];
   for (size_t i = 0; i < run.inputs.size(); ++i) run.inputs[i] = leaf(run.inputs[i], differentiable(spec.inputs[i]));
   torch::jit::Module& module = c.pieces[piece];
+  run.state_copies.clear();
   if (spec.updates_buffers)
-    for (int b : c.piece_buffers[piece]) set_module_tensor(module, c.buffer_names[b], c.buffers[b].clone());
+    for (int b : c.piece_buffers[piece]) {
+      run.state_copies.push_back(c.buffers[b].clone());
+      set_module_tensor(module, c.buffer_names[b], run.state_copies.back());
+    }
   at::Tensor generator_now;
   if (spec.random) {
     generator_now = default_generator().get_state();
@@ -306,6 +310,8 @@ void Executor::State::scripted_transfer(Local& l, int mb, bool to_host) {
 void Executor::State::scripted_account(const Local& l, Micro& m) {
   const ScriptedChunk& c = *l.scripted;
   std::vector<const void*> counted = c.state_storages;
+  for (const PieceRun& run : m.pieces)
+    for (const at::Tensor& copy : run.state_copies) counted.push_back(storage_key(copy));
   int64_t device = 0, host = 0;
   for (size_t p = 0; p < m.pieces.size(); ++p) {
     const PieceRun& run = m.pieces[p];

@@ -214,8 +214,14 @@ ExportManifest read_export_manifest(const std::string& directory) {
         piece.memory = r.text(pieces[i], "memory", at);
         if (piece.memory != "keep" && piece.memory != "recompute" && piece.memory != "offload")
           throw Error(fmt::format("{}: {}.memory is '{}': keep, recompute or offload", path, at, piece.memory));
+        if (pieces[i].contains("first") && pieces[i].contains("last")) {
+          piece.first = r.text(pieces[i], "first", at);
+          piece.last = r.text(pieces[i], "last", at);
+        }
         piece.inputs = r.tensors(pieces[i], "inputs", at);
         piece.outputs = r.tensors(pieces[i], "outputs", at);
+        for (const TensorSpec& parameter : r.tensors(pieces[i], "parameters", at))
+          piece.trains = piece.trains || parameter.requires_grad;
         piece.random = r.flag(pieces[i], "random", at);
         piece.updates_buffers = r.flag(pieces[i], "updates_buffers", at);
         chunk.offloads = chunk.offloads || piece.memory == "offload";
@@ -225,6 +231,9 @@ ExportManifest read_export_manifest(const std::string& directory) {
     if (chunk.pieces.empty()) {
       PieceSpec whole;
       whole.file = chunk.file;
+      whole.first = chunk.first;
+      whole.last = chunk.last;
+      for (const TensorSpec& parameter : chunk.parameters) whole.trains = whole.trains || parameter.requires_grad;
       whole.inputs = chunk.inputs;
       whole.outputs = chunk.outputs;
       whole.random = r.flag(c, "random", where);

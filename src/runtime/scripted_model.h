@@ -25,6 +25,8 @@ struct TensorSpec {
 struct PieceSpec {
   std::string file;
   std::string memory = "keep";  // keep, recompute or offload
+  std::string first, last;      // its first and last operators (empty in an older manifest)
+  bool trains = false;          // holds a parameter that takes gradients: its graph lives until W
   std::vector<TensorSpec> inputs, outputs;
   bool random = false;
   bool updates_buffers = false;

@@ -360,6 +360,34 @@ TEST(StageAggregation, ARecomputedReaderThatSavesItsCheckpointDoesNotRebuildIt) 
   EXPECT_EQ(plan.activation_memory, 10 + 6);
 }
 
+// stem -> relu -> conv -> head in one stage, the convolution recomputed: its checkpoint is the
+// ReLU's output, which the kept ReLU saves itself (saved_output_bytes): held once, not again as a
+// checkpoint.
+TEST(StageAggregation, ACheckpointAKeptOperatorSavesIsHeldOnce) {
+  CostGraph g = test::dag_graph("kept-relu",
+                                {{"stem", "conv", 2, 1, 3, 10},
+                                 {"relu", "relu", 1, 0, 10, 10},
+                                 {"conv", "conv", 4, 2, 0, 6},
+                                 {"head", "linear", 2, 1, 6, 1}},
+                                {"stem", "block", "head"}, {0, 1, 1, 2}, {{0, 1}, {1, 2}, {2, 3}});
+  using D = MemoryDecision;
+  AggregationOptions options;
+  options.decisions = {D::Keep, D::Keep, D::Recompute, D::Keep};
+  const Partition one = partition_from_sizes(g, std::vector<int>{4});
+  EXPECT_EQ(aggregate_stages(g, one, options).table.stages[0].checkpoint_bytes, 3 + 10 + 6 + 10);
+  g.nodes[1].saved_output_bytes = fixed_amount(10);
+  validate_cost_graph(g, "kept-relu");
+  EXPECT_EQ(aggregate_stages(g, one, options).table.stages[0].checkpoint_bytes, 3 + 10 + 6);
+  // Recomputed with the convolution (one segment), the ReLU rebuilds it: the segment checkpoints the
+  // stem's output.
+  options.decisions = {D::Keep, D::Recompute, D::Recompute, D::Keep};
+  EXPECT_EQ(aggregate_stages(g, one, options).table.stages[0].checkpoint_bytes, 3 + 6 + 10);
+  g.nodes[1].saved_output_bytes = fixed_amount(11);
+  EXPECT_EQ(error_of([&] { validate_cost_graph(g, "kept-relu"); }),
+            "kept-relu: nodes[1] ('relu'): saved_output_bytes 11 exceed saved_bytes 10 or output_bytes 10 at the "
+            "reference shape");
+}
+
 // A U-Net (tests/common/dag_graphs.h) in three stages: in enc1 down1 | enc2 down2 mid up2 | cat2 ..
 // head. The skip enc1 -> cat1 crosses both cuts: each sends it, stage 1 carries it through without
 // reading it, and both later stages hold it. Hand-computed per stage.

@@ -98,6 +98,9 @@ struct OperatorNode {
   // targets in integers, a double scalar): they keep their size when the model trains in another
   // floating type than it was captured in.
   ShapePolynomial unscaled_saved_bytes;
+  // Part of saved_bytes that is the operator's own output (a ReLU, a sigmoid, a softmax save it): kept,
+  // the operator holds the very tensor a recomputed reader checkpoints.
+  ShapePolynomial saved_output_bytes;
   ShapePolynomial output_bytes;     // the operator's full output
   ShapePolynomial workspace_bytes;  // transient, during its own passes only
   std::string note;                 // free text for reports: why a cost is missing or approximate
@@ -207,7 +210,8 @@ const char* layer_role_name(LayerRole role);  // "embedding", "transformer", "mt
 // node, edge or layer at fault: unique names, valid indices, no self-loops or duplicate edges, no cycle
 // (the cycle is spelled out), nodes in topological order, freed_by_input <= saved_bytes at the
 // reference shape, shared_saved_bytes at most what the node and the previous one (which must feed it)
-// save, unscaled_saved_bytes at most saved_bytes, an edge's saved_bytes at most its bytes and together
+// save, unscaled_saved_bytes and saved_output_bytes at most saved_bytes (the latter also at most
+// output_bytes), an edge's saved_bytes at most its bytes and together
 // at most what their reader saves, hardware present when a node scales by roofline.
 void validate_cost_graph(const CostGraph& graph, const std::string& origin);
 
