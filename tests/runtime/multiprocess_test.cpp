@@ -3,7 +3,6 @@
 // equal the single-process run; a rank that dies or hangs must make the others fail, naming it.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <filesystem>
 #include <set>
 
@@ -151,13 +150,13 @@ TEST_F(MultiProcess, MeasuredTimelineIsWrittenAsTraceAndSvg) {
 }
 
 TEST_F(MultiProcess, ADeadRankMakesTheOthersFailNamingItAndTheAction) {
-  const auto start = std::chrono::steady_clock::now();
+  // No hang: the harness ends the command after 60 s (exit 124, not the code below).
   const Outcome run = launch(3, "1f1b --steps 3 --timeout 20 --fault 1:1:4", "--grace 10");
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(25));  // no hang
-  EXPECT_EQ(run.exit_code, 128 + 9) << run.err;                                   // the first failure: rank 1, SIGKILL
+  EXPECT_EQ(run.exit_code, 128 + 9) << run.err;  // the first failure: rank 1, SIGKILL
   EXPECT_NE(run.err.find("flexpipe launch: rank 1"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("killed by signal 9"), std::string::npos) << run.err;
-  // Its neighbours notice on their own, before the launcher's grace period ends.
+  // Its neighbours notice on their own, before the launcher's grace period ends (10 s, well before
+  // their own 20 s timeout): ended by the launcher, they would print no error of their own.
   for (const char* who : {"error: rank 0: step 1, action ", "error: rank 2: step 1, action "}) {
     const size_t at = run.err.find(who);
     ASSERT_NE(at, std::string::npos) << run.err;
@@ -167,9 +166,8 @@ TEST_F(MultiProcess, ADeadRankMakesTheOthersFailNamingItAndTheAction) {
 }
 
 TEST_F(MultiProcess, ASilentRankTimesOutTheOthersAndIsEnded) {
-  const auto start = std::chrono::steady_clock::now();
+  // No hang: a silent rank that were never ended would run into the harness's 60 s (exit 124).
   const Outcome run = launch(3, "1f1b --steps 3 --timeout 2 --fault 1:1:4:hang", "--grace 1");
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(25));
   EXPECT_EQ(run.exit_code, 3) << run.err;  // the first failure: a neighbour that timed out
   for (const char* who : {"error: rank 0: step 1, action ", "error: rank 2: step 1, action "}) {
     const size_t at = run.err.find(who);
