@@ -354,10 +354,9 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
                 entry["freed_by_input"] = saved_poly.json()
         if shared or shared2:
             entry["shared_saved_bytes"] = _Polynomial(shared, shared2, batch).json()
-        if unscaled_saved(n.name).json():
-            entry["unscaled_saved_bytes"] = unscaled_saved(n.name).json()
-        if saved_output(n.name).json():
-            entry["saved_output_bytes"] = saved_output(n.name).json()
+        for key, part in (("unscaled_saved_bytes", unscaled_saved), ("saved_output_bytes", saved_output)):
+            if amount := part(n.name).json():
+                entry[key] = amount
         output_bytes = tensor_bytes_of(n)
         if output_bytes.fixed or output_bytes.per_sample:
             entry["output_bytes"] = output_bytes.json()
@@ -389,8 +388,8 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
         if own or own2:
             entry["saved_bytes"] = _Polynomial(own, own2, batch).json()
             entry["freed_by_input"] = entry["saved_bytes"]
-            if unscaled_saved(LOSS_NODE).json():
-                entry["unscaled_saved_bytes"] = unscaled_saved(LOSS_NODE).json()
+            if unscaled := unscaled_saved(LOSS_NODE).json():
+                entry["unscaled_saved_bytes"] = unscaled
         entry["output_bytes"] = 4
         json_nodes.append(entry)
         producers = [a.name for a in output_node.all_input_nodes if a.op != "placeholder"]
