@@ -84,12 +84,12 @@ def not_a_module():
 
 class TransformerClassifier(torch.nn.Module):
     """A small nn.TransformerEncoder classifier: tokens embedded, two encoder layers, the mean over the
-    sequence, a linear head. Without dropout, so that a pipelined run can equal single-process training."""
+    sequence, a linear head."""
 
-    def __init__(self):
+    def __init__(self, dropout=0.0):
         super().__init__()
         self.embed = torch.nn.Linear(16, 32)
-        layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0,
+        layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=dropout,
                                                  batch_first=True)
         self.encoder = torch.nn.TransformerEncoder(layer, num_layers=2)
         self.head = torch.nn.Linear(32, 5)
@@ -100,6 +100,12 @@ class TransformerClassifier(torch.nn.Module):
 
 def transformer_classifier():
     return TransformerClassifier()
+
+
+def transformer_dropout():
+    """The classifier with dropout 0.1 after attention (inside it too) and in the feed-forward block: its
+    masks must be the single process's whatever the schedule, the cuts and the ranks."""
+    return TransformerClassifier(dropout=0.1)
 
 
 class TiedLanguageModel(torch.nn.Module):

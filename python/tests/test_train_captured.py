@@ -24,6 +24,7 @@ BINARY = os.environ.get("FLEXPIPE_BINARY", "")
 RELATIVE = 1e-9
 SAMPLES = 10  # not a multiple of a step's batch: the data wraps around
 STEPS = 3
+SEED = 1234  # flexpipe train's --seed
 
 # factory: (input shape, loss, cuts for 2 chunks, cuts for 4 chunks, recomputed and offloaded operators of
 # the 4-chunk plan)
@@ -33,6 +34,11 @@ CASES = {
                                ["encoder_layers_0_self_attn", "encoder_layers_0_norm2", "encoder_layers_1_linear2"],
                                ["encoder_layers_0_linear1", "encoder_layers_0_activation"],
                                ["encoder_layers_1_self_attn"]),
+    # Dropout in attention, after it and in the feed-forward block; the recompute piece draws masks too.
+    "transformer_dropout": ((2, 6, 16), "cross_entropy", ["encoder_layers_0_linear1"],
+                            ["encoder_layers_0_self_attn", "encoder_layers_0_norm2", "encoder_layers_1_linear2"],
+                            ["encoder_layers_0_linear1", "relu", "encoder_layers_0_dropout"],
+                            ["encoder_layers_1_self_attn"]),
     "resnet18": ((2, 3, 32, 32), "cross_entropy", ["layer2_0_bn1"],
                  ["layer1_0_bn1", "layer2_0_downsample_0", "layer3_1_conv2"],
                  ["layer2_0_conv1", "layer2_0_bn1", "layer2_0_relu"], ["layer3_1_conv1", "layer3_1_bn1"]),
@@ -65,6 +71,7 @@ def reference(factory, data, microbatches, rates, optimizer, clip=0):
         total = 0.0
         for j in range(microbatches):
             rows = torch.tensor([(step * microbatches * b + j * b + i) % SAMPLES for i in range(b)])
+            torch.manual_seed(SEED * 1000003 + step * 65537 + j)  # dropout's masks: the runtime's seed
             loss = loss_of(kind, model(inputs[rows]), targets[rows])
             (loss / microbatches).backward()
             total += loss.item() / microbatches
@@ -186,6 +193,15 @@ class TrainCaptured(unittest.TestCase):
         self.check("transformer_classifier", 2, "zb-h1", 2, 4)
         self.check("transformer_classifier", 2, "1f1b", 2, 2, "adamw", clip=0.5, dp=2)
 
+    def test_dropout_draws_the_single_process_masks(self):
+        # One process seeds the generator per micro-batch and every dropout draws where the one before
+        # stopped: the runtime hands the generator's state on with each chunk's outputs, over the wire
+        # (ZB-V: chunk 0 to 1, 2 to 3) and within a rank (chunk 1 to 2 on rank 1), and the recompute piece
+        # replays its draws. Data parallelism: copy r's micro-batch j is the step's micro-batch r*m + j.
+        self.check("transformer_dropout", 4, "zb-v", 2, 4, "adamw")
+        report = self.check("transformer_dropout", 2, "1f1b", 2, 2, "adamw", ["--verify"], dp=2)
+        self.assertTrue(report["verify"]["passed"], report["verify"])
+
     def test_a_weight_tied_across_chunks(self):
         # Each chunk holding the tied weight adds its gradient; the copies take the summed step, counted
         # once in the clipped norm and written once: on two ranks (1F1B), and with both copies on one rank
@@ -239,6 +255,9 @@ class TrainCaptured(unittest.TestCase):
         # 4 chunks under ZB-V: a recomputed convolution after a kept ReLU (the checkpoint is the tensor the
         # ReLU saves), BatchNorm rebuilt from copies of its statistics, an offload piece.
         self.check("resnet18", 4, "zb-v", 2, 4, "adamw")
+        # Interleaved: the offload piece's convolution saves the tensor the kept ReLU before it saves; that
+        # tensor stays on the device (a host copy would come back from RELOAD as a second one).
+        self.check("resnet18", 4, "interleaved-1f1b", 2, 4, extra=["-v", "2"])
 
 
 @unittest.skipUnless(BINARY, "FLEXPIPE_BINARY names the flexpipe binary (ctest sets it)")

@@ -14,6 +14,7 @@
 #include "executor_state.h"
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/support/error.h"
+#include "generator_relay.h"
 
 namespace flexpipe::runtime {
 
@@ -122,6 +123,7 @@ void Executor::State::build_scripted_stages() {
     if (k > 0)
       for (const TensorSpec& t : manifest.chunks[k].inputs) crossing_shapes[k].push_back(t.shape);
   }
+  if (draws_random(manifest)) relayed_generator_shape = generator_state_shape(plan.dtype);
   local_of_stage.assign(schedule.num_stages(), -1);
   const std::vector<char> split_stages = split_backward_stages(schedule);
   for (int s = 0; s < schedule.num_stages(); ++s) {
@@ -197,7 +199,7 @@ void Executor::State::execute(const Action& a) {
     case ActionKind::RecvF: {
       const int prev = schedule.prev_stage(a.stage);
       local(a.stage).recv_forward[a.microbatch] =
-          post_recv(crossing_shapes[local(a.stage).chunk], schedule.stage_device[prev],
+          post_recv(forward_shapes(local(a.stage).chunk), schedule.stage_device[prev],
                     forward_tag(a.stage, a.microbatch), a);
       break;
     }

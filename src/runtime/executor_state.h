@@ -110,6 +110,10 @@ struct Executor::State {
   std::vector<Local> locals;
   std::vector<std::vector<int>> crossing_index;  // per chunk: node -> position in plan.crossing[chunk], -1
   std::vector<std::vector<std::vector<int64_t>>> crossing_shapes;  // per chunk
+  // A captured model with dropout: the generator's state travels after the crossing tensors in every
+  // forward transfer (generator_relay.h); empty otherwise.
+  std::vector<int64_t> relayed_generator_shape;
+  std::vector<std::vector<int64_t>> forward_shapes(int chunk) const;
   std::vector<Pending> sends;
   // A captured model's weights tied across chunks (an output layer reading the embedding's weight): per
   // weight, in state_dict-name order, every stage holding a copy with the copy's parameter index there.
@@ -167,6 +171,7 @@ struct Executor::State {
 
   // The same for a captured model's chunk, run piece by piece through autograd (scripted_compute.cpp).
   void scripted_forward(Local& l, int mb);
+  void resume_relayed_generator(Local& l, int mb);
   void scripted_backward(Local& l, int mb, const std::vector<at::Tensor>& output_grads, bool split);
   void scripted_weight(Local& l, int mb);
   void scripted_recompute(Local& l, int mb);

@@ -19,6 +19,8 @@ class SavedTensors {
   // chunk's parameters (a matrix product saves its weight, which is not an activation) and pass it on
   // across pieces, so that a tensor two graphs save counts once.
   int64_t bytes(std::vector<const void*>& counted) const;
+  // Adds the storages held to `to`, each once.
+  void add_storages(std::vector<const void*>& to) const { bytes(to); }
   // Copies every slot (but those in `excluded` storages) into separate memory: host memory for a
   // device tensor, a fresh buffer on a CPU build, so that an offload round trip is a real copy.
   // Views of one storage keep sharing one copy.

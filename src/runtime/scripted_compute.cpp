@@ -14,6 +14,7 @@
 
 #include "executor_state.h"
 #include "flexpipe/support/error.h"
+#include "generator_relay.h"
 
 namespace flexpipe::runtime {
 
@@ -110,12 +111,30 @@ void Executor::State::rebuild_piece(Local& l, Micro& m, int piece) {
   scripted_account(l, m);
 }
 
+// Where dropout of micro-batch `mb` starts drawing: chunk 0 seeds it; a later chunk resumes from the
+// state the chunk before handed on after its outputs. The inputs that were views of the same receive
+// buffer become tensors of their own, so that the memory accounted for holds what the chunk keeps.
+void Executor::State::resume_relayed_generator(Local& l, int mb) {
+  Micro& m = l.micro[mb];
+  if (l.chunk == 0) return seed_microbatch(plan.seed, step, options.replica * microbatches + mb);
+  if (m.inputs.size() != l.scripted->spec->inputs.size() + 1)
+    throw Error(fmt::format("chunk {} micro-batch {} received {} tensors, not its {} inputs and the generator's state",
+                            l.chunk, mb, m.inputs.size(), l.scripted->spec->inputs.size()));
+  const at::Tensor state = m.inputs.back();
+  m.inputs.pop_back();
+  resume_generator(state);
+  for (at::Tensor& t : m.inputs)
+    if (storage_key(t) == storage_key(state)) t = t.clone();
+}
+
 void Executor::State::scripted_forward(Local& l, int mb) {
   ScriptedChunk& c = *l.scripted;
   const ChunkSpec& spec = *c.spec;
   const ExportManifest& manifest = *plan.scripted;
   Micro& m = l.micro[mb];
   const MicroBatchData& data = (*batch)[mb];
+  const bool relays = !relayed_generator_shape.empty();
+  if (relays) resume_relayed_generator(l, mb);
   std::map<std::string, at::Tensor> values;
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     const TensorSpec& in = spec.inputs[i];
@@ -130,11 +149,6 @@ void Executor::State::scripted_forward(Local& l, int mb) {
       values[in.name] = m.inputs.at(i).to(in.dtype);
     }
   }
-  // Dropout draws the same numbers for a micro-batch whatever the schedule and the rank.
-  bool random = false;
-  for (const PieceSpec& p : spec.pieces) random = random || p.random;
-  if (random)
-    default_generator().set_current_seed(dropout_seed(plan.seed, step, l.chunk, options.replica * microbatches + mb));
   m.pieces.assign(spec.pieces.size() + (c.loss ? 1 : 0), PieceRun{});
   for (size_t p = 0; p < spec.pieces.size(); ++p)
     run_piece(l, m, static_cast<int>(p), values, l.recompute[mb] && spec.pieces[p].memory == "recompute");
@@ -154,6 +168,7 @@ void Executor::State::scripted_forward(Local& l, int mb) {
   } else {
     m.outputs.clear();
     for (const TensorSpec& out : spec.outputs) m.outputs.push_back(values.at(out.name).detach().to(plan.dtype));
+    if (relays) m.outputs.push_back(generator_state(plan.dtype));
   }
   m.has_saved = true;
   scripted_account(l, m);
@@ -294,9 +309,15 @@ void Executor::State::scripted_recompute(Local& l, int mb) {
 void Executor::State::scripted_transfer(Local& l, int mb, bool to_host) {
   ScriptedChunk& c = *l.scripted;
   Micro& m = l.micro[mb];
+  auto moves = [&](size_t p) { return !c.spec->offloads || c.spec->pieces[p].memory == "offload"; };
+  // A tensor a kept piece saves too (a ReLU's output, which the next piece's convolution saves as its
+  // input) stays on the device: a copy on the host would come back as a second one.
+  std::vector<const void*> staying = c.state_storages;
+  for (size_t p = 0; p < c.spec->pieces.size() && p < m.pieces.size(); ++p)
+    if (!moves(p)) m.pieces[p].saved.add_storages(staying);
   for (size_t p = 0; p < c.spec->pieces.size() && p < m.pieces.size(); ++p) {
     PieceRun& run = m.pieces[p];
-    if (!c.spec->offloads || c.spec->pieces[p].memory == "offload") run.saved.move(to_host, c.state_storages);
+    if (moves(p)) run.saved.move(to_host, staying);
     if (l.offload_checkpoints && run.dropped)
       for (at::Tensor& t : run.inputs) t = t.clone();
   }
@@ -313,11 +334,15 @@ void Executor::State::scripted_account(const Local& l, Micro& m) {
   for (const PieceRun& run : m.pieces)
     for (const at::Tensor& copy : run.state_copies) counted.push_back(storage_key(copy));
   int64_t device = 0, host = 0;
+  auto moved = [&](size_t p) {
+    return m.offloaded && p < c.spec->pieces.size() && (!c.spec->offloads || c.spec->pieces[p].memory == "offload");
+  };
+  // What stays first: a tensor an offloaded piece shares with a kept one stayed on the device.
+  for (size_t p = 0; p < m.pieces.size(); ++p)
+    if (!moved(p)) device += m.pieces[p].saved.bytes(counted);
   for (size_t p = 0; p < m.pieces.size(); ++p) {
     const PieceRun& run = m.pieces[p];
-    const bool is_piece = p < c.spec->pieces.size();
-    const bool moved = m.offloaded && is_piece && (!c.spec->offloads || c.spec->pieces[p].memory == "offload");
-    (moved ? host : device) += run.saved.bytes(counted);
+    if (moved(p)) host += run.saved.bytes(counted);
     if (run.dropped)
       for (const at::Tensor& t : run.inputs) {
         if (std::find(counted.begin(), counted.end(), storage_key(t)) != counted.end()) continue;

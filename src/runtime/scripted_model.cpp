@@ -287,6 +287,13 @@ torch::jit::Module load_module(const ExportManifest& manifest, const std::string
 
 }  // namespace
 
+bool draws_random(const ExportManifest& manifest) {
+  for (const ChunkSpec& chunk : manifest.chunks)
+    for (const PieceSpec& piece : chunk.pieces)
+      if (piece.random) return true;
+  return false;
+}
+
 int first_holder(const ChunkSpec& spec, int chunk, int parameter) {
   int first = chunk;
   for (int other : spec.parameter_tied_chunks.at(parameter)) first = std::min(first, other);

@@ -85,12 +85,9 @@ struct ScriptedChunk {
 // that is missing, not a TorchScript module, or whose parameters differ from the manifest.
 ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk);
 
-// The generator seed of a chunk's random pieces (dropout) for one micro-batch of a step: a function of
-// where the micro-batch is in the step (over every data-parallel replica), never of the schedule or
-// the rank, so every schedule and the single-process reference draw the same masks.
-inline uint64_t dropout_seed(uint64_t seed, int step, int chunk, int microbatch_of_step) {
-  return seed * 1000003u + (uint64_t(step) * 4099u + uint64_t(chunk)) * 65537u + uint64_t(microbatch_of_step);
-}
+// Whether some piece draws random numbers (dropout): then the generator's state travels with every
+// micro-batch from chunk to chunk (generator_relay.h).
+bool draws_random(const ExportManifest& manifest);
 
 // The chunk whose copy of parameter `parameter` (an index into spec.parameters) of chunk `chunk` counts
 // once, in the gradient norm and the exported weights: the lowest index of the chunks holding it

@@ -3,11 +3,11 @@
 #include <map>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/List.h>
 #include <fmt/format.h>
 
 #include "flexpipe/support/error.h"
+#include "generator_relay.h"
 #include "optimizer.h"
 
 namespace flexpipe::runtime {
@@ -32,14 +32,10 @@ at::Tensor microbatch_loss(const ExportManifest& manifest, std::vector<ScriptedC
   std::map<std::string, at::Tensor> values;
   for (size_t j = 0; j < manifest.inputs.size() && j < data.inputs.size(); ++j)
     values[manifest.inputs[j].name] = data.inputs[j];
+  // One seed per micro-batch, drawn on through every chunk, as one process running the model draws.
+  if (draws_random(manifest)) seed_microbatch(seed, step, microbatch_of_step);
   for (size_t k = 0; k < chunks.size(); ++k) {
     const ChunkSpec& spec = *chunks[k].spec;
-    bool random = false;
-    for (const PieceSpec& p : spec.pieces) random = random || p.random;
-    if (random) {
-      at::Generator generator = at::detail::getDefaultCPUGenerator();
-      generator.set_current_seed(dropout_seed(seed, step, static_cast<int>(k), microbatch_of_step));
-    }
     for (size_t p = 0; p < spec.pieces.size(); ++p) {
       std::vector<c10::IValue> inputs;
       for (const TensorSpec& in : spec.pieces[p].inputs) {

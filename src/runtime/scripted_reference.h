@@ -22,7 +22,7 @@ struct ScriptedReferenceRun {
 };
 
 // `training.microbatches`: per step, over every data-parallel replica; `seed`: the plan's, from which
-// dropout draws the executor's masks (dropout_seed).
+// dropout draws the executor's masks (microbatch_seed).
 ScriptedReferenceRun train_scripted_reference(const ExportManifest& manifest, const TensorData& data,
                                               const ReferenceTraining& training, uint64_t seed);
 

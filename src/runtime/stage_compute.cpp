@@ -26,7 +26,7 @@ void Executor::State::forward(const Action& a, int stage, int mb) {
   if (l.chunk > 0) {
     Pending& p = l.recv_forward[mb];
     if (p.transfer) {
-      m.inputs = take(p, crossing_shapes[l.chunk], where(a));
+      m.inputs = take(p, forward_shapes(l.chunk), where(a));
     } else {
       const int prev = schedule.prev_stage(stage);
       if (local_of_stage[prev] < 0 || local(prev).micro[mb].outputs.empty())
@@ -51,6 +51,12 @@ void Executor::State::recompute(const Action& a, int stage, int mb) {
     throw Error(fmt::format("{}: the activations of stage {} micro-batch {} are offloaded; RELOAD them before R",
                             where(a), stage, mb));
   run_recompute(l, mb);
+}
+
+std::vector<std::vector<int64_t>> Executor::State::forward_shapes(int chunk) const {
+  std::vector<std::vector<int64_t>> shapes = crossing_shapes[chunk];
+  if (!relayed_generator_shape.empty()) shapes.push_back(relayed_generator_shape);
+  return shapes;
 }
 
 std::vector<at::Tensor> Executor::State::output_gradients(const Action& a, Local& l, int mb) {

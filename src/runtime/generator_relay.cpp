@@ -1,0 +1,51 @@
+#include "generator_relay.h"
+
+#include <cstring>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include "flexpipe/support/error.h"
+
+namespace flexpipe::runtime {
+
+namespace {
+
+at::Generator default_generator() { return at::detail::getDefaultCPUGenerator(); }
+
+int64_t state_bytes() { return default_generator().get_state().numel(); }
+
+}  // namespace
+
+uint64_t microbatch_seed(uint64_t seed, int step, int microbatch_of_step) {
+  return seed * 1000003u + uint64_t(step) * 65537u + uint64_t(microbatch_of_step);
+}
+
+void seed_microbatch(uint64_t seed, int step, int microbatch_of_step) {
+  default_generator().set_current_seed(microbatch_seed(seed, step, microbatch_of_step));
+}
+
+std::vector<int64_t> generator_state_shape(at::ScalarType dtype) {
+  const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+  return {(state_bytes() + element - 1) / element};
+}
+
+at::Tensor generator_state(at::ScalarType dtype) {
+  const at::Tensor bytes = default_generator().get_state();
+  at::Tensor state = at::zeros(generator_state_shape(dtype), at::TensorOptions().dtype(dtype));
+  std::memcpy(state.data_ptr(), bytes.data_ptr(), static_cast<size_t>(bytes.numel()));
+  return state;
+}
+
+void resume_generator(const at::Tensor& state) {
+  const at::Tensor from = state.cpu().contiguous();
+  at::Tensor bytes = at::empty({state_bytes()}, at::TensorOptions().dtype(at::kByte));
+  if (from.nbytes() < static_cast<size_t>(bytes.numel()))
+    throw Error(fmt::format("a generator state of {} bytes, not {}: the chunk before sent something else",
+                            from.nbytes(), bytes.numel()));
+  std::memcpy(bytes.data_ptr(), from.data_ptr(), static_cast<size_t>(bytes.numel()));
+  default_generator().set_state(bytes);
+}
+
+}  // namespace flexpipe::runtime
