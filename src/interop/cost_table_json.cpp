@@ -37,12 +37,11 @@ constexpr int kVersion = 1;
 constexpr std::string_view kTopLevelKeys[] =
     {"format", "version", "time_unit", "memory_unit",     "stages",        "all_stages",       "num_stages",
      "link",   "links",   "host_link", "memory_capacity", "overlap_ratio", "devices_per_node", "inter_node_link"};
-constexpr std::string_view kStageKeys[] = {"forward",          "backward_input", "backward_weight",
-                                           "backward",         "recompute",      "optimizer",
-                                           "activation_bytes", "freed_by_input", "checkpoint_bytes",
-                                           "parameter_bytes",  "gradient_bytes", "optimizer_bytes",
-                                           "output_bytes",     "offload_bytes",  "rebuilt_peak_bytes",
-                                           "workspace_bytes"};
+constexpr std::string_view kStageKeys[] =
+    {"forward",         "backward_input",         "backward_weight", "backward",         "recompute",
+     "optimizer",       "activation_bytes",       "freed_by_input",  "checkpoint_bytes", "parameter_bytes",
+     "gradient_bytes",  "optimizer_bytes",        "output_bytes",    "offload_bytes",    "rebuilt_peak_bytes",
+     "workspace_bytes", "checkpoint_until_weight"};
 constexpr std::string_view kLinkOverrideKeys[] = {"src",      "dst",         "latency",      "bandwidth",
                                                   "send_cpu", "receive_cpu", "cpu_bandwidth"};
 
@@ -104,6 +103,11 @@ class Reader : public detail::JsonPathReader {
       costs.rebuilt_peak_bytes =
           quantity_or_unlimited(object["rebuilt_peak_bytes"], json_child(path, "rebuilt_peak_bytes"), size);
     read("workspace_bytes", size, costs.workspace_bytes);  // optional; absent: no transient memory
+    if (object.contains("checkpoint_until_weight")) {      // optional; absent: released at I
+      const json& flag = object["checkpoint_until_weight"];
+      if (!flag.is_boolean()) fail(json_child(path, "checkpoint_until_weight"), "must be true or false");
+      costs.checkpoint_until_weight = flag.get<bool>();
+    }
     if (costs.freed_by_input > costs.activation_bytes)
       fail(json_child(path, "freed_by_input"),
            fmt::format("{} exceeds activation_bytes {}", costs.freed_by_input, costs.activation_bytes));
@@ -251,6 +255,7 @@ nlohmann::ordered_json stage_json(const StageCosts& stage) {
   if (std::isfinite(stage.offload_bytes)) out["offload_bytes"] = number_json(stage.offload_bytes);
   if (std::isfinite(stage.rebuilt_peak_bytes)) out["rebuilt_peak_bytes"] = number_json(stage.rebuilt_peak_bytes);
   if (stage.workspace_bytes > 0) out["workspace_bytes"] = number_json(stage.workspace_bytes);
+  if (stage.checkpoint_until_weight) out["checkpoint_until_weight"] = true;
   return out;
 }
 

@@ -420,6 +420,8 @@ class RankJob {
       const StageCosts& t = costs.stages[k];
       s.forward = t.forward, s.backward_input = t.backward_input, s.backward_weight = t.backward_weight;
       s.backward = t.backward, s.recompute = t.recompute, s.optimizer = t.optimizer;
+      // A captured model's pieces that train keep their graphs, checkpoints included, from I to W.
+      s.checkpoint_until_weight = plan.scripted != nullptr;
     }
     held.link = costs.link, held.host_link = costs.host_link, held.pairs.clear();
     const SimResult modelled = simulate(timed, held, {false, true});

@@ -43,6 +43,7 @@ struct StageInfo {
   int32_t backward_link = -1;  // link of this stage's SEND_B
   double forward = 0, backward = 0, backward_input = 0, backward_weight = 0, recompute = 0, optimizer = 0;
   double activation = 0, freed_by_input = 0, checkpoint = 0;
+  bool checkpoint_until_weight = false;
   double rebuilt = 0;          // what R holds until the backward ends: the largest segment, or everything when split
   double offload = kInfinity;  // the most one OFFLOAD moves
   double workspace = 0;        // held while any of the stage's computations runs
@@ -161,7 +162,8 @@ class Simulation {
   double backward_release(ActionKind kind, int stage, int microbatch) const {
     const StageInfo& info = work_.stages[stage];
     const bool recomputed = work_.facts[fact_index(stage, microbatch)] & kRecomputed;
-    if (kind == ActionKind::I) return info.freed_by_input + (recomputed ? info.checkpoint : 0.0);
+    if (kind == ActionKind::I)
+      return info.freed_by_input + (recomputed && !info.checkpoint_until_weight ? info.checkpoint : 0.0);
     return recomputed ? info.rebuilt + info.checkpoint : info.activation;
   }
 
@@ -341,6 +343,7 @@ void Simulation::prepare_stages() {
     info.activation = cost.activation_bytes;
     info.freed_by_input = cost.freed_by_input;
     info.checkpoint = cost.checkpoint_bytes;
+    info.checkpoint_until_weight = cost.checkpoint_until_weight;
     info.rebuilt = cost.rebuilt_bytes(split_backward[s]);
     info.offload = cost.offload_bytes;
     info.workspace = cost.workspace_bytes;
@@ -482,7 +485,9 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       if (!wait(device, key(s, m, detail::kInputGradDone), ready)) return false;
       const StageInfo& info = work_.stages[s];
       const double end = run_compute(info.backward_weight, info.workspace);
-      change_activation(device, end, s, m, -(info.activation - info.freed_by_input));
+      const bool recomputed = work_.facts[fact_index(s, m)] & kRecomputed;
+      const double checkpoint = recomputed && info.checkpoint_until_weight ? info.checkpoint : 0.0;
+      change_activation(device, end, s, m, -(info.activation - info.freed_by_input + checkpoint));
       produce(key(s, m, detail::kWeightGradDone), end);
       return true;
     }

@@ -93,7 +93,8 @@ CostTable rich_table() {
   second.recompute = 0;
   second.offload_bytes = 1.5e9;  // the first stage keeps the default: everything it holds
   second.rebuilt_peak_bytes = 1e9;
-  second.workspace_bytes = 2e8;  // the first stage keeps the default: none
+  second.workspace_bytes = 2e8;           // the first stage keeps the default: none
+  second.checkpoint_until_weight = true;  // the first: released at I
   costs.stages = {first, second};
   costs.link = Link{0.01, 100};
   costs.pairs = {LinkOverride{0, 1, Link{0.5, kInfinity}}, LinkOverride{1, 0, Link{0, 25, 0.02, 0.01, 40}}};
@@ -130,6 +131,10 @@ TEST(CostTableJson, RoundTripsEveryField) {
   EXPECT_NE(rich.find("\"send_cpu\": 0.02"), std::string::npos) << rich;
   EXPECT_EQ(rich.find("\"send_cpu\""), rich.rfind("\"send_cpu\"")) << rich;
   EXPECT_EQ(text.find("cpu"), std::string::npos) << text;
+  // checkpoint_until_weight is written only where it is true.
+  EXPECT_EQ(rich.find("\"checkpoint_until_weight\": true"), rich.rfind("\"checkpoint_until_weight\"")) << rich;
+  EXPECT_EQ(parse_error(document("\"stages\": [{\"checkpoint_until_weight\": 1}]")),
+            "costs.json: stages[0].checkpoint_until_weight: must be true or false");
 }
 
 // Devices 0 1 | 2 3: within a node `link`, across nodes `inter_node_link`, an override over both.
@@ -225,7 +230,8 @@ TEST(CostTableJson, NamesTheBadFieldExactly) {
   EXPECT_EQ(parse_error(document("\"stages\": [{\"forwrad\": 1}]")),
             "costs.json: stages[0].forwrad: unknown key (known keys: forward, backward_input, backward_weight, "
             "backward, recompute, optimizer, activation_bytes, freed_by_input, checkpoint_bytes, parameter_bytes, "
-            "gradient_bytes, optimizer_bytes, output_bytes, offload_bytes, rebuilt_peak_bytes, workspace_bytes)");
+            "gradient_bytes, optimizer_bytes, output_bytes, offload_bytes, rebuilt_peak_bytes, workspace_bytes, "
+            "checkpoint_until_weight)");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"latency\": 1")),
             "costs.json: latency: unknown key (known keys: format, version, time_unit, memory_unit, stages, "
             "all_stages, num_stages, link, links, host_link, memory_capacity, overlap_ratio, devices_per_node, "

@@ -325,6 +325,23 @@ TEST(Simulator, AWholeBackwardRebuildsOnlyTheLargestSegment) {
   EXPECT_DOUBLE_EQ(split.devices[0].peak_memory, 6);
 }
 
+TEST(Simulator, CheckpointsHeldUntilWeightGradientWhereTheStageSaysSo) {
+  CostTable costs = uniform_costs(1, 1, 1, 1);
+  costs.stages[0].activation_bytes = 4;
+  costs.stages[0].checkpoint_bytes = 1;
+  // F0 [0,1] R0 [1,2] I0 [2,3] F1 [3,4] W0 [4,5] R1 [5,6] I1 [6,7] W1 [7,8].
+  const Schedule schedule = build(2, {0}, {"0F0 0R0 0I0 0F1 0W0 0R1 0I1 0W1"});
+  // By default I releases the checkpoint: F1's takes its place at 3 while W0 still holds the 4 R0
+  // rebuilt, and R1 rebuilds at 5 what W0 released.
+  EXPECT_EQ(curve(simulate(schedule, costs, {}).devices[0]), "0:1 1:5 7:4 8:0");
+  // A captured model's runtime keeps the checkpoint in the graphs it retains for W: released with them,
+  // so F1 comes on top of it (6).
+  costs.stages[0].checkpoint_until_weight = true;
+  const SimResult held = simulate(schedule, costs, {});
+  EXPECT_EQ(curve(held.devices[0]), "0:1 1:5 3:6 5:5 8:0");
+  EXPECT_DOUBLE_EQ(held.devices[0].peak_memory, 6);
+}
+
 TEST(Simulator, WorkspaceIsHeldOnlyWhileTheStageComputes) {
   // Stage 0 saves 4 and needs 3 more while it computes.
   auto costs_for = [](int stages) {

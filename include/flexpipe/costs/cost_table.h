@@ -39,6 +39,9 @@ struct StageCosts {
   // Transient memory while one of the stage's computations (F, R, B, I, W) runs: its largest
   // operator's, such as the loss's fp32 copy of the logits.
   double workspace_bytes = 0;
+  // Under a split backward, the checkpoints are released when W ends rather than I: a captured
+  // model's runtime keeps them in the graphs it retains for W.
+  bool checkpoint_until_weight = false;
   friend bool operator==(const StageCosts&, const StageCosts&) = default;
 };
 
