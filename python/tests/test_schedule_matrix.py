@@ -1,23 +1,25 @@
-"""The exactness matrix of captured training: each model under GPipe, 1F1B, interleaved 1F1B, ZB-H1 and
-ZB-V, on 2 and 4 ranks, equals single-process PyTorch training (losses of every step and the state_dict
-within 1e-9 relative in float64, the measured memory the simulated one byte for byte).
+"""The exactness matrix of captured training: each model under GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V
+and the search's answer, on 2 and 4 ranks, equals single-process PyTorch training (losses of every step
+and the state_dict within 1e-9 relative in float64, the measured memory the simulated one byte for byte).
 
-Two-rank runs of the 2-chunk plan cut each model once; interleaved 1F1B and ZB-V on 2 ranks, and every
-4-rank run, use the 4-chunk plan, which recomputes some operators and offloads others
-(test_train_captured.CASES). A cell that test_train_captured.py already trains, with its own twist
-(AdamW, clipping, --verify, data parallelism, the search's answer), is not trained again here; this
-file trains the rest:
+Two-rank runs of GPipe, 1F1B and ZB-H1 use the 2-chunk plan, which cuts each model once; interleaved
+1F1B and ZB-V on 2 ranks, and GPipe, 1F1B and ZB-H1 on 4, the 4-chunk plan, which recomputes some
+operators and offloads others (test_train_captured.CASES); interleaved 1F1B and ZB-V on 4 ranks the
+8-chunk plan (EIGHT_CHUNKS), which recomputes and offloads too. A cell that test_train_captured.py
+already trains, with its own twist (AdamW, clipping, --verify, data parallelism), is not trained again
+here; this file trains the rest:
 
-| model | GPipe | 1F1B | interleaved | ZB-H1 | ZB-V |
-| --- | --- | --- | --- | --- | --- |
-| U-Net, 2 ranks | there | there | there | there | here |
-| U-Net, 4 ranks | here | there | - | here | - |
-| transformer with dropout, 2 ranks | here | there (data-parallel) | here | there (no dropout) | there |
-| transformer with dropout, 4 ranks | here | here | - | here | - |
-| ResNet-18, 2 ranks | here | there | there | here | there |
-| ResNet-18, 4 ranks | here | here | - | here | - |
+| model | GPipe | 1F1B | interleaved | ZB-H1 | ZB-V | search |
+| --- | --- | --- | --- | --- | --- | --- |
+| U-Net, 2 ranks | there | there | there | there | here | there |
+| U-Net, 4 ranks | here | there | here | here | here | - |
+| transformer with dropout, 2 ranks | here | there (data-parallel) | here | there (no dropout) | there | here |
+| transformer with dropout, 4 ranks | here | here | here | here | here | here |
+| ResNet-18, 2 ranks | here | there | there | here | there | here |
+| ResNet-18, 4 ranks | here | here | here | here | here | here |
 
-Interleaved 1F1B and ZB-V on 4 ranks would need 8 chunks, which these small models do not have."""
+The U-Net's search on 4 ranks is left out for CI time (its 2-rank search is there). For ResNet-18 the
+search leaves DualPipe out (BatchNorm's running statistics, docs/export.md)."""
 import unittest
 
 from test_train_captured import BINARY, CapturedTraining
@@ -32,15 +34,18 @@ class ScheduleMatrix(CapturedTraining):
                 self.check(factory, chunks, schedule, devices, 4, extra=extra)
 
     def test_unet(self):
-        self.cells("tiny_unet", [(4, "zb-v", 2), (4, "gpipe", 4), (4, "zb-h1", 4)])
+        self.cells("tiny_unet", [(4, "zb-v", 2), (4, "gpipe", 4), (4, "zb-h1", 4), (8, "interleaved-1f1b", 4),
+                                 (8, "zb-v", 4)])
 
     def test_transformer_with_dropout(self):
         self.cells("transformer_dropout", [(2, "gpipe", 2), (4, "interleaved-1f1b", 2), (4, "gpipe", 4),
-                                           (4, "1f1b", 4), (4, "zb-h1", 4)])
+                                           (4, "1f1b", 4), (4, "zb-h1", 4), (8, "interleaved-1f1b", 4),
+                                           (8, "zb-v", 4), (2, "auto", 2), (2, "auto", 4)])
 
     def test_resnet18(self):
         self.cells("resnet18", [(2, "gpipe", 2), (2, "zb-h1", 2), (4, "gpipe", 4), (4, "1f1b", 4),
-                                (4, "zb-h1", 4)])
+                                (4, "zb-h1", 4), (8, "interleaved-1f1b", 4), (8, "zb-v", 4), (2, "auto", 2),
+                                (2, "auto", 4)])
 
 
 if __name__ == "__main__":

@@ -45,6 +45,16 @@ CASES = {
     # The embedding's weight is also the output layer's: every cut below puts its readers in two chunks.
     "tied_language_model": ((2, 5), "cross_entropy", ["hidden"], ["embedding", "hidden", "linear"], [], []),
 }
+# Interleaved 1F1B and ZB-V on 4 ranks: 8 chunks (cuts, recomputed and offloaded operators).
+EIGHT_CHUNKS = {
+    "tiny_unet": (["down1", "relu", "down2", "relu_1", "bottom", "add", "cat"], ["bottom"], ["up1"]),
+    "transformer_dropout": (["embed", "encoder_layers_0_self_attn", "encoder_layers_0_norm1", "encoder_layers_0_dropout",
+                             "encoder_layers_0_norm2", "encoder_layers_1_dropout1", "encoder_layers_1_linear2"],
+                            ["encoder_layers_0_linear2", "encoder_layers_0_dropout2"], ["encoder_layers_1_self_attn"]),
+    "resnet18": (["maxpool", "layer1_0_relu_1", "layer1_1_relu_1", "layer2_0_bn1", "layer2_0_relu_1",
+                  "layer3_0_downsample_0", "layer3_1_conv2"],
+                 ["layer2_0_conv2", "layer2_0_bn2"], ["layer3_1_conv1", "layer3_1_bn1"]),
+}
 VOCABULARY = {"tied_language_model": 10}  # models fed token ids rather than floats
 
 
@@ -97,7 +107,10 @@ class CapturedTraining(unittest.TestCase):
     def prepare(self, factory, chunks, timed=False):
         shape, kind, two, four, recompute, offload = CASES[factory]
         graph = graph_of_case(factory, timed)
-        plan = plan_for(graph, two) if chunks == 2 else plan_for(graph, four, recompute, offload)
+        if chunks == 8:
+            plan = plan_for(graph, *EIGHT_CHUNKS[factory])
+        else:
+            plan = plan_for(graph, two) if chunks == 2 else plan_for(graph, four, recompute, offload)
         with open(self.path("model.graph.json"), "w") as f:
             json.dump(graph, f)
         with open(self.path("plan.json"), "w") as f:

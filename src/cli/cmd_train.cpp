@@ -3,6 +3,7 @@
 // gradient clipping; prints a progress line per step and, at the end, measured against simulated
 // step time and memory per rank; saves and resumes checkpoints. Started without a job around it,
 // it launches its own local ranks.
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -112,6 +113,12 @@ void check_captured_for_search(const CostGraph& graph, const std::string& path) 
                     path));
 }
 
+// Whether the model has BatchNorm, whose running statistics every training forward moves.
+bool updates_running_statistics(const CostGraph& graph) {
+  return std::any_of(graph.nodes.begin(), graph.nodes.end(),
+                     [](const OperatorNode& node) { return node.kind.starts_with("batchnorm"); });
+}
+
 // The search's partition as a plan for the export (docs/partition-plan.md): every operator kept, since
 // host memory is not what the search is asked to save here.
 PartitionPlan searched_plan(const SearchProblem& problem, const ScheduleCandidateReport& best, const std::string& model,
@@ -197,6 +204,10 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   problem.aggregation.optimizer_bytes = 2 * problem.aggregation.parameter_bytes;
   problem.memory_choices = false;  // host memory: nothing to recompute or offload for
   if (problem.graph.link) problem.aggregation.device_link = *problem.graph.link;
+  // DualPipe's two pipelines would each move BatchNorm's running statistics with half the step's
+  // micro-batches, so the trained statistics would not be one process's: not searched for such a model.
+  const bool keeps_statistics = !captured.empty() && updates_running_statistics(problem.graph);
+  if (keeps_statistics) problem.bidirectional = false;
   SearchOptions options;
   options.threads = 1;
   options.time_budget = 120;  // a backstop: the count below ends the search
@@ -219,10 +230,11 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   if (!in_job || runtime::rank_env_from_environment().rank == 0) {
     fmt::print(
         "auto: searched {} schedules with measured operator times ({}): fastest built-in {} {:.2f} ms, best "
-        "{:.2f} ms ({}){}; chose {}\n",
+        "{:.2f} ms ({}){}; chose {}{}\n",
         result.evaluated, problem.graph.name, builtin ? builtin->name : "none", builtin ? builtin->makespan : kInfinity,
         result.best.makespan, result.best.family,
-        within_margin ? fmt::format(", less than --auto-margin {:g}% faster", 100 * o.auto_margin) : "", chosen);
+        within_margin ? fmt::format(", less than --auto-margin {:g}% faster", 100 * o.auto_margin) : "", chosen,
+        keeps_statistics ? " (not DualPipe: its two pipelines would split BatchNorm's running statistics)" : "");
     std::fflush(stdout);  // before the ranks print theirs
   }
   o.schedule = chosen;

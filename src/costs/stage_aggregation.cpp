@@ -242,9 +242,10 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
     for (size_t e = 0; e < graph.edges.size(); ++e) by_producer[next[graph.edges[e].from]++] = static_cast<int>(e);
   }
   std::vector<double> checkpoint(stages, 0), input_held(stages, 0);
-  std::vector<std::pair<int, double>> reads;  // (stage, bytes) one producer's recomputed consumers read
-  std::vector<double> limit(stages, 0);       // per stage: the most of the producer's output a checkpoint keeps
-  std::vector<double> kept_holds(stages, 0);  // per stage: what kept operators save of the producer's output
+  std::vector<std::pair<int, double>> reads;          // (stage, bytes) one producer's recomputed consumers read
+  std::vector<double> limit(stages, 0);               // per stage: the most of the producer's output a checkpoint keeps
+  std::vector<double> kept_holds(stages, 0);          // per stage: what kept operators save of the producer's output
+  std::vector<double> received_offloaded(stages, 0);  // per stage: what offloaded readers save of what it received
   for (int p = 0; p < n; ++p) {
     const int from_stage = stage_of[p];
     const double output = graph.nodes[p].output_bytes.at(b, s);
@@ -259,8 +260,10 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       for (int j = first_edge[p]; j < first_edge[p + 1]; ++j) {
         const TensorEdge& edge = graph.edges[by_producer[j]];
         if (stage_of[edge.to] > cut) crossing += edge.bytes.at(b, s);
-        if (stage_of[edge.to] == cut + 1)
-          read_saved += (edge.saved_bytes ? *edge.saved_bytes : graph.nodes[edge.to].saved_bytes).at(b, s);
+        if (stage_of[edge.to] != cut + 1) continue;
+        const double saves = (edge.saved_bytes ? *edge.saved_bytes : graph.nodes[edge.to].saved_bytes).at(b, s);
+        read_saved += saves;
+        if (decision(edge.to) == MemoryDecision::Offload) received_offloaded[cut + 1] += saves;
       }
       const double received = std::min(output, crossing);
       costs[cut].output_bytes += received;
@@ -327,6 +330,8 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       details.offload_bytes += checkpoint[k] + input_held[k];
       offloads[k] = true;
     }
+    if (options.offload_keeps_received)
+      details.offload_bytes -= std::min(details.offload_bytes, std::min(received_offloaded[k], details.input_bytes));
     if (offloads[k]) stage.offload_bytes = details.offload_bytes;
     details.offload_time = details.offload_bytes > 0 ? options.host_link.transfer_time(details.offload_bytes) : 0;
   }

@@ -143,6 +143,15 @@ class RankJob {
     options.memory_decisions = request_.memory_decisions;
     options.offload_checkpoints = request_.offload_checkpoints;
     Executor executor(schedule, plan, *pipeline, hooks, options);
+    // Each copy of a chunk moves the statistics with its own micro-batches; pipeline 0's of replica 0
+    // are exported (as DDP keeps rank 0's buffers). The parameters are not affected.
+    if (world_.rank() == 0 && captured() && (schedule.num_pipelines > 1 || replicas > 1) &&
+        updates_buffers(*plan.scripted))
+      fmt::print(stderr,
+                 "warning: {}: each {} moves BatchNorm's running statistics with its own micro-batches only, and "
+                 "the trained statistics are those of {}: they differ from one process's (the parameters do not)\n",
+                 schedule.name, replicas > 1 ? "data-parallel copy" : "of the two pipelines",
+                 replicas > 1 ? "copy 0" : "pipeline 0");
     const nlohmann::json identity = {{"model", captured() ? request_.captured_graph.name : request_.model.name},
                                      {"schedule", schedule.name},
                                      {"seed", request_.training.seed},
@@ -453,6 +462,7 @@ class RankJob {
     o.shape = plan.graph.reference;
     o.decisions = request_.memory_decisions;
     o.offload_checkpoints = request_.offload_checkpoints;
+    o.offload_keeps_received = captured();
     o.parameter_bytes = o.gradient_bytes = plan.dtype == at::kDouble ? 8 : 4;
     o.optimizer_bytes = optimizer_.kind == "adamw" ? 2 * o.parameter_bytes : 0;
     return o;

@@ -167,7 +167,12 @@ void Executor::State::scripted_forward(Local& l, int mb) {
     m.loss = run.outputs[0].item<double>();
   } else {
     m.outputs.clear();
-    for (const TensorSpec& out : spec.outputs) m.outputs.push_back(values.at(out.name).detach().to(plan.dtype));
+    // A tensor relayed from what the chunk received is a view of the receive buffer: handed on whole
+    // to a chunk on this rank, it would hold the entire buffer there until that chunk's backward.
+    for (const TensorSpec& out : spec.outputs) {
+      at::Tensor t = values.at(out.name).detach().to(plan.dtype);
+      m.outputs.push_back(t.storage().nbytes() > t.nbytes() ? t.clone() : t);
+    }
     if (relays) m.outputs.push_back(generator_state(plan.dtype));
   }
   m.has_saved = true;
@@ -311,8 +316,10 @@ void Executor::State::scripted_transfer(Local& l, int mb, bool to_host) {
   Micro& m = l.micro[mb];
   auto moves = [&](size_t p) { return !c.spec->offloads || c.spec->pieces[p].memory == "offload"; };
   // A tensor a kept piece saves too (a ReLU's output, which the next piece's convolution saves as its
-  // input) stays on the device: a copy on the host would come back as a second one.
+  // input), or that the chunk received (held until its backward ends), stays on the device: a copy on
+  // the host would come back as a second one.
   std::vector<const void*> staying = c.state_storages;
+  for (const at::Tensor& t : m.inputs) staying.push_back(storage_key(t));
   for (size_t p = 0; p < c.spec->pieces.size() && p < m.pieces.size(); ++p)
     if (!moves(p)) m.pieces[p].saved.add_storages(staying);
   for (size_t p = 0; p < c.spec->pieces.size() && p < m.pieces.size(); ++p) {
@@ -337,9 +344,16 @@ void Executor::State::scripted_account(const Local& l, Micro& m) {
   auto moved = [&](size_t p) {
     return m.offloaded && p < c.spec->pieces.size() && (!c.spec->offloads || c.spec->pieces[p].memory == "offload");
   };
-  // What stays first: a tensor an offloaded piece shares with a kept one stayed on the device.
+  // What stays first: a tensor an offloaded piece shares with a kept one, or with what the chunk
+  // received, stayed on the device.
   for (size_t p = 0; p < m.pieces.size(); ++p)
     if (!moved(p)) device += m.pieces[p].saved.bytes(counted);
+  if (m.has_saved)
+    for (const at::Tensor& t : m.inputs) {
+      if (std::find(counted.begin(), counted.end(), storage_key(t)) != counted.end()) continue;
+      counted.push_back(storage_key(t));
+      device += static_cast<int64_t>(t.storage().nbytes());
+    }
   for (size_t p = 0; p < m.pieces.size(); ++p) {
     const PieceRun& run = m.pieces[p];
     if (moved(p)) host += run.saved.bytes(counted);
@@ -350,12 +364,6 @@ void Executor::State::scripted_account(const Local& l, Micro& m) {
         (m.offloaded && l.offload_checkpoints ? host : device) += static_cast<int64_t>(t.storage().nbytes());
       }
   }
-  if (m.has_saved)
-    for (const at::Tensor& t : m.inputs) {
-      if (std::find(counted.begin(), counted.end(), storage_key(t)) != counted.end()) continue;
-      counted.push_back(storage_key(t));
-      device += static_cast<int64_t>(t.storage().nbytes());
-    }
   track(device - m.saved_bytes, host - m.offloaded_bytes);
   m.saved_bytes = device;
   m.offloaded_bytes = host;

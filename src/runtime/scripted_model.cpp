@@ -294,6 +294,13 @@ bool draws_random(const ExportManifest& manifest) {
   return false;
 }
 
+bool updates_buffers(const ExportManifest& manifest) {
+  for (const ChunkSpec& chunk : manifest.chunks)
+    for (const PieceSpec& piece : chunk.pieces)
+      if (piece.updates_buffers) return true;
+  return false;
+}
+
 int first_holder(const ChunkSpec& spec, int chunk, int parameter) {
   int first = chunk;
   for (int other : spec.parameter_tied_chunks.at(parameter)) first = std::min(first, other);

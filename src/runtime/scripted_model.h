@@ -89,6 +89,9 @@ ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk);
 // micro-batch from chunk to chunk (generator_relay.h).
 bool draws_random(const ExportManifest& manifest);
 
+// Whether some piece moves its buffers when it runs (BatchNorm's running statistics in training).
+bool updates_buffers(const ExportManifest& manifest);
+
 // The chunk whose copy of parameter `parameter` (an index into spec.parameters) of chunk `chunk` counts
 // once, in the gradient norm and the exported weights: the lowest index of the chunks holding it
 // (`chunk` unless it is tied).

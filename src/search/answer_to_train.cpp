@@ -6,7 +6,8 @@ namespace flexpipe {
 const ScheduleCandidateReport* fastest_builtin(const SearchResult& result) {
   const ScheduleCandidateReport* fastest = nullptr;
   for (const ScheduleCandidateReport& b : result.builtins)
-    if (b.skipped.empty() && b.fits && (!fastest || b.makespan < fastest->makespan)) fastest = &b;
+    if (b.skipped.empty() && b.fits && b.placement_searched && (!fastest || b.makespan < fastest->makespan))
+      fastest = &b;
   return fastest;
 }
 

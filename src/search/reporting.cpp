@@ -95,8 +95,9 @@ void AnytimeSearch::report_builtins() {
       r.skipped = e.what();
       r.schedule = {};
     }
+    r.placement_searched = r.skipped.empty() && builtin_placement_searched(r.schedule);
     if (options_.builtin_candidates && r.skipped.empty() && r.fits && r.makespan < best_.makespan &&
-        builtin_placement_searched(r.schedule)) {
+        r.placement_searched) {
       std::lock_guard lock(mutex_);
       best_.makespan = r.makespan;
       best_builtin_ = static_cast<int>(result_.builtins.size());

@@ -324,6 +324,28 @@ TEST(StageAggregation, AReaderThatSavesItsOutputLeavesTheTensorItReceivesHeld) {
   EXPECT_EQ(held_input_bytes(ops, 2, 4), 10);
 }
 
+// The same graph cut after the ReLU, the convolution offloaded: it saves the tensor the stage received
+// (10 bytes) and its own 6. OFFLOAD moves both, unless the runtime holds what the stage received until
+// the backward anyway (a captured model's): then only the 6.
+TEST(StageAggregation, OffloadLeavesTheReceivedTensorWhereTheRuntimeHoldsIt) {
+  CostGraph g = test::dag_graph("relu-cut",
+                                {{"stem", "conv", 2, 1, 3, 10},
+                                 {"relu", "relu", 1, 0, 10, 10},
+                                 {"conv", "conv", 4, 2, 16, 6},
+                                 {"head", "linear", 2, 1, 6, 1}},
+                                {"stem", "block", "head"}, {0, 1, 1, 2}, {{0, 1}, {1, 2}, {2, 3}});
+  g.edges[1].saved_bytes = fixed_amount(10);
+  validate_cost_graph(g, "relu-cut");
+  const Partition partition = partition_from_sizes(g, std::vector<int>{2, 2});
+  AggregationOptions options;
+  options.decisions = {MemoryDecision::Keep, MemoryDecision::Keep, MemoryDecision::Offload, MemoryDecision::Keep};
+  EXPECT_EQ(aggregate_stages(g, partition, options).table.stages[1].offload_bytes, 16);
+  options.offload_keeps_received = true;
+  const StageAggregate kept = aggregate_stages(g, partition, options);
+  EXPECT_EQ(kept.table.stages[1].offload_bytes, 6);
+  EXPECT_EQ(kept.table.stages[1].activation_bytes, 16 + 6);  // the head saves 6 besides: all on the device at F
+}
+
 // stem -> conv -> relu -> head, the convolution and the ReLU recomputed as one segment. The
 // convolution saves its input, which is the segment's checkpoint: the rebuild reads it in place, so
 // R rebuilds only the ReLU's output. Unknown, the checkpoint was counted a second time as rebuilt.

@@ -37,6 +37,16 @@ TEST(AnswerToTrain, TheFastestBuiltInIsTheFastestThatRunsAndFits) {
   EXPECT_EQ(fastest_builtin(none), nullptr);
 }
 
+// A built-in outside the families searched (DualPipe with `bidirectional` off, as for a model with
+// BatchNorm) is neither the answer nor what the answer is compared with: GPipe is.
+TEST(AnswerToTrain, ABuiltInOutsideTheSearchedPlacementsIsNotTrained) {
+  SearchResult r = searched(96);
+  r.builtins[2].placement_searched = false;
+  ASSERT_NE(fastest_builtin(r), nullptr);
+  EXPECT_EQ(fastest_builtin(r)->name, "gpipe");
+  EXPECT_EQ(answer_to_train(r, 0.05).name, "search");  // 20% faster than GPipe
+}
+
 TEST(AnswerToTrain, TheSearchsProgramOnlyForAGainOfAtLeastTheMargin) {
   EXPECT_EQ(answer_to_train(searched(96), 0.05).name, "dualpipe");  // 4% faster: a tie
   EXPECT_EQ(answer_to_train(searched(95), 0.05).name, "search");    // 5%: exactly the margin

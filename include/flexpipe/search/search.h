@@ -126,6 +126,9 @@ struct ScheduleCandidateReport {
   double lower_bound = 0;           // the simulator's, for this schedule and costs
   std::vector<double> peak_memory;  // per device
   bool fits = false;
+  // A built-in whose placement is among the problem's searched families: only such a one may be the
+  // answer, or the built-in the answer is compared with.
+  bool placement_searched = true;
 };
 
 struct SearchResult {
@@ -151,7 +154,8 @@ struct SearchResult {
 
 SearchResult search_schedules(const SearchProblem& problem, const SearchOptions& options = {});
 
-// The fastest built-in that runs at the search's parameters and fits, or null when none does.
+// The fastest built-in that runs at the search's parameters, fits and has a placement the problem
+// searches, or null when none does.
 const ScheduleCandidateReport* fastest_builtin(const SearchResult& result);
 // The answer to train: the search's own schedule only when it is predicted at least `margin` (a
 // fraction of the built-in's makespan) faster than the fastest built-in, which is trained otherwise.
