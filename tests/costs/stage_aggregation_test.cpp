@@ -294,13 +294,19 @@ TEST(StageAggregation, AResidualCutInsideItsBlockIsHeldByTheStageThatJoinsIt) {
 // -> head: the ReLU saves its output (10), not the tensor it reads; the convolution saves the ReLU's
 // output, which the ReLU counted already (0 on its edge and in its saved bytes); the head saves the
 // convolution's output (6). A cut before the ReLU leaves what the stage receives held whole.
+// stem -> relu -> conv -> head, the ReLU and the convolution one block; `conv_saves`: the
+// convolution's saved bytes.
+CostGraph relu_cut_graph(double conv_saves) {
+  return test::dag_graph("relu-cut",
+                         {{"stem", "conv", 2, 1, 3, 10},
+                          {"relu", "relu", 1, 0, 10, 10},
+                          {"conv", "conv", 4, 2, conv_saves, 6},
+                          {"head", "linear", 2, 1, 6, 1}},
+                         {"stem", "block", "head"}, {0, 1, 1, 2}, {{0, 1}, {1, 2}, {2, 3}});
+}
+
 TEST(StageAggregation, AReaderThatSavesItsOutputLeavesTheTensorItReceivesHeld) {
-  CostGraph g = test::dag_graph("relu-cut",
-                                {{"stem", "conv", 2, 1, 3, 10},
-                                 {"relu", "relu", 1, 0, 10, 10},
-                                 {"conv", "conv", 4, 2, 0, 6},
-                                 {"head", "linear", 2, 1, 6, 1}},
-                                {"stem", "block", "head"}, {0, 1, 1, 2}, {{0, 1}, {1, 2}, {2, 3}});
+  CostGraph g = relu_cut_graph(0);
   const Partition partition = partition_from_sizes(g, std::vector<int>{1, 3});
   // Unknown, the ReLU is taken to save the 10 bytes it reads: nothing else held.
   EXPECT_EQ(aggregate_stages(g, partition, AggregationOptions{}).table.stages[1].activation_bytes, 10 + 0 + 6);
@@ -328,12 +334,7 @@ TEST(StageAggregation, AReaderThatSavesItsOutputLeavesTheTensorItReceivesHeld) {
 // (10 bytes) and its own 6. OFFLOAD moves both, unless the runtime holds what the stage received until
 // the backward anyway (a captured model's): then only the 6.
 TEST(StageAggregation, OffloadLeavesTheReceivedTensorWhereTheRuntimeHoldsIt) {
-  CostGraph g = test::dag_graph("relu-cut",
-                                {{"stem", "conv", 2, 1, 3, 10},
-                                 {"relu", "relu", 1, 0, 10, 10},
-                                 {"conv", "conv", 4, 2, 16, 6},
-                                 {"head", "linear", 2, 1, 6, 1}},
-                                {"stem", "block", "head"}, {0, 1, 1, 2}, {{0, 1}, {1, 2}, {2, 3}});
+  CostGraph g = relu_cut_graph(16);
   g.edges[1].saved_bytes = fixed_amount(10);
   validate_cost_graph(g, "relu-cut");
   const Partition partition = partition_from_sizes(g, std::vector<int>{2, 2});
