@@ -32,6 +32,7 @@ from .values import at as _at, leaves as _leaves
 FORMAT = "flexpipe-export"
 VERSION = 1
 MANIFEST = "manifest.json"
+STAMP = "made-from.checksum"  # written by `flexpipe train` after exporting, removed by every export
 _EXPORTED_FILE = re.compile(r"stage_\d+(_piece_\d+)?\.pt")
 SEED = 0  # torch.manual_seed before the factory runs: the exported weights are the seeded model's
 
@@ -504,6 +505,9 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
     manifest_path = os.path.join(out_dir, MANIFEST)
     if os.path.exists(manifest_path):  # never a manifest next to modules it does not describe
         os.remove(manifest_path)
+    stamp_path = os.path.join(out_dir, STAMP)
+    if os.path.exists(stamp_path):  # what `flexpipe train` made the earlier export from (export_stamp.h)
+        os.remove(stamp_path)
     layer_of = {n["name"]: n.get("layer") for n in graph["nodes"]}
     chunks, modules_state, files = [], [], []
     boundary_in = input_keys

@@ -256,6 +256,29 @@ class TrainCaptured(CapturedTraining):
                 for name, want in straight.items():
                     self.assertTrue(torch.equal(resumed[name], want), name)
 
+    def test_the_model_is_exported_again_only_when_what_it_is_cut_from_changed(self):
+        def train(schedule="1f1b"):
+            done = subprocess.run([BINARY, "train", "--model", self.path("model.graph.json"), "--plan",
+                                   self.path("plan.json"), "--schedule", schedule, "-p", "2", "-m", "2", "--steps", "1"],
+                                  capture_output=True, text=True, timeout=600)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            return done.stderr
+
+        export = self.path("model.graph.export")
+        self.prepare("tiny_unet", 2)
+        self.assertIn(f"{export}/manifest.json: 2 chunks", train())
+        self.assertIn(f"{export}: made from this graph, plan, dtype and model source already: not exported again",
+                      train())
+        self.prepare("tiny_unet", 4)  # another plan
+        self.assertIn(f"{export}/manifest.json: 4 chunks", train("zb-v"))
+        # Any export into the directory, here one for the 2-chunk plan, forgets what the last train made it from.
+        with open(self.path("plan2.json"), "w") as f:
+            json.dump(plan_for(graph_of_case("tiny_unet"), CASES["tiny_unet"][2]), f)
+        done = subprocess.run([BINARY, "export", self.path("model.graph.json"), "--plan", self.path("plan2.json"),
+                               "-o", export, "--no-check"], capture_output=True, text=True, timeout=600)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"{export}/manifest.json: 4 chunks", train("zb-v"))
+
     def test_checkpoint_and_resume_equal_an_uninterrupted_run(self):
         self.prepare("resnet18", 2)
         checkpoints = ["--checkpoint", self.path("checkpoints")]

@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "export_stamp.h"
 #include "flexpipe/interop/cost_graph_json.h"
 #include "flexpipe/interop/partition_plan_json.h"
 #include "flexpipe/interop/schedule_io.h"
@@ -281,10 +282,19 @@ int prepare_captured_model(TrainOptions& o, bool launcher) {
   if (request.export_dir.empty())
     request.export_dir = std::filesystem::path(model).replace_extension(".export").string();
   if (!launcher) return 0;
+  const std::string stamp = export_stamp(model, request.captured_graph, o.command.plan, request.training.dtype);
+  if (export_is_current(request.export_dir, stamp)) {
+    fmt::print(stderr, "{}: made from this graph, plan, dtype and model source already: not exported again\n",
+               request.export_dir);
+    return 0;
+  }
+  forget_export_stamp(request.export_dir);
   std::vector<std::string> arguments = {"export", model, "--plan", o.command.plan, "-o", request.export_dir};
   if (request.training.dtype == "float64") arguments.insert(arguments.end(), {"--dtype", "float64"});
   // The export names what is wrong itself (one error line); its exit code is the command's.
-  return run_python_package(arguments);
+  const int code = run_python_package(arguments);
+  if (code == 0) write_export_stamp(request.export_dir, stamp);
+  return code;
 }
 
 // A warm-up longer than the run is allowed (a short trial of a long run's settings) but said: the rate

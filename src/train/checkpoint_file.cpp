@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "flexpipe/support/checksum.h"
 #include "flexpipe/support/error.h"
 
 namespace flexpipe {
@@ -11,17 +12,6 @@ namespace flexpipe {
 namespace {
 
 constexpr const char* kMagic = "flexpipe-checkpoint 1";
-
-uint64_t fnv1a(const std::string& data) {
-  uint64_t hash = 1469598103934665603ULL;
-  for (const char c : data) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ULL;
-  }
-  return hash;
-}
-
-std::string checksum(const std::string& data) { return fmt::format("{:016x}", fnv1a(data)); }
 
 // The record's bytes as its shape and dtype say, refusing negative extents and any product that
 // overflows: a header is untrusted input and the runtime allocates what it says.

@@ -3,8 +3,8 @@
 // other readers (the runtime turns the records into tensors: src/runtime/checkpoint.cpp).
 //
 // Layout: a first line "flexpipe-checkpoint 1", a second line of JSON (step, optimizer steps, the
-// run's identity, and per tensor its name, dtype, shape, byte offset and length, plus an FNV-1a
-// checksum of all data), then the raw little-endian tensor bytes.
+// run's identity, and per tensor its name, dtype, shape, byte offset and length, plus a checksum
+// (flexpipe/support/checksum.h) of all data), then the raw little-endian tensor bytes.
 #include <cstddef>
 #include <cstdint>
 #include <string>
