@@ -224,9 +224,7 @@ TEST_F(Launch, AFailedRankEndsASiblingAndWhatItStarted) {
                                           "  exit 3\n"
                                           "fi\n")
                                           .string();
-  const auto start = Clock::now();
   const Outcome run = flexpipe("launch -n 2 --grace 1 -- " + command);
-  EXPECT_LT(Clock::now() - start, kHang);
   EXPECT_EQ(run.exit_code, 3) << run.err;
   EXPECT_NE(run.err.find(") exited with code 3\n"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("flexpipe launch: sending SIGTERM to rank 1: still running 1 s after rank 0 failed"),

@@ -31,7 +31,6 @@ namespace flexpipe::runtime {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
 
 // Generous: a loaded CI machine must not turn a slow rendezvous into a failure.
 constexpr std::chrono::milliseconds kPatient = 20s;
@@ -219,9 +218,7 @@ TEST(LocalTransport, ReceiveTimesOutNamingTagAndSender) {
   auto transports = make_local_transports(2);
   at::Tensor target = at::zeros({4});
   auto transfer = transports[1]->post_recv(target, 0, 7);
-  const auto start = Clock::now();
   EXPECT_EQ(error_of([&] { transfer->wait(100ms); }), "timed out after 100 ms waiting to receive tag 7 from rank 0");
-  EXPECT_GE(Clock::now() - start, 100ms);
   // The outcome sticks: a second wait reports the same failure without waiting again.
   EXPECT_EQ(error_of([&] { transfer->wait(10s); }), "timed out after 100 ms waiting to receive tag 7 from rank 0");
 }
@@ -277,10 +274,9 @@ TEST(LocalTransport, ClosedPeerFailsPendingTransfersAtOnce) {
     std::this_thread::sleep_for(50ms);
     transports[0].reset();
   });
-  const auto start = Clock::now();
+  // The closing ends the waits, not their timeouts (which would say "timed out after 20000 ms").
   EXPECT_EQ(error_of([&] { recv->wait(kPatient); }), "rank 0 closed its transport before sending tag 5");
   EXPECT_EQ(error_of([&] { send->wait(kPatient); }), "rank 0 closed its transport before receiving tag 6");
-  EXPECT_LT(Clock::now() - start, 5s);
   closer.join();
   // Later transfers with the closed rank fail at once too, and so do collectives.
   EXPECT_EQ(error_of([&] { transports[1]->post_recv(target, 0, 8)->wait(kPatient); }),
@@ -436,7 +432,6 @@ TEST(GlooTransport, ReceiveWithoutSenderTimesOut) {
   const int port = free_port();
   std::latch gave_up(1);
   std::string error;
-  std::chrono::milliseconds waited{};
   std::string later_error;
   std::string peer_error;
   on_threads(2, [&](int rank) {
@@ -448,16 +443,13 @@ TEST(GlooTransport, ReceiveWithoutSenderTimesOut) {
       return;
     }
     auto transfer = transport->post_recv(target, 0, 9);
-    const auto start = Clock::now();
     error = error_of([&] { transfer->wait(500ms); });
-    waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     // Gloo closes the whole context on a timeout: the group refuses further transfers...
     later_error = error_of([&] { transport->post_recv(target, 0, 10)->wait(500ms); });
     gave_up.count_down();
   });
+  // The wait's own timeout fired (it names it), not the group's (kPatient).
   EXPECT_EQ(error, "Timed out waiting 500ms for recv operation to complete");
-  EXPECT_GE(waited, 500ms);
-  EXPECT_LT(waited, 5s);
   EXPECT_EQ(later_error, "Application timeout caused pair closure");
   // ...and the peer finds its connection closed.
   EXPECT_TRUE(peer_gone(peer_error)) << peer_error;
@@ -467,7 +459,6 @@ TEST(GlooTransport, PeerGoneFailsPendingReceiveAtOnce) {
   const int port = free_port();
   std::latch posted(1);
   std::string error;
-  std::chrono::milliseconds waited{};
   on_threads(2, [&](int rank) {
     auto transport = connect_loopback(rank, 2, port, kPatient);
     if (rank == 0) {
@@ -478,12 +469,10 @@ TEST(GlooTransport, PeerGoneFailsPendingReceiveAtOnce) {
     at::Tensor target = at::zeros({16});
     auto transfer = transport->post_recv(target, 0, 4);
     posted.count_down();
-    const auto start = Clock::now();
     error = error_of([&] { transfer->wait(kPatient); });
-    waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
   });
+  // The closed connection ended the wait, not its timeout (which would say "Timed out waiting 20000ms").
   EXPECT_TRUE(peer_gone(error)) << error;
-  EXPECT_LT(waited, 5s);
 }
 
 // A barrier of 3 ranks after `gone` has left (its transport destroyed, as when its process exits):
@@ -565,10 +554,9 @@ TEST(GlooTransport, KilledPeerProcessFailsPendingReceiveAtOnce) {
 
   auto transport = connect_gloo(loopback_env(0, 2, port), kPatient);
   at::Tensor target = at::zeros({16});
-  const auto start = Clock::now();
-  // The child may already be gone when the receive is posted: then posting fails, not waiting.
+  // The child may already be gone when the receive is posted: then posting fails, not waiting. Either
+  // way the closed connection ends it, not the wait's timeout.
   const std::string error = error_of([&] { transport->post_recv(target, 1, 1)->wait(kPatient); });
-  EXPECT_LT(Clock::now() - start, 5s);
   EXPECT_TRUE(peer_gone(error)) << error;
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
@@ -585,24 +573,23 @@ TEST(GlooTransportChild, DISABLED_ConnectsThenDies) {
 
 TEST(GlooTransport, AllReduceHonoursItsTimeout) {
   const int port = free_port();
-  std::latch finished(1);
+  std::promise<void> gave_up;
+  std::future<void> rank_0_gave_up = gave_up.get_future();
   std::string error;
-  std::chrono::milliseconds waited{};
   on_threads(2, [&](int rank) {
-    // The group's own timeout bounds how long Gloo keeps the abandoned collective running.
-    auto transport = connect_loopback(rank, 2, port, 3s);
+    // The group's own timeout (5 s) bounds how long Gloo keeps the abandoned collective running.
+    auto transport = connect_loopback(rank, 2, port, 5s);
     if (rank == 1) {
-      finished.wait();
+      // Late, but within the group's timeout: had rank 0 waited for that rather than its 300 ms, the
+      // collective would complete now and rank 0 would report no error.
+      if (rank_0_gave_up.wait_for(2s) == std::future_status::timeout)
+        error_of([&] { transport->all_reduce_sum(at::ones({4}), 5s); });
       return;
     }
-    const auto start = Clock::now();
     error = error_of([&] { transport->all_reduce_sum(at::ones({4}), 300ms); });
-    waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    finished.count_down();
+    gave_up.set_value();
   });
   EXPECT_EQ(error, "all_reduce_sum: Operation timed out!; rank 1 did not arrive");
-  EXPECT_GE(waited, 300ms);
-  EXPECT_LT(waited, 2500ms) << error;
 }
 
 TEST(GlooTransport, RejectsBadPostsAndStaysUsable) {
@@ -625,10 +612,8 @@ TEST(GlooTransport, RendezvousTimesOutWhenARankNeverShowsUp) {
   const int port = free_port();
   const std::string address = "127.0.0.1:" + std::to_string(port);
   std::vector<std::string> errors(2);
-  const auto start = Clock::now();
   // A world of 3 where rank 2 never starts.
   on_threads(2, [&](int rank) { errors[rank] = error_of([&] { connect_loopback(rank, 3, port, 1s); }); });
-  EXPECT_LT(Clock::now() - start, 10s);
   EXPECT_EQ(errors[0],
             "rendezvous at " + address + " timed out after 1000 ms: rank 2 of 3 never joined (seen from rank 0)");
   // Rank 1 started later, so rank 0's deadline usually comes first and its store goes with it.
@@ -649,9 +634,7 @@ TEST(GlooTransport, ClientStartedBeforeTheStoreRetries) {
 
 TEST(GlooTransport, ClientGivesUpWhenNoStoreListens) {
   const int port = free_port();
-  const auto start = Clock::now();
   const std::string error = error_of([&] { connect_gloo(loopback_env(1, 2, port), 1s); });
-  EXPECT_LT(Clock::now() - start, 10s);
   EXPECT_NE(error.find("rendezvous at 127.0.0.1:" + std::to_string(port) +
                        " failed: rank 1 waited up to 1000 ms to reach rank 0's store"),
             std::string::npos)
