@@ -330,7 +330,9 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       details.offload_bytes += checkpoint[k] + input_held[k];
       offloads[k] = true;
     }
-    if (options.offload_keeps_received)
+    // A captured model's runtime holds what a stage received until the backward ends, so OFFLOAD
+    // leaves there what offloaded operators save of it (docs/export.md).
+    if (graph.capture)
       details.offload_bytes -= std::min(details.offload_bytes, std::min(received_offloaded[k], details.input_bytes));
     if (offloads[k]) stage.offload_bytes = details.offload_bytes;
     details.offload_time = details.offload_bytes > 0 ? options.host_link.transfer_time(details.offload_bytes) : 0;

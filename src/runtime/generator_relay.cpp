@@ -14,7 +14,11 @@ namespace {
 
 at::Generator default_generator() { return at::detail::getDefaultCPUGenerator(); }
 
-int64_t state_bytes() { return default_generator().get_state().numel(); }
+// The generator's state has one size (mt19937 and a cached normal sample).
+int64_t state_bytes() {
+  static const int64_t bytes = default_generator().get_state().numel();
+  return bytes;
+}
 
 }  // namespace
 

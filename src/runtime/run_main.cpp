@@ -462,7 +462,6 @@ class RankJob {
     o.shape = plan.graph.reference;
     o.decisions = request_.memory_decisions;
     o.offload_checkpoints = request_.offload_checkpoints;
-    o.offload_keeps_received = captured();
     o.parameter_bytes = o.gradient_bytes = plan.dtype == at::kDouble ? 8 : 4;
     o.optimizer_bytes = optimizer_.kind == "adamw" ? 2 * o.parameter_bytes : 0;
     return o;

@@ -45,6 +45,12 @@ at::Tensor leaf(const at::Tensor& value, bool with_grad) {
 // The generator traced dropout draws from.
 at::Generator default_generator() { return at::detail::getDefaultCPUGenerator(); }
 
+// Whether OFFLOAD moves what piece `piece` saved: the offload pieces', or every piece's where the plan
+// names none.
+bool moves_at_offload(const ChunkSpec& spec, size_t piece) {
+  return !spec.offloads || spec.pieces[piece].memory == "offload";
+}
+
 }  // namespace
 
 // Runs piece `piece` of the chunk on `values` (tensors by name) and adds its outputs to them. Dropped:
@@ -314,17 +320,16 @@ void Executor::State::scripted_recompute(Local& l, int mb) {
 void Executor::State::scripted_transfer(Local& l, int mb, bool to_host) {
   ScriptedChunk& c = *l.scripted;
   Micro& m = l.micro[mb];
-  auto moves = [&](size_t p) { return !c.spec->offloads || c.spec->pieces[p].memory == "offload"; };
   // A tensor a kept piece saves too (a ReLU's output, which the next piece's convolution saves as its
   // input), or that the chunk received (held until its backward ends), stays on the device: a copy on
   // the host would come back as a second one.
   std::vector<const void*> staying = c.state_storages;
   for (const at::Tensor& t : m.inputs) staying.push_back(storage_key(t));
   for (size_t p = 0; p < c.spec->pieces.size() && p < m.pieces.size(); ++p)
-    if (!moves(p)) m.pieces[p].saved.add_storages(staying);
+    if (!moves_at_offload(*c.spec, p)) m.pieces[p].saved.add_storages(staying);
   for (size_t p = 0; p < c.spec->pieces.size() && p < m.pieces.size(); ++p) {
     PieceRun& run = m.pieces[p];
-    if (moves(p)) run.saved.move(to_host, staying);
+    if (moves_at_offload(*c.spec, p)) run.saved.move(to_host, staying);
     if (l.offload_checkpoints && run.dropped)
       for (at::Tensor& t : run.inputs) t = t.clone();
   }
@@ -341,9 +346,7 @@ void Executor::State::scripted_account(const Local& l, Micro& m) {
   for (const PieceRun& run : m.pieces)
     for (const at::Tensor& copy : run.state_copies) counted.push_back(storage_key(copy));
   int64_t device = 0, host = 0;
-  auto moved = [&](size_t p) {
-    return m.offloaded && p < c.spec->pieces.size() && (!c.spec->offloads || c.spec->pieces[p].memory == "offload");
-  };
+  auto moved = [&](size_t p) { return m.offloaded && p < c.spec->pieces.size() && moves_at_offload(*c.spec, p); };
   // What stays first: a tensor an offloaded piece shares with a kept one, or with what the chunk
   // received, stayed on the device.
   for (size_t p = 0; p < m.pieces.size(); ++p)

@@ -287,19 +287,20 @@ torch::jit::Module load_module(const ExportManifest& manifest, const std::string
 
 }  // namespace
 
-bool draws_random(const ExportManifest& manifest) {
+namespace {
+
+bool some_piece(const ExportManifest& manifest, bool PieceSpec::*flag) {
   for (const ChunkSpec& chunk : manifest.chunks)
     for (const PieceSpec& piece : chunk.pieces)
-      if (piece.random) return true;
+      if (piece.*flag) return true;
   return false;
 }
 
-bool updates_buffers(const ExportManifest& manifest) {
-  for (const ChunkSpec& chunk : manifest.chunks)
-    for (const PieceSpec& piece : chunk.pieces)
-      if (piece.updates_buffers) return true;
-  return false;
-}
+}  // namespace
+
+bool draws_random(const ExportManifest& manifest) { return some_piece(manifest, &PieceSpec::random); }
+
+bool updates_buffers(const ExportManifest& manifest) { return some_piece(manifest, &PieceSpec::updates_buffers); }
 
 int first_holder(const ChunkSpec& spec, int chunk, int parameter) {
   int first = chunk;

@@ -332,7 +332,7 @@ TEST(StageAggregation, AReaderThatSavesItsOutputLeavesTheTensorItReceivesHeld) {
 
 // The same graph cut after the ReLU, the convolution offloaded: it saves the tensor the stage received
 // (10 bytes) and its own 6. OFFLOAD moves both, unless the runtime holds what the stage received until
-// the backward anyway (a captured model's): then only the 6.
+// the backward anyway (a captured model's, which the graph's capture record says): then only the 6.
 TEST(StageAggregation, OffloadLeavesTheReceivedTensorWhereTheRuntimeHoldsIt) {
   CostGraph g = relu_cut_graph(16);
   g.edges[1].saved_bytes = fixed_amount(10);
@@ -341,7 +341,7 @@ TEST(StageAggregation, OffloadLeavesTheReceivedTensorWhereTheRuntimeHoldsIt) {
   AggregationOptions options;
   options.decisions = {MemoryDecision::Keep, MemoryDecision::Keep, MemoryDecision::Offload, MemoryDecision::Keep};
   EXPECT_EQ(aggregate_stages(g, partition, options).table.stages[1].offload_bytes, 16);
-  options.offload_keeps_received = true;
+  g.capture = CaptureRecord{};
   const StageAggregate kept = aggregate_stages(g, partition, options);
   EXPECT_EQ(kept.table.stages[1].offload_bytes, 6);
   EXPECT_EQ(kept.table.stages[1].activation_bytes, 16 + 6);  // the head saves 6 besides: all on the device at F

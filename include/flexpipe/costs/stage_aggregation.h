@@ -49,9 +49,6 @@ struct AggregationOptions {
   // Per stage: OFFLOAD moves the recompute checkpoints too (with what the operators offload), and
   // RELOAD brings them back right before R (add_memory_actions' reload_before_recompute). Empty: none.
   std::vector<char> offload_checkpoints;
-  // OFFLOAD leaves on the device what offloaded operators save of the tensors the stage received: a
-  // captured model's runtime holds those until the backward ends anyway.
-  bool offload_keeps_received = false;
   double parameter_bytes = 2;           // per parameter: bf16 weights
   double gradient_bytes = 2;            // per parameter: bf16 gradients
   double optimizer_bytes = 12;          // per parameter: Adam's fp32 master copy, m and v
