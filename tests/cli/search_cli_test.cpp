@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_harness.h"
+#include "sanitized.h"
 
 namespace flexpipe::test {
 namespace {
@@ -118,6 +119,8 @@ TEST_F(Search, ChoosesTheMicroBatchCountFromTheGlobalBatch) {
 }
 
 TEST_F(Search, SaysWhatWouldBeNeededWhenNothingFits) {
+  if (testing_support::kSanitized)
+    GTEST_SKIP() << "13 s under the sanitizer (three searches); the Release run checks it";
   Outcome run = flexpipe("search --model llama2-7b -p 2 -m 4 --memory-limit 40e9 -q");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.err.find("at least 4 devices are needed (have 2)"), std::string::npos) << run.err;
@@ -135,6 +138,8 @@ TEST_F(Search, SaysWhatWouldBeNeededWhenNothingFits) {
 
 // Limits, bandwidths and latencies with units; the limit prints back in the units it was written in.
 TEST_F(Search, TakesQuantitiesWithUnits) {
+  if (testing_support::kSanitized)
+    GTEST_SKIP() << "9 s under the sanitizer (llama2-7b's search); the Release run checks it";
   const Outcome run = flexpipe(
       "search --model llama2-7b -p 2 -m 4 --memory-limit 32GiB --link-bandwidth 450GB/s --link-latency 5us -q");
   EXPECT_EQ(run.exit_code, 1) << run.err;  // nothing fits on 2 devices: the quickest search there is
@@ -143,6 +148,8 @@ TEST_F(Search, TakesQuantitiesWithUnits) {
 }
 
 TEST_F(Search, ReadsPartitionPlans) {
+  if (testing_support::kSanitized)
+    GTEST_SKIP() << "10 s under the sanitizer (a partition and three searches); the Release run checks it";
   const std::string plan = (dir_ / "plan.json").string();
   ASSERT_EQ(flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 18e9 -o " + plan).exit_code, 0);
   Outcome run = flexpipe(

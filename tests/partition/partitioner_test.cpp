@@ -14,20 +14,14 @@
 #include "flexpipe/partition/partitioner.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/support/error.h"
+#include "sanitized.h"
 
 namespace flexpipe {
 namespace {
 
 // Under the sanitizers these searches run many times slower than in Release: the three heaviest tests
 // below do less there. The Release run covers them whole; the sanitizer still walks the same code.
-// gcc says so with __SANITIZE_ADDRESS__, clang 14 only through __has_feature.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-constexpr bool kSanitized = __has_feature(address_sanitizer);
-#else
-constexpr bool kSanitized = false;
-#endif
+using testing_support::kSanitized;
 
 // A problem over explicit operators: one layer per `layer_size` operators.
 PartitionProblem problem_of(OperatorTable ops, std::vector<int> in_flight, double budget, double bandwidth = 0,

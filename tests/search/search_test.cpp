@@ -20,6 +20,7 @@
 #include "flexpipe/search/search.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/validate/validator.h"
+#include "sanitized.h"
 
 namespace flexpipe {
 namespace {
@@ -325,6 +326,8 @@ TEST(ScheduleSearch, ACountedSearchIsReproducible) {
 // read from a file. The short budget also cuts the early polishing's share; a run that does not end
 // before its budget (a slow machine) is not compared, but the long budget must let every run end.
 TEST(ScheduleSearch, ACompleteSearchDoesNotDependOnThreadsOrBudget) {
+  if (testing_support::kSanitized)
+    GTEST_SKIP() << "75 s under the sanitizer (twelve complete searches); the Release run checks it";
   struct Case {
     std::string name;
     SearchProblem problem;
