@@ -29,7 +29,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<uint8_t>;
 
-enum Op : uint8_t { kSet = 1, kGet, kAdd, kCheck, kDelete, kCount, kCompareSet, kIdentify };
+enum StoreCommand : uint8_t { kSet = 1, kGet, kAdd, kCheck, kDelete, kCount, kCompareSet, kIdentify };
 enum Status : uint8_t { kOk = 0, kMissing = 1, kBadRequest = 2 };
 
 // Keys and values are small (addresses, counters); anything larger is a peer that is not ours.
