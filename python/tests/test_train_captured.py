@@ -64,8 +64,20 @@ def loss_of(kind, output, target):
     return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
 
 
+REFERENCES = {}
+
+
 def reference(factory, data, microbatches, rates, optimizer, clip=0):
-    """Single-process PyTorch training: the seeded model, a step's batch as consecutive micro-batches."""
+    """Single-process PyTorch training: the seeded model, a step's batch as consecutive micro-batches.
+    The data is a function of the factory alone (prepare), so runs that differ only in schedule, ranks
+    or plan share one reference training; callers only read what it returns."""
+    key = (factory, microbatches, tuple(rates), optimizer, clip)
+    if key not in REFERENCES:
+        REFERENCES[key] = train_reference(factory, data, microbatches, rates, optimizer, clip)
+    return REFERENCES[key]
+
+
+def train_reference(factory, data, microbatches, rates, optimizer, clip):
     torch.manual_seed(0)
     model = getattr(models, factory)().double().train()
     kind = CASES[factory][1]
