@@ -86,11 +86,11 @@ ModelPlan make_scripted_plan(const CostGraph& graph, const Partition& partition,
                       where, k, c.operators, c.first, c.last, k, end - begin, graph.nodes[begin].name,
                       graph.nodes[end - 1].name));
   }
-  if (manifest->dtype != dtype)
+  if (scalar_type(manifest->dtype) != dtype)
     throw Error(fmt::format("{}: exported in {}, but training runs in {}: export with --dtype {} (or train in {})",
-                            where, c10::toString(manifest->dtype), c10::toString(dtype),
+                            where, c10::toString(scalar_type(manifest->dtype)), c10::toString(dtype),
                             dtype == at::kDouble ? "float64" : "float32",
-                            manifest->dtype == at::kDouble ? "float64" : "float32"));
+                            manifest->dtype == ElementType::Float64 ? "float64" : "float32"));
   ModelPlan plan;
   // The capture measured activations in its own floating type; the memory report and model use the
   // training one.

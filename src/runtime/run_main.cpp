@@ -272,7 +272,7 @@ class RankJob {
         for (size_t i = 0; i < specs.size(); ++i) {
           if (names[i].empty() || by_state_name.count(names[i][0])) continue;
           by_state_name[names[i][0]] = entries.size();
-          entries.push_back({names[i], at::Tensor(), specs[i].shape, specs[i].dtype, total});
+          entries.push_back({names[i], at::Tensor(), specs[i].shape, scalar_type(specs[i].dtype), total});
           total += c10::multiply_integers(specs[i].shape);
         }
       };

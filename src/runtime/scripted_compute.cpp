@@ -34,7 +34,7 @@ std::vector<at::Tensor> tensors_of(const c10::IValue& value) {
   return out;
 }
 
-bool differentiable(const TensorSpec& spec) { return spec.requires_grad && at::isFloatingType(spec.dtype); }
+bool differentiable(const TensorSpec& spec) { return spec.requires_grad && is_floating(spec.dtype); }
 
 at::Tensor leaf(const at::Tensor& value, bool with_grad) {
   at::Tensor t = value.detach();
@@ -152,7 +152,7 @@ void Executor::State::scripted_forward(Local& l, int mb) {
       values[in.name] = data.inputs[j];
     } else {
       // Everything travels in the training dtype; integer tensors come back to their own.
-      values[in.name] = m.inputs.at(i).to(in.dtype);
+      values[in.name] = m.inputs.at(i).to(scalar_type(in.dtype));
     }
   }
   m.pieces.assign(spec.pieces.size() + (c.loss ? 1 : 0), PieceRun{});

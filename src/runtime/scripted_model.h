@@ -12,58 +12,12 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/jit/api/module.h>
 
+#include "flexpipe/interop/export_manifest.h"
+
 namespace flexpipe::runtime {
 
-struct TensorSpec {
-  std::string name;
-  std::vector<int64_t> shape;
-  at::ScalarType dtype = at::kFloat;
-  bool requires_grad = false;
-  bool model_input = false;
-};
-
-struct PieceSpec {
-  std::string file;
-  std::string memory = "keep";  // keep, recompute or offload
-  std::string first, last;      // its first and last operators (empty in an older manifest)
-  bool trains = false;          // holds a parameter that takes gradients: its graph lives until W
-  std::vector<TensorSpec> inputs, outputs;
-  bool random = false;
-  bool updates_buffers = false;
-};
-
-struct ChunkSpec {
-  std::string file;
-  int operators = 0;
-  std::string first, last;
-  std::vector<TensorSpec> inputs, outputs;
-  std::vector<TensorSpec> parameters, buffers;
-  std::vector<std::vector<std::string>> parameter_state_names, buffer_state_names;  // state_dict keys
-  // Per parameter: the other chunks holding the same tensor (a tied weight), empty for most.
-  std::vector<std::vector<int>> parameter_tied_chunks;
-  std::vector<PieceSpec> pieces;  // never empty: the whole chunk as one piece where the plan decides nothing
-  bool offloads = false;          // some piece is an offload run
-};
-
-struct LossSpec {
-  std::string kind;
-  std::string file;
-  std::vector<std::string> inputs;  // the last chunk's outputs it reads, in order
-  std::optional<TensorSpec> target;
-};
-
-struct ExportManifest {
-  std::string directory;
-  std::string graph;
-  int graph_operators = 0;
-  at::ScalarType dtype = at::kFloat;
-  std::vector<TensorSpec> inputs, outputs;
-  std::vector<ChunkSpec> chunks;
-  LossSpec loss;
-};
-
-// Reads DIR/manifest.json; throws Error naming the file and the field that is missing or wrong.
-ExportManifest read_export_manifest(const std::string& directory);
+// The manifest's element types as torch's.
+at::ScalarType scalar_type(ElementType type);
 
 // One stage's copy of a chunk: its pieces' modules, with parameters and buffers pointed at one tensor
 // per name, and the loss module on the last chunk.

@@ -23,10 +23,10 @@ at::Tensor checked(const std::string& path, const std::string& what, const at::T
       !value.sizes().slice(1).equals(sample) || value.size(0) < 1)
     throw Error(fmt::format("{}: {} has shape {}; the model takes samples of shape {} along dimension 0 (N x {})", path,
                             what, shape_text(value.sizes()), shape_text(sample), fmt::join(sample, " x ")));
-  if (at::isFloatingType(value.scalar_type()) != at::isFloatingType(spec.dtype))
+  if (at::isFloatingType(value.scalar_type()) != is_floating(spec.dtype))
     throw Error(fmt::format("{}: {} holds {} but the model takes {}", path, what, c10::toString(value.scalar_type()),
-                            c10::toString(spec.dtype)));
-  return value.to(spec.dtype).contiguous();
+                            c10::toString(scalar_type(spec.dtype))));
+  return value.to(scalar_type(spec.dtype)).contiguous();
 }
 
 }  // namespace
@@ -115,14 +115,15 @@ std::vector<MicroBatchData> TensorData::batch(int step, int first, int count, in
       at::Generator generator =
           at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003u + uint64_t(step) * 65537u + j);
       for (const TensorSpec& in : inputs_)
-        mb.inputs.push_back(at::isFloatingType(in.dtype)
-                                ? at::randn(in.shape, generator, at::TensorOptions().dtype(in.dtype))
-                                : at::randint(0, 2, in.shape, generator, at::TensorOptions().dtype(in.dtype)));
+        mb.inputs.push_back(
+            is_floating(in.dtype)
+                ? at::randn(in.shape, generator, at::TensorOptions().dtype(scalar_type(in.dtype)))
+                : at::randint(0, 2, in.shape, generator, at::TensorOptions().dtype(scalar_type(in.dtype))));
       if (target_)
         mb.targets = loss_ == "cross_entropy"
                          ? at::randint(0, std::max<int64_t>(classes_, 1), target_->shape, generator,
-                                       at::TensorOptions().dtype(target_->dtype))
-                         : at::randn(target_->shape, generator, at::TensorOptions().dtype(target_->dtype));
+                                       at::TensorOptions().dtype(scalar_type(target_->dtype)))
+                         : at::randn(target_->shape, generator, at::TensorOptions().dtype(scalar_type(target_->dtype)));
     }
     result.push_back(std::move(mb));
   }
