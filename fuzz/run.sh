@@ -14,7 +14,7 @@ seconds=${1:-10}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(lang pytorch_csv schedule_json cost_table cost_graph partition_plan megatron_layout
-  pipedream checkpoint export_manifest)
+  pipedream checkpoint export_manifest slurm_nodelist)
 cxx=$(command -v clang++-14 || command -v clang++ || true)
 if [ -z "$cxx" ]; then
   echo "fuzz/run.sh: needs clang++ (apt-get install clang-14)" >&2

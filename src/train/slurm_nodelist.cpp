@@ -13,6 +13,10 @@ namespace flexpipe::runtime {
 
 namespace {
 
+// More entries than any Slurm job has: each range is bounded, but ranges in series and bracket groups
+// in product could otherwise turn a few hundred bytes into billions of names.
+constexpr size_t kMostEntries = 100000;
+
 [[noreturn]] void malformed(const std::string& variable, const std::string& text, const std::string& why) {
   throw Error(
       fmt::format("environment variable {}='{}' is not in Slurm's compressed list form: {}", variable, text, why));
@@ -50,6 +54,8 @@ std::vector<std::string> expand_ranges(const std::string& ranges, const std::str
     const int low = whole_number(low_text, variable, text), high = whole_number(high_text, variable, text);
     if (high < low) malformed(variable, text, fmt::format("the range {} runs backwards", range));
     if (high - low > 100000) malformed(variable, text, fmt::format("the range {} is implausibly long", range));
+    if (values.size() + static_cast<size_t>(high - low) >= kMostEntries)
+      malformed(variable, text, fmt::format("it stands for more than {} hosts", kMostEntries));
     for (int value = low; value <= high; ++value)
       values.push_back(fmt::format("{:0{}}", value, static_cast<int>(low_text.size())));
   }
@@ -68,10 +74,12 @@ std::vector<std::string> expand_host(const std::string& host, const std::string&
     if (open == std::string::npos) break;
     const size_t close = host.find(']', open);
     if (close == std::string::npos) malformed(variable, text, "a '[' without its ']'");
+    const std::vector<std::string> values = expand_ranges(host.substr(open + 1, close - open - 1), variable, text);
+    if (names.size() * values.size() > kMostEntries)
+      malformed(variable, text, fmt::format("it stands for more than {} hosts", kMostEntries));
     std::vector<std::string> product;
     for (const std::string& name : names)
-      for (const std::string& value : expand_ranges(host.substr(open + 1, close - open - 1), variable, text))
-        product.push_back(name + value);
+      for (const std::string& value : values) product.push_back(name + value);
     names = std::move(product);
     at = close + 1;
   }
@@ -87,6 +95,8 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& text, const st
   auto finish = [&] {
     if (current.empty()) malformed(variable, text, "an empty host name");
     for (std::string& host : expand_host(current, variable, text)) hosts.push_back(std::move(host));
+    if (hosts.size() > kMostEntries)
+      malformed(variable, text, fmt::format("it stands for more than {} hosts", kMostEntries));
     current.clear();
   };
   for (const char c : text) {
@@ -113,7 +123,8 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& text, const std:
       times = whole_number(item.substr(repeat + 2, item.size() - repeat - 3), variable, text);
     }
     const int count = whole_number(item.substr(0, repeat), variable, text);
-    if (times > 100000) malformed(variable, text, fmt::format("'{}' repeats implausibly often", item));
+    if (times < 0 || counts.size() + static_cast<size_t>(times) > kMostEntries)
+      malformed(variable, text, fmt::format("it stands for more than {} nodes", kMostEntries));
     counts.insert(counts.end(), static_cast<size_t>(times), count);
   }
   return counts;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "error_text.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/train/rank_env.h"
 #include "flexpipe/train/slurm_nodelist.h"
@@ -205,6 +206,21 @@ TEST(SlurmNodelist, ExpandsTheCompressedForm) {
   EXPECT_EQ(expand_slurm_nodelist("n[098-100]", "V"), (List{"n098", "n099", "n100"}));
   EXPECT_EQ(expand_slurm_nodelist("r[1-2]-n[1-2]", "V"), (List{"r1-n1", "r1-n2", "r2-n1", "r2-n2"}));
   EXPECT_EQ(expand_slurm_tasks_per_node("2(x3),1", "V"), (std::vector<int>{2, 2, 2, 1}));
+  // A few dozen bytes must not expand to billions of names: at most 100,000 hosts or nodes, however
+  // the ranges combine.
+  EXPECT_EQ(test::error_text([] { expand_slurm_nodelist("r[1-1000]-n[1-1000]", "V"); }),
+            "environment variable V='r[1-1000]-n[1-1000]' is not in Slurm's compressed list form: it stands for "
+            "more than 100000 hosts");
+  EXPECT_EQ(test::error_text([] { expand_slurm_nodelist("n[0-60000,0-60000]", "V"); }),
+            "environment variable V='n[0-60000,0-60000]' is not in Slurm's compressed list form: it stands for more "
+            "than 100000 hosts");
+  EXPECT_EQ(test::error_text([] { expand_slurm_nodelist("a[0-60000],b[0-60000]", "V"); }),
+            "environment variable V='a[0-60000],b[0-60000]' is not in Slurm's compressed list form: it stands for "
+            "more than 100000 hosts");
+  EXPECT_EQ(expand_slurm_nodelist("n[1-99999]", "V").size(), 99999u);
+  EXPECT_EQ(test::error_text([] { expand_slurm_tasks_per_node("1(x60000),2(x60000)", "V"); }),
+            "environment variable V='1(x60000),2(x60000)' is not in Slurm's compressed list form: it stands for more "
+            "than 100000 nodes");
   for (const std::string bad : {"", "a,,b", "a[2-1]", "a[x]", "a]", "a[1-2]]", "a[[1]]"}) {
     try {
       expand_slurm_nodelist(bad, "SLURM_JOB_NODELIST");
