@@ -47,8 +47,8 @@ struct StageInfo {
   double rebuilt = 0;          // what R holds until the backward ends: the largest segment, or everything when split
   double offload = kInfinity;  // the most one OFFLOAD moves
   double workspace = 0;        // held while any of the stage's computations runs
-  double forward_send_time = 0, forward_send_bytes = 0;
-  double backward_send_time = 0, backward_send_bytes = 0;
+  double forward_send_time = 0, forward_send_bytes = 0, forward_latency = 0;
+  double backward_send_time = 0, backward_send_bytes = 0, backward_latency = 0;
   // Host time of this stage's SEND_F, SEND_B, RECV_F and RECV_B on its device (Link::send_cpu).
   double forward_send_cpu = 0, backward_send_cpu = 0, forward_receive_cpu = 0, backward_receive_cpu = 0;
 };
@@ -183,11 +183,15 @@ class Simulation {
     return clock;
   }
   // Runs a transfer (or an off-stream custom action) on a FIFO channel; returns its interval.
-  Interval transfer(int device, int position, int src, int dst, double ready, double duration, double bytes,
-                    double& channel_free) {
+  // Work on a channel (a link, the host link, a side stream) runs after what was posted on it before and
+  // holds it for `occupancy`; it is done `latency` later. A message between devices holds its link for
+  // its bytes over the bandwidth and arrives a latency after that: latency delays each message but does
+  // not queue the next one behind it.
+  Interval transfer(int device, int position, int src, int dst, double ready, double occupancy, double latency,
+                    double bytes, double& channel_free) {
     const double start = std::max(ready, channel_free);
-    const Interval interval{start, start + duration};
-    channel_free = interval.end;
+    channel_free = start + occupancy;
+    const Interval interval{start, channel_free + latency};
     last_transfer_end_ = std::max(last_transfer_end_, interval.end);
     if (options_.record_timeline) result_.transfers.push_back({src, dst, device, position, bytes, interval});
     return interval;
@@ -351,6 +355,7 @@ void Simulation::prepare_stages() {
       info.forward_link = link_id(info.device, placement[s + 1]);
       info.forward_send_bytes = cost.output_bytes;
       info.forward_send_time = work_.links[info.forward_link]->transfer_time(cost.output_bytes);
+      info.forward_latency = work_.links[info.forward_link]->latency;
       info.forward_send_cpu = work_.links[info.forward_link]->send_cpu_time(cost.output_bytes);
       info.backward_receive_cpu =
           costs_.link_between(placement[s + 1], info.device).receive_cpu_time(cost.output_bytes);
@@ -360,6 +365,7 @@ void Simulation::prepare_stages() {
       info.backward_link = link_id(info.device, placement[s - 1]);
       info.backward_send_bytes = bytes;
       info.backward_send_time = work_.links[info.backward_link]->transfer_time(bytes);
+      info.backward_latency = work_.links[info.backward_link]->latency;
       info.backward_send_cpu = work_.links[info.backward_link]->send_cpu_time(bytes);
       info.forward_receive_cpu = costs_.link_between(placement[s - 1], info.device).receive_cpu_time(bytes);
     }
@@ -523,9 +529,9 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       const StageInfo& info = work_.stages[s];
       // The data leaves once the sender's host has handed it over.
       const double posted = occupy_host(device, position, ready, info.forward_send_cpu, clock);
-      const Interval sent =
-          transfer(device, position, device, work_.stages[s + 1].device, posted, info.forward_send_time,
-                   info.forward_send_bytes, work_.link_free[info.forward_link]);
+      const Interval sent = transfer(device, position, device, work_.stages[s + 1].device, posted,
+                                     info.forward_send_time - info.forward_latency, info.forward_latency,
+                                     info.forward_send_bytes, work_.link_free[info.forward_link]);
       produce(key(s + 1, m, detail::kForwardArrived), sent.end);
       result_.comm_bytes += info.forward_send_bytes;
       ++result_.comm_transfers;
@@ -535,9 +541,9 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       if (!wait(device, key(s, m, detail::kInputGradDone), ready)) return false;
       const StageInfo& info = work_.stages[s];
       const double posted = occupy_host(device, position, ready, info.backward_send_cpu, clock);
-      const Interval sent =
-          transfer(device, position, device, work_.stages[s - 1].device, posted, info.backward_send_time,
-                   info.backward_send_bytes, work_.link_free[info.backward_link]);
+      const Interval sent = transfer(device, position, device, work_.stages[s - 1].device, posted,
+                                     info.backward_send_time - info.backward_latency, info.backward_latency,
+                                     info.backward_send_bytes, work_.link_free[info.backward_link]);
       produce(key(s - 1, m, detail::kGradArrived), sent.end);
       result_.comm_bytes += info.backward_send_bytes;
       ++result_.comm_transfers;
@@ -554,8 +560,8 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       // What the stage's operators decided Offload saved, at most what (s,m) holds now.
       const double bytes = std::min(work_.held[fact_index(s, m)], work_.stages[s].offload);
       work_.offloaded[fact_index(s, m)] = bytes;
-      const Interval moved = transfer(device, position, device, -1, ready, costs_.host_link.transfer_time(bytes), bytes,
-                                      work_.host_out_free[device]);
+      const Interval moved = transfer(device, position, device, -1, ready, costs_.host_link.transfer_time(bytes), 0,
+                                      bytes, work_.host_out_free[device]);
       work_.async_memory[device].push_back({moved.end, -bytes});
       produce(key(s, m, detail::kOffloadDone), moved.end);
       record(device, position, clock, clock);
@@ -564,8 +570,8 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
     case ActionKind::Reload: {
       if (!wait(device, key(s, m, detail::kOffloadDone), ready)) return false;
       const double bytes = work_.offloaded[fact_index(s, m)];
-      const Interval moved = transfer(device, position, -1, device, ready, costs_.host_link.transfer_time(bytes), bytes,
-                                      work_.host_in_free[device]);
+      const Interval moved = transfer(device, position, -1, device, ready, costs_.host_link.transfer_time(bytes), 0,
+                                      bytes, work_.host_in_free[device]);
       work_.async_memory[device].push_back({moved.start, bytes});
       produce(key(s, m, detail::kReloadDone), moved.end);
       record(device, position, clock, clock);
@@ -575,7 +581,8 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       const CustomOpKind& op = schedule_.custom_ops[a.custom];
       const int64_t event = key(s, op.per_microbatch ? m : column_stage_wide, detail::kNumFixedSlots + a.custom);
       if (op.communicates) {
-        const Interval ran = transfer(device, position, device, device, ready, op.duration, 0, work_.side_free[device]);
+        const Interval ran =
+            transfer(device, position, device, device, ready, op.duration, 0, 0, work_.side_free[device]);
         if (op.memory != 0) work_.async_memory[device].push_back({op.memory > 0 ? ran.start : ran.end, op.memory});
         produce(event, ran.end);
         record(device, position, clock, clock);

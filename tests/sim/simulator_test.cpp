@@ -198,16 +198,19 @@ TEST(Simulator, TransfersOnOneLinkRunInPostingOrder) {
   CostTable costs = uniform_costs(2, 1, 1, 1, 100);  // the default link is never used
   costs.stages[0].forward = 0.5;
   costs.stages[0].output_bytes = 4;
-  costs.pairs = {LinkOverride{0, 1, Link{1, 2}}};  // 1 + 4 / 2 = 3 per transfer
+  // Latency 1, bandwidth 2: each message holds the link for 4 / 2 = 2 and arrives 1 after that.
+  costs.pairs = {LinkOverride{0, 1, Link{1, 2}}};
   const Schedule schedule = build(2, {0, 1}, {"0F0 0SEND_F0 0F1 0SEND_F1", "1RECV_F0 1F0 1RECV_F1 1F1"});
   const SimResult result = simulate(schedule, costs, {});
   ASSERT_EQ(result.transfers.size(), 2u);
-  expect_interval(result.transfers[0].time, 0.5, 3.5);
-  expect_interval(result.transfers[1].time, 3.5, 6.5);  // posted at 1, the link is busy until 3.5
+  expect_interval(result.transfers[0].time, 0.5, 3.5);  // on the link 0.5-2.5, arrived at 3.5
+  // Posted at 1, it waits for the link until 2.5, not for the first message's latency: it arrives at
+  // 2.5 + 2 + 1 (a link that held each message for its latency too would deliver it at 6.5).
+  expect_interval(result.transfers[1].time, 2.5, 5.5);
   EXPECT_DOUBLE_EQ(result.transfers[1].bytes, 4);
   expect_interval(result.timeline[1][1], 3.5, 4.5);
-  expect_interval(result.timeline[1][3], 6.5, 7.5);
-  EXPECT_DOUBLE_EQ(result.makespan, 7.5);
+  expect_interval(result.timeline[1][3], 5.5, 6.5);
+  EXPECT_DOUBLE_EQ(result.makespan, 6.5);
   EXPECT_DOUBLE_EQ(result.comm_bytes, 8);
   EXPECT_EQ(result.comm_transfers, 2);
 }
