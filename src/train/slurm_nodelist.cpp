@@ -25,7 +25,7 @@ constexpr size_t kMostEntries = 100000;
 int whole_number(const std::string& digits, const std::string& variable, const std::string& text) {
   int value = 0;
   const auto [end, status] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (digits.empty() || status != std::errc() || end != digits.data() + digits.size())
+  if (digits.empty() || status != std::errc() || end != digits.data() + digits.size() || value < 0)
     malformed(variable, text, fmt::format("'{}' is not a number", digits));
   return value;
 }
@@ -123,7 +123,7 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& text, const std:
       times = whole_number(item.substr(repeat + 2, item.size() - repeat - 3), variable, text);
     }
     const int count = whole_number(item.substr(0, repeat), variable, text);
-    if (times < 0 || counts.size() + static_cast<size_t>(times) > kMostEntries)
+    if (counts.size() + static_cast<size_t>(times) > kMostEntries)
       malformed(variable, text, fmt::format("it stands for more than {} nodes", kMostEntries));
     counts.insert(counts.end(), static_cast<size_t>(times), count);
   }

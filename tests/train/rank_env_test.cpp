@@ -218,6 +218,10 @@ TEST(SlurmNodelist, ExpandsTheCompressedForm) {
             "environment variable V='a[0-60000],b[0-60000]' is not in Slurm's compressed list form: it stands for "
             "more than 100000 hosts");
   EXPECT_EQ(expand_slurm_nodelist("n[1-99999]", "V").size(), 99999u);
+  EXPECT_EQ(test::error_text([] { expand_slurm_tasks_per_node("2(x-3)", "V"); }),
+            "environment variable V='2(x-3)' is not in Slurm's compressed list form: '-3' is not a number");
+  EXPECT_EQ(test::error_text([] { expand_slurm_tasks_per_node("-2(x3)", "V"); }),
+            "environment variable V='-2(x3)' is not in Slurm's compressed list form: '-2' is not a number");
   EXPECT_EQ(test::error_text([] { expand_slurm_tasks_per_node("1(x60000),2(x60000)", "V"); }),
             "environment variable V='1(x60000),2(x60000)' is not in Slurm's compressed list form: it stands for more "
             "than 100000 nodes");
