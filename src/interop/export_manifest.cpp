@@ -11,6 +11,7 @@
 
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
+#include "json_reader.h"
 
 namespace flexpipe {
 
@@ -235,12 +236,7 @@ bool is_floating(ElementType type) {
 }
 
 ExportManifest parse_export_manifest(const std::string& text, const std::string& path) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::exception& e) {
-    throw Error(fmt::format("{}: not JSON: {}", path, e.what()));
-  }
+  const Json j = detail::parse_json_text(text, path, "invalid JSON", detail::ColumnUnit::Byte);
   const ManifestReader r(path);
   if (!j.is_object() || !j.contains("format") || j.at("format") != "flexpipe-export")
     r.fail("not a flexpipe export manifest (\"format\": \"flexpipe-export\")");
