@@ -42,8 +42,8 @@ constexpr std::string_view kStageKeys[] =
      "optimizer",       "activation_bytes",       "freed_by_input",  "checkpoint_bytes", "parameter_bytes",
      "gradient_bytes",  "optimizer_bytes",        "output_bytes",    "offload_bytes",    "rebuilt_peak_bytes",
      "workspace_bytes", "checkpoint_until_weight"};
-constexpr std::string_view kLinkOverrideKeys[] = {"src",      "dst",         "latency",      "bandwidth",
-                                                  "send_cpu", "receive_cpu", "cpu_bandwidth"};
+constexpr std::string_view kLinkOverrideKeys[] = {"src",      "dst",         "latency",       "bandwidth",
+                                                  "send_cpu", "receive_cpu", "cpu_bandwidth", "rendezvous"};
 
 // Reads one parsed document; every failure names the origin and the JSON path.
 class Reader : public detail::JsonPathReader {

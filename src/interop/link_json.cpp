@@ -31,6 +31,7 @@ Link read_link_fields(const JsonPathReader& reader, const nlohmann::json& object
   time("latency", result.latency);
   time("send_cpu", result.send_cpu);
   time("receive_cpu", result.receive_cpu);
+  time("rendezvous", result.rendezvous);
   if (object.contains("bandwidth"))
     result.bandwidth =
         bandwidth_or_unlimited(reader, object["bandwidth"], json_child(path, "bandwidth"), units,
@@ -47,6 +48,7 @@ void add_link_fields(nlohmann::ordered_json& out, const Link& link) {
   if (link.send_cpu != 0) out["send_cpu"] = number_json(link.send_cpu);
   if (link.receive_cpu != 0) out["receive_cpu"] = number_json(link.receive_cpu);
   if (std::isfinite(link.cpu_bandwidth)) out["cpu_bandwidth"] = number_json(link.cpu_bandwidth);
+  if (link.rendezvous != 0) out["rendezvous"] = number_json(link.rendezvous);
 }
 
 nlohmann::ordered_json link_json(const Link& link) {

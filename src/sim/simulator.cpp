@@ -47,8 +47,13 @@ struct StageInfo {
   double rebuilt = 0;          // what R holds until the backward ends: the largest segment, or everything when split
   double offload = kInfinity;  // the most one OFFLOAD moves
   double workspace = 0;        // held while any of the stage's computations runs
-  double forward_send_time = 0, forward_send_bytes = 0, forward_latency = 0;
-  double backward_send_time = 0, backward_send_bytes = 0, backward_latency = 0;
+  // This stage's SEND_F and SEND_B: how long a message holds its link, and how much later it arrives.
+  double forward_occupancy = 0, forward_send_bytes = 0, forward_latency = 0;
+  double backward_occupancy = 0, backward_send_bytes = 0, backward_latency = 0;
+  // Where the links this stage receives its input and its output gradient over have a rendezvous
+  // (Link::rendezvous): from the RECV's start to the message's arrival, its bytes over the bandwidth
+  // included; 0 without one.
+  double forward_rendezvous = 0, grad_rendezvous = 0;
   // Host time of this stage's SEND_F, SEND_B, RECV_F and RECV_B on its device (Link::send_cpu).
   double forward_send_cpu = 0, backward_send_cpu = 0, forward_receive_cpu = 0, backward_receive_cpu = 0;
 };
@@ -67,6 +72,9 @@ struct Workspace {
   std::vector<uint8_t> facts;         // per (stage, micro-batch)
   std::vector<double> held;           // per (stage, micro-batch): activation bytes held, when offloading
   std::vector<double> offloaded;      // per (stage, micro-batch): bytes its OFFLOAD moved
+  // Per (receiving stage, micro-batch, direction), where a link has a rendezvous: when the message
+  // was handed over (its SEND's host time ended) and when its RECV began.
+  std::vector<double> handed_over, receive_posted;
   std::vector<uint8_t> split_stage;
   std::vector<int32_t> position;
   std::vector<double> clock, busy, side_free, host_out_free, host_in_free, static_memory;
@@ -144,6 +152,15 @@ class Simulation {
     work_.first_waiter[event] = -1;
   }
 
+  // Index of the message into (stage, micro-batch): its input (forward) or its output gradient.
+  size_t message_index(int stage, int microbatch, bool gradient) const {
+    return 2 * fact_index(stage, microbatch) + (gradient ? 1 : 0);
+  }
+  // Over a link with a rendezvous, a message handed over before its RECV began leaves only then.
+  void wait_rendezvous(size_t message, double rendezvous, double& ready) const {
+    if (rendezvous > 0 && work_.handed_over[message] < work_.receive_posted[message])
+      ready = std::max(ready, work_.receive_posted[message] + rendezvous);
+  }
   bool wait_forward_input(int device, int stage, int microbatch, double& ready);
   bool wait_backward_input(int device, int stage, int microbatch, double& ready);
   bool receives_posted(int device, int position, const Action& action);
@@ -206,6 +223,7 @@ class Simulation {
   SimResult& result_;
   KeyLayout layout_;
   bool track_held_ = false;
+  bool rendezvous_ = false;  // some link has one: SENDs and RECVs record their times
   bool has_custom_waits_ = false;
   double last_transfer_end_ = 0;
   SimStatus status_ = SimStatus::Ok;
@@ -280,6 +298,10 @@ bool Simulation::prepare() {
     work_.compute_memory[d].clear();
     work_.async_memory[d].clear();
   }
+  if (rendezvous_) {
+    work_.handed_over.assign(2 * work_.facts.size(), 0.0);
+    work_.receive_posted.assign(2 * work_.facts.size(), 0.0);
+  }
   if (track_held_) {
     work_.held.assign(work_.facts.size(), 0.0);
     work_.offloaded.assign(work_.facts.size(), 0.0);
@@ -298,6 +320,12 @@ bool Simulation::prepare() {
   return true;
 }
 
+// From a RECV's start to the arrival of a message handed over before it: the rendezvous, then the
+// bytes over the bandwidth.
+double rendezvous_time(const Link& link, double bytes) {
+  return link.rendezvous > 0 ? link.rendezvous + link.transfer_time(bytes) - link.latency : 0.0;
+}
+
 void Simulation::prepare_stages() {
   const int devices = schedule_.num_devices;
   const int stages = schedule_.num_stages();
@@ -313,8 +341,11 @@ void Simulation::prepare_stages() {
   work_.link_pairs.erase(std::unique(work_.link_pairs.begin(), work_.link_pairs.end()), work_.link_pairs.end());
   work_.link_free.assign(work_.link_pairs.size(), 0.0);
   work_.links.clear();
-  for (int64_t pair : work_.link_pairs)
+  rendezvous_ = false;
+  for (int64_t pair : work_.link_pairs) {
     work_.links.push_back(&costs_.link_between(static_cast<int>(pair / devices), static_cast<int>(pair % devices)));
+    rendezvous_ = rendezvous_ || work_.links.back()->rendezvous > 0;
+  }
   auto link_id = [&](int src, int dst) {
     const int64_t pair = static_cast<int64_t>(src) * devices + dst;
     return static_cast<int32_t>(std::lower_bound(work_.link_pairs.begin(), work_.link_pairs.end(), pair) -
@@ -353,21 +384,26 @@ void Simulation::prepare_stages() {
     info.workspace = cost.workspace_bytes;
     if (!info.last && !info.next_local) {
       info.forward_link = link_id(info.device, placement[s + 1]);
+      const Link& out = *work_.links[info.forward_link];
+      const Link& back = costs_.link_between(placement[s + 1], info.device);
       info.forward_send_bytes = cost.output_bytes;
-      info.forward_send_time = work_.links[info.forward_link]->transfer_time(cost.output_bytes);
-      info.forward_latency = work_.links[info.forward_link]->latency;
-      info.forward_send_cpu = work_.links[info.forward_link]->send_cpu_time(cost.output_bytes);
-      info.backward_receive_cpu =
-          costs_.link_between(placement[s + 1], info.device).receive_cpu_time(cost.output_bytes);
+      info.forward_occupancy = out.transfer_time(cost.output_bytes) - out.latency;
+      info.forward_latency = out.latency;
+      info.forward_send_cpu = out.send_cpu_time(cost.output_bytes);
+      info.backward_receive_cpu = back.receive_cpu_time(cost.output_bytes);
+      info.grad_rendezvous = rendezvous_time(back, cost.output_bytes);
     }
     if (!info.first && !info.previous_local) {
       const double bytes = costs_.stages[schedule_.chunk_of_stage(s - 1)].output_bytes;
       info.backward_link = link_id(info.device, placement[s - 1]);
+      const Link& out = *work_.links[info.backward_link];
+      const Link& in = costs_.link_between(placement[s - 1], info.device);
       info.backward_send_bytes = bytes;
-      info.backward_send_time = work_.links[info.backward_link]->transfer_time(bytes);
-      info.backward_latency = work_.links[info.backward_link]->latency;
-      info.backward_send_cpu = work_.links[info.backward_link]->send_cpu_time(bytes);
-      info.forward_receive_cpu = costs_.link_between(placement[s - 1], info.device).receive_cpu_time(bytes);
+      info.backward_occupancy = out.transfer_time(bytes) - out.latency;
+      info.backward_latency = out.latency;
+      info.backward_send_cpu = out.send_cpu_time(bytes);
+      info.forward_receive_cpu = in.receive_cpu_time(bytes);
+      info.forward_rendezvous = rendezvous_time(in, bytes);
     }
   }
 }
@@ -429,7 +465,9 @@ bool Simulation::wait_forward_input(int device, int stage, int microbatch, doubl
   const StageInfo& info = work_.stages[stage];
   if (info.first) return true;
   if (info.previous_local) return wait(device, key(stage - 1, microbatch, detail::kForwardDone), ready);
-  return wait(device, key(stage, microbatch, detail::kForwardArrived), ready);
+  if (!wait(device, key(stage, microbatch, detail::kForwardArrived), ready)) return false;
+  wait_rendezvous(message_index(stage, microbatch, false), info.forward_rendezvous, ready);
+  return true;
 }
 
 bool Simulation::wait_backward_input(int device, int stage, int microbatch, double& ready) {
@@ -439,6 +477,7 @@ bool Simulation::wait_backward_input(int device, int stage, int microbatch, doub
     const int64_t gradient = info.next_local ? key(stage + 1, microbatch, detail::kInputGradDone)
                                              : key(stage, microbatch, detail::kGradArrived);
     if (!wait(device, gradient, ready)) return false;
+    if (!info.next_local) wait_rendezvous(message_index(stage, microbatch, true), info.grad_rendezvous, ready);
   }
   if (!wait(device, key(stage, microbatch, detail::kForwardDone), ready)) return false;
   if ((facts & kRecomputed) && !wait(device, key(stage, microbatch, detail::kRecomputeDone), ready)) return false;
@@ -529,9 +568,10 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       const StageInfo& info = work_.stages[s];
       // The data leaves once the sender's host has handed it over.
       const double posted = occupy_host(device, position, ready, info.forward_send_cpu, clock);
-      const Interval sent = transfer(device, position, device, work_.stages[s + 1].device, posted,
-                                     info.forward_send_time - info.forward_latency, info.forward_latency,
-                                     info.forward_send_bytes, work_.link_free[info.forward_link]);
+      const Interval sent =
+          transfer(device, position, device, work_.stages[s + 1].device, posted, info.forward_occupancy,
+                   info.forward_latency, info.forward_send_bytes, work_.link_free[info.forward_link]);
+      if (rendezvous_) work_.handed_over[message_index(s + 1, m, false)] = posted;
       produce(key(s + 1, m, detail::kForwardArrived), sent.end);
       result_.comm_bytes += info.forward_send_bytes;
       ++result_.comm_transfers;
@@ -541,18 +581,21 @@ bool Simulation::step(int device, int position, const Action& a, double& clock, 
       if (!wait(device, key(s, m, detail::kInputGradDone), ready)) return false;
       const StageInfo& info = work_.stages[s];
       const double posted = occupy_host(device, position, ready, info.backward_send_cpu, clock);
-      const Interval sent = transfer(device, position, device, work_.stages[s - 1].device, posted,
-                                     info.backward_send_time - info.backward_latency, info.backward_latency,
-                                     info.backward_send_bytes, work_.link_free[info.backward_link]);
+      const Interval sent =
+          transfer(device, position, device, work_.stages[s - 1].device, posted, info.backward_occupancy,
+                   info.backward_latency, info.backward_send_bytes, work_.link_free[info.backward_link]);
+      if (rendezvous_) work_.handed_over[message_index(s - 1, m, true)] = posted;
       produce(key(s - 1, m, detail::kGradArrived), sent.end);
       result_.comm_bytes += info.backward_send_bytes;
       ++result_.comm_transfers;
       return true;
     }
     case ActionKind::RecvF:  // checked before simulating; its consumer waits for the transfer
+      if (rendezvous_) work_.receive_posted[message_index(s, m, false)] = ready;
       occupy_host(device, position, ready, work_.stages[s].forward_receive_cpu, clock);
       return true;
     case ActionKind::RecvB:
+      if (rendezvous_) work_.receive_posted[message_index(s, m, true)] = ready;
       occupy_host(device, position, ready, work_.stages[s].backward_receive_cpu, clock);
       return true;
     case ActionKind::Offload: {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -31,6 +30,82 @@ bool counts_as_busy(const Schedule& lowered, const Action& a) {
 }
 
 }  // namespace
+
+std::vector<Message> messages(const Schedule& lowered, const MeasuredStep& step) {
+  check_indices(lowered, step);
+  // Per (kind of SEND, sending stage, micro-batch): the message's record, filled from both ends.
+  std::map<std::tuple<ActionKind, int, int>, Message> found;
+  std::map<std::tuple<ActionKind, int, int>, int> parts;
+  for (size_t d = 0; d < step.size(); ++d)
+    for (const MeasuredAction& m : step[d]) {
+      const Action& a = lowered.device_actions[d][m.index];
+      const int device = static_cast<int>(d);
+      auto remote = [&](int stage) { return lowered.stage_device[stage] != device; };
+      if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB) {
+        Message& message = found[{a.kind, a.stage, a.microbatch}];
+        message.gradient = a.kind == ActionKind::SendB;
+        message.sender = device;
+        message.sent = m.start;
+        message.handed_over = m.end;
+        ++parts[{a.kind, a.stage, a.microbatch}];
+      } else if (a.kind == ActionKind::RecvF) {
+        found[{ActionKind::SendF, a.stage - 1, a.microbatch}].posted = m.start;
+        ++parts[{ActionKind::SendF, a.stage - 1, a.microbatch}];
+      } else if (a.kind == ActionKind::RecvB) {
+        found[{ActionKind::SendB, a.stage + 1, a.microbatch}].posted = m.start;
+        ++parts[{ActionKind::SendB, a.stage + 1, a.microbatch}];
+      } else if (a.kind == ActionKind::F && !lowered.is_first_stage(a.stage) && remote(a.stage - 1)) {
+        Message& message = found[{ActionKind::SendF, a.stage - 1, a.microbatch}];
+        message.receiver = device;
+        message.arrived = m.start + m.wait;
+        message.waited = m.wait;
+        ++parts[{ActionKind::SendF, a.stage - 1, a.microbatch}];
+      } else if ((a.kind == ActionKind::B || a.kind == ActionKind::I) && !lowered.is_last_stage(a.stage) &&
+                 remote(a.stage + 1)) {
+        Message& message = found[{ActionKind::SendB, a.stage + 1, a.microbatch}];
+        message.receiver = device;
+        message.arrived = m.start + m.wait;
+        message.waited = m.wait;
+        ++parts[{ActionKind::SendB, a.stage + 1, a.microbatch}];
+      }
+    }
+  // An OVERLAP consumes two messages at once, and which one it waited for is not known: only
+  // messages seen at their SEND, their RECV and a lone consumer are kept.
+  std::vector<Message> result;
+  for (const auto& [key, message] : found)
+    if (parts[key] == 3) result.push_back(message);
+  return result;
+}
+
+std::vector<double> clock_offsets(const Schedule& lowered, const MeasuredStep& step) {
+  const int devices = static_cast<int>(step.size());
+  // Per ordered pair of devices, the least time from a SEND beginning on one to its consumer
+  // having the data on the other: the shortest one-way delay plus the difference of their origins.
+  std::vector<double> least(static_cast<size_t>(devices) * devices, kInfinity);
+  for (const Message& message : messages(lowered, step)) {
+    double& bound = least[static_cast<size_t>(message.sender) * devices + message.receiver];
+    bound = std::min(bound, message.arrived - message.sent);
+  }
+  // Taking the shortest delay to be the same both ways, the origins differ by half the difference
+  // of the two directions' bounds; devices are reached from device 0 over pairs that talk both ways.
+  std::vector<double> offset(devices, 0.0);
+  std::vector<char> reached(devices, 0);
+  std::vector<int> frontier{0};
+  if (devices > 0) reached[0] = 1;
+  while (!frontier.empty()) {
+    const int a = frontier.back();
+    frontier.pop_back();
+    for (int b = 0; b < devices; ++b) {
+      const double there = least[static_cast<size_t>(a) * devices + b];
+      const double back = least[static_cast<size_t>(b) * devices + a];
+      if (reached[b] || there == kInfinity || back == kInfinity) continue;
+      offset[b] = offset[a] + (back - there) / 2;
+      reached[b] = 1;
+      frontier.push_back(b);
+    }
+  }
+  return offset;
+}
 
 SimResult measured_result(const Schedule& lowered, const std::vector<std::vector<MeasuredAction>>& devices) {
   check_indices(lowered, devices);
@@ -61,37 +136,31 @@ CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep
   const int chunks = lowered.stages_per_pipeline;
   constexpr int kKinds = kNumActionKinds;
   std::vector<std::vector<double>> times(static_cast<size_t>(chunks) * kKinds);
-  std::vector<double> sends, receives, forward_flights, backward_flights;
+  std::vector<double> sends, receives, eager_flights, rendezvous_flights;
   std::vector<std::pair<const Action*, double>> overlaps;  // each OVERLAP and its time
   for (const MeasuredStep& step : steps) {
-    // Where each pipeline message was handed over and when its consumer had it.
-    std::map<std::tuple<ActionKind, int, int>, double> sent;
-    std::vector<std::tuple<ActionKind, int, int, double>> consumed;
     for (size_t d = 0; d < step.size(); ++d)
       for (const MeasuredAction& m : step[d]) {
         const Action& a = lowered.device_actions[d][m.index];
         const double time = std::max(0.0, m.end - m.start - m.wait);
-        if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB) {
-          sends.push_back(time);
-          sent[{a.kind, a.stage, a.microbatch}] = m.end;
-        } else if (a.kind == ActionKind::RecvF || a.kind == ActionKind::RecvB) {
-          receives.push_back(time);
-        }
-        // An OVERLAP waits for two inputs at once: which one it waited for is not known.
-        if (m.wait > 0 && a.kind == ActionKind::F && !lowered.is_first_stage(a.stage) &&
-            lowered.stage_device[a.stage - 1] != static_cast<int>(d))
-          consumed.emplace_back(ActionKind::SendF, a.stage - 1, a.microbatch, m.start + m.wait);
-        if (m.wait > 0 && (a.kind == ActionKind::B || a.kind == ActionKind::I) && !lowered.is_last_stage(a.stage) &&
-            lowered.stage_device[a.stage + 1] != static_cast<int>(d))
-          consumed.emplace_back(ActionKind::SendB, a.stage + 1, a.microbatch, m.start + m.wait);
+        if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB) sends.push_back(time);
+        if (a.kind == ActionKind::RecvF || a.kind == ActionKind::RecvB) receives.push_back(time);
         if (a.kind == ActionKind::Overlap) overlaps.emplace_back(&a, time);
         if (a.kind == ActionKind::Overlap || !is_compute(a.kind) || a.kind == ActionKind::Opt) continue;
         times[static_cast<size_t>(lowered.chunk_of_stage(a.stage)) * kKinds + static_cast<size_t>(a.kind)].push_back(
             time);
       }
-    for (const auto& [kind, stage, microbatch, arrived] : consumed)
-      if (auto it = sent.find({kind, stage, microbatch}); it != sent.end())
-        (kind == ActionKind::SendF ? forward_flights : backward_flights).push_back(arrived - it->second);
+    const std::vector<double> origin = clock_offsets(lowered, step);
+    for (const Message& message : messages(lowered, step)) {
+      if (message.waited <= 0) continue;  // only a consumer that waited tells when its data came
+      const double handed_over = message.handed_over + origin[message.sender];
+      const double posted = message.posted + origin[message.receiver];
+      const double arrived = message.arrived + origin[message.receiver];
+      if (posted > handed_over)
+        rendezvous_flights.push_back(arrived - posted);
+      else
+        eager_flights.push_back(arrived - handed_over);
+    }
   }
   auto mean_of = [&](int chunk, ActionKind kind, double fallback) {
     std::vector<double>& values = times[static_cast<size_t>(chunk) * kKinds + static_cast<size_t>(kind)];
@@ -123,11 +192,8 @@ CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep
   table.link = Link{};
   table.link.send_cpu = sends.empty() ? 0 : mean(sends);
   table.link.receive_cpu = receives.empty() ? 0 : mean(receives);
-  std::vector<double> directions;
-  for (std::vector<double>* flights : {&forward_flights, &backward_flights})
-    if (!flights->empty()) directions.push_back(median(*flights));
-  if (!directions.empty())
-    table.link.latency = std::max(0.0, std::accumulate(directions.begin(), directions.end(), 0.0) / directions.size());
+  if (!eager_flights.empty()) table.link.latency = std::max(0.0, mean(eager_flights));
+  if (!rendezvous_flights.empty()) table.link.rendezvous = std::max(0.0, mean(rendezvous_flights));
   table.host_link = Link{};
   return table;
 }

@@ -97,7 +97,7 @@ CostTable rich_table() {
   second.checkpoint_until_weight = true;  // the first: released at I
   costs.stages = {first, second};
   costs.link = Link{0.01, 100};
-  costs.pairs = {LinkOverride{0, 1, Link{0.5, kInfinity}}, LinkOverride{1, 0, Link{0, 25, 0.02, 0.01, 40}}};
+  costs.pairs = {LinkOverride{0, 1, Link{0.5, kInfinity}}, LinkOverride{1, 0, Link{0, 25, 0.02, 0.01, 40, 0.3}}};
   costs.host_link = Link{1, 8};
   costs.memory_capacity = {80e9, kInfinity};
   costs.overlap_ratio = 0.75;
@@ -245,6 +245,8 @@ TEST(CostTableJson, NamesTheBadFieldExactly) {
             "costs.json: link.bandwidth: must be positive (null for unlimited), got 0");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"link\": {\"send_cpu\": -0.5}")),
             "costs.json: link.send_cpu: must not be negative, got -0.5");
+  EXPECT_EQ(parse_error(document("\"stages\": [{}], \"links\": [{\"src\": 0, \"dst\": 1, \"rendezvous\": -2}]")),
+            "costs.json: links[0].rendezvous: must not be negative, got -2");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"links\": [{\"src\": 0, \"dst\": 1, \"cpu_bandwidth\": 0}]")),
             "costs.json: links[0].cpu_bandwidth: must be positive (null for unlimited), got 0");
   EXPECT_EQ(parse_error(document("\"stages\": [{}], \"links\": [{\"src\": 0, \"dst\": 1.5}]")),

@@ -19,7 +19,7 @@ std::string graph_with(const std::string& link) {
 TEST(CostGraphLink, ReadInTheGraphsTimeUnitAndBytes) {
   const CostGraph g =
       parse_cost_graph(graph_with(R"({"latency": "50us", "bandwidth": "8GB/s", "send_cpu": 0.02, "receive_cpu": "10us",
-                     "cpu_bandwidth": 1.5e6})"),
+                     "cpu_bandwidth": 1.5e6, "rendezvous": "300us"})"),
                        "g.json");
   ASSERT_TRUE(g.link);
   EXPECT_DOUBLE_EQ(g.link->latency, 0.05);
@@ -27,6 +27,7 @@ TEST(CostGraphLink, ReadInTheGraphsTimeUnitAndBytes) {
   EXPECT_DOUBLE_EQ(g.link->send_cpu, 0.02);
   EXPECT_DOUBLE_EQ(g.link->receive_cpu, 0.01);
   EXPECT_DOUBLE_EQ(g.link->cpu_bandwidth, 1.5e6);
+  EXPECT_DOUBLE_EQ(g.link->rendezvous, 0.3);
   // Left out: a link that only delays by its latency; no "link" at all: none.
   const CostGraph latency_only = parse_cost_graph(graph_with(R"({"latency": 0.1})"), "g.json");
   EXPECT_EQ(*latency_only.link, (Link{0.1, kInfinity, 0, 0, kInfinity}));
@@ -38,12 +39,15 @@ TEST(CostGraphLink, ReadInTheGraphsTimeUnitAndBytes) {
 }
 
 TEST(CostGraphLink, WrittenBackAsRead) {
-  CostGraph g = parse_cost_graph(graph_with(R"({"latency": 0.034, "bandwidth": 8.04e6, "send_cpu": 0.021})"), "g.json");
+  CostGraph g =
+      parse_cost_graph(graph_with(R"({"latency": 0.034, "bandwidth": 8.04e6, "send_cpu": 0.021, "rendezvous": 0.12})"),
+                       "g.json");
   const std::string text = cost_graph_to_json(g);
   EXPECT_NE(text.find(R"("link": {
   "latency": 0.034,
   "bandwidth": 8040000,
-  "send_cpu": 0.021
+  "send_cpu": 0.021,
+  "rendezvous": 0.12
  })"),
             std::string::npos)
       << text;
@@ -57,10 +61,12 @@ TEST(CostGraphLink, WhatCannotBeReadNamesTheField) {
     return test::error_text([&] { parse_cost_graph(graph_with(link), "g.json"); });
   };
   EXPECT_EQ(error("5"), "g.json: link: expected an object, got 5");
-  EXPECT_EQ(error(R"({"latency": 1, "jitter": 2})"),
-            "g.json: link.jitter: unknown key (known keys: latency, bandwidth, send_cpu, receive_cpu, cpu_bandwidth)");
+  EXPECT_EQ(
+      error(R"({"latency": 1, "jitter": 2})"),
+      "g.json: link.jitter: unknown key (known keys: latency, bandwidth, send_cpu, receive_cpu, cpu_bandwidth, rendezvous)");
   EXPECT_EQ(error(R"({"bandwidth": 0})"), "g.json: link.bandwidth: must be positive (null for unlimited), got 0");
   EXPECT_EQ(error(R"({"send_cpu": -1})"), "g.json: link.send_cpu: must not be negative, got -1");
+  EXPECT_EQ(error(R"({"rendezvous": -1})"), "g.json: link.rendezvous: must not be negative, got -1");
   EXPECT_EQ(error(R"({"latency": "5 parsecs"})"),
             "g.json: link.latency: '5 parsecs' is not a time; write 5us, 2ms or a bare number in 'ms'");
 }

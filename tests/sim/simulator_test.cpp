@@ -215,6 +215,49 @@ TEST(Simulator, TransfersOnOneLinkRunInPostingOrder) {
   EXPECT_EQ(result.comm_transfers, 2);
 }
 
+TEST(Simulator, AMessageHandedOverBeforeItsReceiveWaitsForTheRendezvous) {
+  // Latency 0.5, rendezvous 1. Device 0: F0 [0,1], hands SEND_F0 over at 1, F1 [1,2], SEND_F1 at 2.
+  // Device 1 posts RECV_F0 at 0, before the message: it arrives at 1 + 0.5, F0 [1.5,2.5]. It posts
+  // RECV_F1 at 2.5, after SEND_F1 was handed over: the message leaves on the receiver's notice and
+  // arrives 1 after the RECV began, F1 [3.5,4.5] (eagerly it would have arrived at 2.5).
+  const Schedule schedule = build(2, {0, 1}, {"0F0 0SEND_F0 0F1 0SEND_F1", "1RECV_F0 1F0 1RECV_F1 1F1"});
+  CostTable costs = uniform_costs(2, 1, 1, 1);
+  costs.link = Link{0.5, kInfinity, 0, 0, kInfinity, 1};
+  const SimResult result = simulate(schedule, costs, {});
+  expect_interval(result.timeline[1][1], 1.5, 2.5);
+  expect_interval(result.timeline[1][3], 3.5, 4.5);
+  EXPECT_DOUBLE_EQ(result.makespan, 4.5);
+  costs.link.rendezvous = 0;
+  EXPECT_DOUBLE_EQ(simulate(schedule, costs, {}).makespan, 3.5);
+  // With 2 bytes at 4 per time unit, a message holds the link for 0.5: F0's arrives at 1 + 0.5 +
+  // 0.5, F0 [2,3]; F1's, handed over at 2, after the RECV posted at 3: 3 + 1 + 0.5, F1 [4.5,5.5].
+  costs.link = Link{0.5, 4, 0, 0, kInfinity, 1};
+  for (StageCosts& stage : costs.stages) stage.output_bytes = 2;
+  const SimResult timed = simulate(schedule, costs, {});
+  expect_interval(timed.timeline[1][1], 2, 3);
+  expect_interval(timed.timeline[1][3], 4.5, 5.5);
+  // Gradients too. Stage 0: F 1, B 4; stage 1: F 1, B 2. Device 1: F0 [1.5,2.5], B0 [2.5,4.5],
+  // SEND_B0 handed over at 4.5 after device 0 posted RECV_B0 (at 2): eager, at 5. RECV_F1 posted at
+  // 4.5, after F1's message (2): F1 [5.5,6.5], B1 [6.5,8.5], handed over at 8.5. Device 0: B0 [5,9]
+  // posts RECV_B1 at 9, after the gradient was handed over: it arrives at 10, B1 [10,14].
+  const Schedule two_way = build(2, {0, 1},
+                                 {"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+                                  "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"});
+  costs = uniform_costs(2, 1, 1, 1);
+  costs.stages[0].backward = 4;
+  costs.stages[1].backward = 2;
+  costs.link = Link{0.5, kInfinity, 0, 0, kInfinity, 1};
+  const SimResult both = simulate(two_way, costs, {});
+  expect_interval(both.timeline[1][3], 4.5, 4.5);
+  expect_interval(both.timeline[0][5], 5, 9);
+  expect_interval(both.timeline[1][5], 5.5, 6.5);
+  expect_interval(both.timeline[0][7], 10, 14);
+  EXPECT_DOUBLE_EQ(both.makespan, 14);
+  // Without the rendezvous: F1 [4.5,5.5], B1 [5.5,7.5] -> 8; device 0's B1 [9,13].
+  costs.link.rendezvous = 0;
+  EXPECT_DOUBLE_EQ(simulate(two_way, costs, {}).makespan, 13);
+}
+
 TEST(Simulator, OffloadAndReloadMoveActivationsThroughTheHostLink) {
   CostTable costs = uniform_costs(1, 1, 1, 1);
   costs.stages[0].activation_bytes = 4;

@@ -20,6 +20,13 @@ MeasuredStep timings() {
           {{0, 0, 0.1, 0}, {1, 0.1, 4.5, 2.5}, {2, 4.5, 8.5, 0}, {3, 8.5, 8.6, 0}}};
 }
 
+// As timings(), with clocks that agree: d0's B0 waits until 9, 0.4 after d1's SEND_B0 ended.
+MeasuredStep consistent_timings() {
+  MeasuredStep step = timings();
+  step[0][3] = {3, 2.6, 13, 6.4};
+  return step;
+}
+
 TEST(MeasuredTimeline, IntervalsStartAfterTheWaitAndOnlyComputeIsBusy) {
   const Schedule s = tiny();
   ASSERT_EQ(s.device_actions[0].size(), 4u);
@@ -52,16 +59,18 @@ TEST(MeasuredTimeline, CostsAreMeanTimesPerChunkOverTheSteps) {
   EXPECT_DOUBLE_EQ(c.link.send_cpu, 0.3);  // sends 0.5 0.1 0.5 0.1 0.5 0.1
   EXPECT_DOUBLE_EQ(c.link.receive_cpu, 0.1);
   EXPECT_DOUBLE_EQ(c.overlap_ratio, 1);  // no OVERLAP ran
-  // In flight forward: 2.6 - 2.5, 4.6 - 4.5, 0.1 again; backward: F0's gradient left d1 at 8.6
-  // and d0 had it at 6 (the made-up first step's clocks disagree: -2.6), then 9.6 - 9.2 = 0.4, -2.6.
-  // Medians 0.1 and -2.6 average to less than nothing: no latency.
+  // The made-up first step's clocks disagree (d0 has the gradient at 6, before d1 sends it at 8.5):
+  // put on one clock, both of its messages arrive 1.45 and 1.05 before they were handed over; the
+  // second step's arrive 0.05 and 0.45 after. The mean is below nothing: no latency.
   EXPECT_DOUBLE_EQ(c.link.latency, 0);
+  EXPECT_DOUBLE_EQ(c.link.rendezvous, 0);  // every receive was posted before its message
   EXPECT_DOUBLE_EQ(c.link.bandwidth, kInfinity);
-  // With consistent clocks: B0 on d0 waits until 9 (0.4 after the gradient left): latency 0.25.
-  MeasuredStep consistent = timings();
-  consistent[0][3] = {3, 2.6, 13, 6.4};
+  // With consistent clocks: B0 on d0 waits until 9. The least delays from a SEND's start, 0.6 one
+  // way and 0.5 the other, put d1's clock 0.05 ahead of d0's: F0's input arrives 0.05 after its SEND
+  // ended, B0's gradient 0.45 after: latency 0.25.
+  const MeasuredStep consistent = consistent_timings();
   const CostTable d = measured_costs(s, {consistent});
-  EXPECT_DOUBLE_EQ(d.link.latency, (0.1 + 0.4) / 2);
+  EXPECT_NEAR(d.link.latency, (0.05 + 0.45) / 2, 1e-12);
   EXPECT_DOUBLE_EQ(d.link.send_cpu, (0.5 + 0.1) / 2);
   // The simulator then predicts the step: d0 F0 [0,2] SEND [2,2.3] -> 2.55; d1 RECV [0,0.1], F0
   // [2.55,4.45], B0 [4.45,8.45], SEND [8.45,8.75] -> 9; d0 B0 [9,13]: the measured 13.
@@ -77,6 +86,57 @@ TEST(MeasuredTimeline, CostsAreMeanTimesPerChunkOverTheSteps) {
   EXPECT_DOUBLE_EQ(simulated[1].compute, 5.9);
   EXPECT_NEAR(simulated[1].waiting, 6.7, 1e-12);
   EXPECT_DOUBLE_EQ(simulated[1].overhead, 0);
+}
+
+TEST(MeasuredTimeline, MessagesAreSeenFromBothEnds) {
+  const std::vector<Message> found = messages(tiny(), consistent_timings());
+  ASSERT_EQ(found.size(), 2u);
+  const Message& forward = found[0].gradient ? found[1] : found[0];
+  const Message& gradient = found[0].gradient ? found[0] : found[1];
+  EXPECT_EQ(forward.sender, 0);
+  EXPECT_EQ(forward.receiver, 1);
+  EXPECT_DOUBLE_EQ(forward.sent, 2);
+  EXPECT_DOUBLE_EQ(forward.handed_over, 2.5);
+  EXPECT_DOUBLE_EQ(forward.posted, 0);
+  EXPECT_DOUBLE_EQ(forward.arrived, 2.6);
+  EXPECT_DOUBLE_EQ(forward.waited, 2.5);
+  EXPECT_EQ(gradient.sender, 1);
+  EXPECT_EQ(gradient.receiver, 0);
+  EXPECT_DOUBLE_EQ(gradient.sent, 8.5);
+  EXPECT_DOUBLE_EQ(gradient.posted, 2.5);
+  EXPECT_DOUBLE_EQ(gradient.arrived, 9);
+  // A message whose consumer was not recorded is left out.
+  MeasuredStep partial = consistent_timings();
+  partial[0].pop_back();
+  ASSERT_EQ(messages(tiny(), partial).size(), 1u);
+  EXPECT_FALSE(messages(tiny(), partial)[0].gradient);
+}
+
+TEST(MeasuredTimeline, ClockOffsetsPutEveryRankOnDeviceZerosClock) {
+  // Least delays 0.6 (d0 to d1) and 0.5 (back): d1's clock reads 0.05 ahead of d0's.
+  std::vector<double> offsets = clock_offsets(tiny(), consistent_timings());
+  ASSERT_EQ(offsets.size(), 2u);
+  EXPECT_DOUBLE_EQ(offsets[0], 0);
+  EXPECT_NEAR(offsets[1], -0.05, 1e-12);
+  // d1 leaving the step's barrier 1 earlier reads 1 more everywhere: 1.6 and -0.5, offset -1.05,
+  // and the link read off the step does not change.
+  MeasuredStep early = consistent_timings();
+  for (MeasuredAction& m : early[1]) m.start += 1, m.end += 1;
+  offsets = clock_offsets(tiny(), early);
+  EXPECT_NEAR(offsets[1], -1.05, 1e-12);
+  EXPECT_NEAR(measured_costs(tiny(), {early}).link.latency, 0.25, 1e-12);
+}
+
+TEST(MeasuredTimeline, AReceivePostedAfterTheHandOverMeasuresTheRendezvous) {
+  // d0 posts RECV_B0 at 9.2, and B0 waits 0.5 for the gradient d1 sent at [8.5,8.6]. Least delays
+  // 0.6 and 1.3 put d1's clock 0.35 behind: F0's input arrived 0.45 after its SEND ended (eager),
+  // and the gradient, handed over at 8.95 on d0's clock, before the receive: rendezvous 9.8 - 9.2.
+  MeasuredStep step = timings();
+  step[0][2] = {2, 9.2, 9.3, 0};
+  step[0][3] = {3, 9.3, 13.8, 0.5};
+  const CostTable c = measured_costs(tiny(), {step});
+  EXPECT_NEAR(c.link.latency, 0.45, 1e-12);
+  EXPECT_NEAR(c.link.rendezvous, 0.6, 1e-12);
 }
 
 TEST(MeasuredTimeline, BreakdownAddsUpToTheStep) {

@@ -55,6 +55,12 @@ struct Link {
   double send_cpu = 0;               // per message, on the sender
   double receive_cpu = 0;            // per message, on the receiver
   double cpu_bandwidth = kInfinity;  // bytes per time unit either end copies on top of the above
+  // A transport with a rendezvous (Gloo's TCP pairs) writes a message only once the receiver has
+  // posted its receive: a message handed over before that arrives `rendezvous` after the RECV
+  // begins (the receiver's notice going out, the sender's transport thread writing, the data coming
+  // back), and one handed over after it a latency after its SEND. 0: the transport takes early
+  // messages eagerly, and every message arrives a latency after its SEND.
+  double rendezvous = 0;
   double transfer_time(double bytes) const { return latency + (bytes > 0 ? bytes / bandwidth : 0.0); }
   double send_cpu_time(double bytes) const { return send_cpu + (bytes > 0 ? bytes / cpu_bandwidth : 0.0); }
   double receive_cpu_time(double bytes) const { return receive_cpu + (bytes > 0 ? bytes / cpu_bandwidth : 0.0); }

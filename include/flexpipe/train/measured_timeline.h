@@ -28,17 +28,41 @@ SimResult measured_result(const Schedule& lowered, const std::vector<std::vector
 // One step as it ran: per device of one pipeline, its executed actions.
 using MeasuredStep = std::vector<std::vector<MeasuredAction>>;
 
+// One pipeline message between devices, seen from both ends, in each end's own clock.
+struct Message {
+  bool gradient = false;  // SEND_B's, else SEND_F's
+  int sender = 0;
+  int receiver = 0;
+  double sent = 0;         // its SEND began
+  double handed_over = 0;  // its SEND ended
+  double posted = 0;       // its RECV began
+  double arrived = 0;      // its consumer stopped waiting
+  double waited = 0;       // how long the consumer waited
+};
+
+// The step's messages whose SEND, RECV and consumer were all recorded, the consumer being an F, B
+// or I (an OVERLAP waits for two messages at once, and which one held it is not known).
+std::vector<Message> messages(const Schedule& lowered, const MeasuredStep& step);
+
+// Per device, what to add to its times to put them on device 0's clock. Each rank's clock starts as
+// it leaves the step's barrier, and a rank can leave it milliseconds after another (its message
+// out of the barrier waits for a core). No message arrives before it was sent: per pair of devices
+// that send each other messages, the least SEND-to-consumer delay each way bounds the offset, and
+// taking the shortest delay to be the same both ways puts it halfway (as NTP does).
+std::vector<double> clock_offsets(const Schedule& lowered, const MeasuredStep& step);
+
 // What the simulator needs to predict those steps. Per model chunk, the mean measured time (wait
 // excluded) of each compute kind over every step given; kinds never run keep the derived defaults
 // (B = I + W, R = F). Means, not medians: a step adds up many actions, and a sum's typical value is
 // the sum of the means, which a skewed action time (the scheduler's preemptions) puts above the sum
 // of the medians. OVERLAP actions give the overlap ratio: their time over their halves' when alone.
 // The link: its host times (Link::send_cpu, receive_cpu) are the mean times of the SEND and RECV
-// actions; its latency the median time data took from the end of its SEND to the moment its
-// consumer stopped waiting for it (only consumers that waited tell), the two directions averaged:
-// each rank's clock starts as it leaves the step's barrier, and the ranks leave it at slightly
-// different times, an offset that adds to one direction what it takes from the other. Bandwidth
-// stays unlimited: the latency is observed at the sizes the model sends.
+// actions. Messages (only those whose consumer waited tell when their data came), on one clock
+// (clock_offsets), fall in two kinds: one handed over after its RECV began went eagerly, and the
+// mean time from the end of its SEND to its consumer having it is the latency; one handed over
+// before waited for the receive (Gloo's rendezvous), and the mean time from the RECV's start to its
+// consumer having it is Link::rendezvous. Means, as for the actions: the waits add up in a step.
+// Bandwidth stays unlimited: the latencies are observed at the sizes the model sends.
 CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep>& steps);
 
 // Where one device's step went, in the step's time unit; the four parts add up to the step.
