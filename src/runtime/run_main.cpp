@@ -33,6 +33,7 @@
 #include "flexpipe/train/lr_schedule.h"
 #include "flexpipe/train/measured_timeline.h"
 #include "flexpipe/views/views.h"
+#include "host_allocator.h"
 #include "reference_model.h"
 #include "scripted_reference.h"
 #include "tensor_data.h"
@@ -396,7 +397,8 @@ class RankJob {
     j["predicted_bubble_ratio"] = predicted.bubble_ratio;
     j["measured_link_ms"] = {{"latency", costs.link.latency},
                              {"send_cpu", costs.link.send_cpu},
-                             {"receive_cpu", costs.link.receive_cpu}};
+                             {"receive_cpu", costs.link.receive_cpu},
+                             {"rendezvous", costs.link.rendezvous}};
     const std::vector<TimeBreakdown> simulated = simulated_breakdown(timed, predicted);
     j["breakdown_ms"] = nlohmann::json::array();
     for (int d = 0; d < devices; ++d) {
@@ -718,6 +720,7 @@ int run_rank(const RunRequest& request) {
 extern "C" int flexpipe_runtime_main(const flexpipe::runtime::RunRequest* request) {
   using namespace flexpipe::runtime;
   int code = flexpipe::kExitSuccess;
+  keep_freed_host_memory();
   try {
     code = run_rank(*request);
   } catch (const PeerFailure& e) {

@@ -1,0 +1,13 @@
+#pragma once
+// How the rank's host memory is allocated: the runtime frees and allocates the same tensors every
+// step, which glibc's default malloc turns into system calls and page faults (docs/performance.md,
+// "Host allocator").
+
+namespace flexpipe::runtime {
+
+// Keeps freed blocks of up to 32 MiB in the process's heap for the next step instead of unmapping
+// them, unless the user tuned malloc through the environment (MALLOC_*_ or GLIBC_TUNABLES), which
+// then wins. Call once, before the first step; does nothing where the C library is not glibc.
+void keep_freed_host_memory();
+
+}  // namespace flexpipe::runtime
