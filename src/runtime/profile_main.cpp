@@ -31,13 +31,14 @@ std::string rate(double bytes_per_ms) {
 void print_transport(const std::vector<TransportSample>& samples, const Link& link) {
   fmt::print("\ntransport: Gloo over loopback between two ranks of this machine, median of {} round trips\n",
              TransportProfileOptions{}.repeats);
-  fmt::print("{:>12} {:>9} {:>11} {:>11}\n", "bytes", "send ms", "receive ms", "one way ms");
+  fmt::print("{:>12} {:>9} {:>11} {:>11} {:>16}\n", "bytes", "send ms", "receive ms", "one way ms", "late receive ms");
   for (const TransportSample& s : samples)
-    fmt::print("{:>12.0f} {:>9.4f} {:>11.4f} {:>11.4f}\n", s.bytes, s.send, s.receive, s.one_way);
+    fmt::print("{:>12.0f} {:>9.4f} {:>11.4f} {:>11.4f} {:>16.4f}\n", s.bytes, s.send, s.receive, s.one_way,
+               s.late_receive);
   fmt::print(
       "link: latency {:.4f} ms, bandwidth {}; host time per message {:.4f} ms to send, {:.4f} ms to receive, "
-      "copying at {}\n",
-      link.latency, rate(link.bandwidth), link.send_cpu, link.receive_cpu, rate(link.cpu_bandwidth));
+      "copying at {}; a message sent before its receive arrives {:.4f} ms after the receive is posted\n",
+      link.latency, rate(link.bandwidth), link.send_cpu, link.receive_cpu, rate(link.cpu_bandwidth), link.rendezvous);
 }
 
 int profile(const ProfileRequest& request) {

@@ -23,7 +23,27 @@ double ms_between(Clock::time_point begin, Clock::time_point end) {
 
 struct RankTimings {
   std::vector<std::vector<double>> send, receive, round_trip;  // per size, per timed round trip
+  std::vector<std::vector<double>> late_receive;               // per size, per timed late message
 };
+
+// Rank 0 sends a message (tag 2) as soon as the previous one is through; rank 1 posts its receive a
+// while later, when the message has surely been announced, and times the receive until it has the
+// data: the rendezvous Gloo takes for a message sent before its receive.
+void late_receives(Transport& transport, const TransportProfileOptions& options, const at::Tensor& payload,
+                   std::vector<double>& late) {
+  const int peer = 1 - transport.rank();
+  for (int i = 0; i < options.warmup + options.repeats; ++i) {
+    if (transport.rank() == 0) {
+      transport.post_send(payload.clone(), peer, 2)->wait(options.timeout);
+      continue;
+    }
+    std::this_thread::sleep_for(options.announce);
+    const Clock::time_point posting = Clock::now();
+    at::Tensor incoming = at::empty_like(payload);
+    transport.post_recv(incoming, peer, 2)->wait(options.timeout);
+    if (i >= options.warmup) late.push_back(ms_between(posting, Clock::now()));
+  }
+}
 
 // Rank 0 sends the ping (tag 0) and times the round trip; rank 1 answers with the pong (tag 1).
 // Each side posts its receive before it sends, as the executor's RECV precedes the consumer.
@@ -54,6 +74,7 @@ void ping_pong(Transport& transport, const TransportProfileOptions& options, Ran
       receive.push_back(ms_between(posting, posted));
       if (pinger) round_trip.push_back(ms_between(sending, answered));
     }
+    late_receives(transport, options, payload, out.late_receive.emplace_back());
   }
 }
 
@@ -99,7 +120,7 @@ std::vector<TransportSample> profile_transport(const TransportProfileOptions& op
     const double bytes = static_cast<double>(
         element * std::max<int64_t>(1, static_cast<int64_t>(std::ceil(options.sizes[k] / element))));
     samples.push_back({bytes, median(both(&RankTimings::send)), median(both(&RankTimings::receive)),
-                       median(timings[0].round_trip[k]) / 2});
+                       median(timings[0].round_trip[k]) / 2, median(timings[1].late_receive[k])});
   }
   return samples;
 }

@@ -1,8 +1,9 @@
 #pragma once
 // Measures the transport the runtime trains over, between two ranks of this machine: each a thread
 // with its own Gloo group over loopback, sending messages of each size back and forth as the
-// executor does (a receive posted ahead, the payload packed into a fresh buffer, then the send). The
-// medians per size are what transport_fit.h turns into the simulator's link.
+// executor does (a receive posted ahead, the payload packed into a fresh buffer, then the send), and
+// messages whose receive is posted only after they were sent (the rendezvous). The medians per size
+// are what transport_fit.h turns into the simulator's link.
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -20,6 +21,9 @@ struct TransportProfileOptions {
   int warmup = 10;                           // untimed round trips per size
   int repeats = 100;                         // timed round trips per size; medians count
   std::chrono::milliseconds timeout{20000};  // loopback connects in well under a second
+  // How long the receiver of a late message waits before posting its receive: the sender's notice
+  // takes tens of microseconds over loopback.
+  std::chrono::microseconds announce{1000};
 };
 
 // In milliseconds. Throws TransportError naming the rank and what it waited for.

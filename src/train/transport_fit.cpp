@@ -54,6 +54,9 @@ Link fit_link(const std::vector<TransportSample>& samples) {
   std::vector<double> receive;
   for (const TransportSample& s : samples) receive.push_back(s.receive);
   link.receive_cpu = fit_line(bytes, receive).intercept;
+  std::vector<double> late;
+  for (const TransportSample& s : samples) late.push_back(s.late_receive);
+  link.rendezvous = fit_line(bytes, late).intercept;
   return link;
 }
 

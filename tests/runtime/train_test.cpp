@@ -230,9 +230,10 @@ TEST_F(Train, ProfileMeasuresTheTransportAsTheGraphsLink) {
     return std::isfinite(bytes_per_ms) ? format_bytes(bytes_per_ms * 1e3) + "/s" : std::string("unlimited");
   };
   EXPECT_NE(profile.out.find(fmt::format("\nlink: latency {:.4f} ms, bandwidth {}; host time per message {:.4f} ms "
-                                         "to send, {:.4f} ms to receive, copying at {}\n",
+                                         "to send, {:.4f} ms to receive, copying at {}; a message sent before its "
+                                         "receive arrives {:.4f} ms after the receive is posted\n",
                                          link.latency, rate(link.bandwidth), link.send_cpu, link.receive_cpu,
-                                         rate(link.cpu_bandwidth))),
+                                         rate(link.cpu_bandwidth), link.rendezvous)),
             std::string::npos)
       << profile.out;
   // Without --transport, no link: the graph says nothing it did not measure.

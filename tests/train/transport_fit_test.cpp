@@ -11,13 +11,15 @@ namespace {
 // Timings a link would give exactly: the sender's part, then the data's flight.
 TransportSample sample_of(const Link& link, double bytes) {
   const double send = link.send_cpu_time(bytes);
-  return {bytes, send, link.receive_cpu_time(bytes), send + link.transfer_time(bytes)};
+  return {bytes, send, link.receive_cpu_time(bytes), send + link.transfer_time(bytes),
+          link.rendezvous + link.transfer_time(bytes) - link.latency};
 }
 
 TEST(TransportFit, RecoversTheLinkThatMadeTheTimings) {
   // 0.05 ms latency, 2000 bytes/ms on the wire, 0.02 ms to send and 0.01 ms to receive a message,
-  // 8000 bytes/ms to copy it at either end.
-  const Link link{0.05, 2000, 0.02, 0.01, 8000};
+  // 8000 bytes/ms to copy it at either end; a message sent before its receive arrives 0.15 ms after
+  // the receive is posted, plus its bytes on the wire.
+  const Link link{0.05, 2000, 0.02, 0.01, 8000, 0.15};
   std::vector<TransportSample> samples;
   for (double bytes : {4.0, 64.0, 1024.0, 16384.0, 65536.0}) samples.push_back(sample_of(link, bytes));
   const Link fitted = fit_link(samples);
@@ -26,18 +28,21 @@ TEST(TransportFit, RecoversTheLinkThatMadeTheTimings) {
   EXPECT_NEAR(fitted.send_cpu, 0.02, 1e-12);
   EXPECT_NEAR(fitted.receive_cpu, 0.01, 1e-12);
   EXPECT_NEAR(fitted.cpu_bandwidth, 8000, 1e-6);
+  EXPECT_NEAR(fitted.rendezvous, 0.15, 1e-12);
 }
 
 TEST(TransportFit, ByHandOnTwoSizes) {
   // send 0.1 and 0.3 ms at 0 and 1000 bytes: 0.1 ms plus 1000 bytes per 0.2 ms (5000 bytes/ms);
   // one way 0.5 and 1.0 ms, so the flight is 0.4 and 0.7 ms: 0.4 ms plus 1000 bytes per 0.3 ms;
-  // receive 0.05 and 0.25 ms: the line starts at 0.05 ms.
-  const Link fitted = fit_link({{0, 0.1, 0.05, 0.5}, {1000, 0.3, 0.25, 1.0}});
+  // receive 0.05 and 0.25 ms: the line starts at 0.05 ms; a late receive 0.2 and 0.5 ms: the
+  // rendezvous is 0.2 ms.
+  const Link fitted = fit_link({{0, 0.1, 0.05, 0.5, 0.2}, {1000, 0.3, 0.25, 1.0, 0.5}});
   EXPECT_NEAR(fitted.send_cpu, 0.1, 1e-12);
   EXPECT_NEAR(fitted.cpu_bandwidth, 5000, 1e-9);
   EXPECT_NEAR(fitted.latency, 0.4, 1e-12);
   EXPECT_NEAR(fitted.bandwidth, 1000 / 0.3, 1e-9);
   EXPECT_NEAR(fitted.receive_cpu, 0.05, 1e-12);
+  EXPECT_NEAR(fitted.rendezvous, 0.2, 1e-12);
 }
 
 TEST(TransportFit, ATimeThatFallsWithSizeIsFlatWithAnUnlimitedBandwidth) {

@@ -15,6 +15,9 @@ struct TransportSample {
   double send = 0;     // the sender's host time: packing the message and posting the send
   double receive = 0;  // the receiver's host time: allocating the buffer and posting the receive
   double one_way = 0;  // half a round trip: from the start of a send to the end of the peer's wait
+  // From posting a receive for a message the peer sent a while before to having it (Gloo writes such
+  // a message only once it learns of the receive: the rendezvous); 0 where not measured.
+  double late_receive = 0;
 };
 
 // Least-squares lines through (bytes, send): send_cpu and cpu_bandwidth; through (bytes, one_way -
@@ -22,7 +25,8 @@ struct TransportSample {
 // (receive_cpu): the link has one copy rate for both ends, and a receive is posted before its data
 // arrives, so only the sender's copy shows in the timings. A line that falls with size (noise, or a
 // single size) is flat: its mean, with an unlimited bandwidth; one that would start below zero is
-// drawn through the origin instead. Throws Error when `samples` is empty.
+// drawn through the origin instead. The line through (bytes, late_receive) starts at the rendezvous
+// (its slope is the wire's again). Throws Error when `samples` is empty.
 Link fit_link(const std::vector<TransportSample>& samples);
 
 }  // namespace flexpipe
