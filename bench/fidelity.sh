@@ -34,7 +34,8 @@ gaps = [r["gap_percent"] for r in runs]
 link = runs[0]["measured_link_ms"]
 note = " (ranks share cores)" if "prediction_note" in runs[0] else ""
 print(f"{label:<26} {runs[0]['schedule']:<44.44} {measured:9.2f} {predicted:9.2f} {statistics.median(gaps):7.1f}% "
-      f"{min(gaps):6.1f}..{max(gaps):.1f}%  latency {1e3 * link['latency']:4.0f} us, send {1e3 * link['send_cpu']:3.0f} us"
+      f"{min(gaps):6.1f}..{max(gaps):.1f}%  latency {1e3 * link['latency']:4.0f} us, rendezvous {1e3 * link['rendezvous']:4.0f} us, "
+      f"send {1e3 * link['send_cpu']:3.0f} us"
       f"{note}")
 EOF
 }

@@ -1,7 +1,7 @@
 #pragma once
 // How the rank's host memory is allocated: the runtime frees and allocates the same tensors every
 // step, which glibc's default malloc turns into system calls and page faults (docs/performance.md,
-// "Host allocator").
+// "Runtime: host allocator").
 
 namespace flexpipe::runtime {
 
