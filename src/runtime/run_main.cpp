@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.h"
+#include "compute_priority.h"
 #include "data_source.h"
 #include "executor.h"
 #include "flexpipe/costs/stage_aggregation.h"
@@ -695,6 +696,9 @@ int run_rank(const RunRequest& request) {
     transport = std::move(local[0]);
   } else {
     transport = connect_gloo(request.env, timeout);
+    // Gloo's threads, started by now, read and write the messages; when ranks share cores, a
+    // message should not wait for a core behind a computation (docs/runtime.md).
+    lower_compute_priority();
   }
   RankJob job(request, *transport);
   nlohmann::json runs = nlohmann::json::array();
