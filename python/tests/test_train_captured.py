@@ -405,7 +405,7 @@ class BadInput(unittest.TestCase):
 
         field = f"error: rank 0: {manifest}: chunks[0].parameters[{index[0]}].tied_chunks"
         self.assertEqual(error_with(lambda mine, other: mine.update(tied_chunks=1)),
-                         f"{field} must be a list of the other chunks' indices, not 1")
+                         f"{field}: expected a list of the other chunks' indices, got 1")
         self.assertEqual(error_with(lambda mine, other: mine.update(tied_chunks=[2])),
                          f"{field}: 2 is not another chunk's index (0 to 1)")
         self.assertEqual(error_with(lambda mine, other: mine.update(tied_chunks=[0])),

@@ -30,88 +30,90 @@ constexpr std::array<std::pair<const char*, ElementType>, 10> kElementTypes = {{
                                                                                 {"uint8", ElementType::UInt8},
                                                                                 {"bool", ElementType::Bool}}};
 
-// Every error names the manifest and the field, as a path from the document's root.
-class ManifestReader {
+// Every error names the manifest and the field, as a path from the document's root, like the
+// other JSON readers'.
+class ManifestReader : public detail::JsonPathReader {
  public:
-  explicit ManifestReader(std::string path) : path_(std::move(path)) {}
+  explicit ManifestReader(const std::string& origin) : JsonPathReader(origin) {}
 
-  [[noreturn]] void fail(const std::string& message) const { throw Error(fmt::format("{}: {}", path_, message)); }
-
-  const Json& field(const Json& object, const std::string& key, const std::string& where) const {
-    if (!object.is_object() || !object.contains(key))
-      fail(fmt::format("{} has no '{}' (written by another version of flexpipe export? export again)", where, key));
+  // A field every exporter writes: missing, another version wrote the file.
+  const Json& field(const Json& object, const std::string& path, const char* key) const {
+    require_object(object, path);
+    if (!object.contains(key))
+      fail(detail::json_child(path, key), "missing (written by another version of flexpipe export? export again)");
     return object.at(key);
   }
-  const Json& list(const Json& object, const std::string& key, const std::string& where) const {
-    const Json& v = field(object, key, where);
-    if (!v.is_array()) fail(fmt::format("{}.{} must be a list", where, key));
+  const Json& list(const Json& object, const std::string& path, const char* key) const {
+    const Json& v = field(object, path, key);
+    if (!v.is_array()) fail(detail::json_child(path, key), "expected a list, got " + detail::describe_json(v));
     return v;
   }
-  std::string text(const Json& object, const std::string& key, const std::string& where) const {
-    const Json& v = field(object, key, where);
-    if (!v.is_string()) fail(fmt::format("{}.{} must be a string", where, key));
-    return v.get<std::string>();
+  std::string text(const Json& object, const std::string& path, const char* key) const {
+    return JsonPathReader::text(field(object, path, key), detail::json_child(path, key));
   }
-  int count(const Json& object, const std::string& key, const std::string& where) const {
-    const Json& v = field(object, key, where);
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t{1} << 30))
-      fail(fmt::format("{}.{} must be a count", where, key));
-    return v.get<int>();
+  int count(const Json& object, const std::string& path, const char* key) const {
+    return JsonPathReader::count(field(object, path, key), detail::json_child(path, key));
   }
-  bool flag(const Json& object, const std::string& key, const std::string& where) const {
+  bool flag(const Json& object, const std::string& path, const char* key) const {
     if (!object.contains(key)) return false;
     const Json& v = object.at(key);
-    if (!v.is_boolean()) fail(fmt::format("{}.{} must be true or false", where, key));
+    if (!v.is_boolean()) fail(detail::json_child(path, key), "expected true or false, got " + detail::describe_json(v));
     return v.get<bool>();
   }
-  ElementType dtype(const std::string& name, const std::string& where) const {
+  ElementType dtype(const Json& object, const std::string& path) const {
+    const std::string name = text(object, path, "dtype");
     for (const auto& [known, type] : kElementTypes)
       if (name == known) return type;
-    fail(fmt::format("{}: dtype '{}' is not one the runtime knows", where, name));
+    std::vector<std::string> known;
+    for (const auto& entry : kElementTypes) known.emplace_back(entry.first);
+    fail(detail::json_child(path, "dtype"),
+         fmt::format("'{}' is not a type the runtime knows ({})", name, fmt::join(known, ", ")));
   }
-  TensorSpec tensor(const Json& j, const std::string& where) const {
+  TensorSpec tensor(const Json& j, const std::string& path) const {
+    require_object(j, path);
     TensorSpec t;
-    t.name = j.is_object() && j.contains("name") ? text(j, "name", where) : std::string();
-    for (const Json& d : list(j, "shape", where)) {
+    t.name = j.contains("name") ? text(j, path, "name") : std::string();
+    const std::string shape = detail::json_child(path, "shape");
+    const Json& dims = list(j, path, "shape");
+    for (size_t i = 0; i < dims.size(); ++i) {
+      const Json& d = dims[i];
       if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t{1} << 40))
-        fail(fmt::format("{}.shape holds {}, not a size", where, d.dump()));
+        fail(detail::json_element(shape, i), "expected a size (a whole number from 0), got " + d.dump());
       t.shape.push_back(d.get<int64_t>());
     }
-    t.dtype = dtype(text(j, "dtype", where), where);
-    t.requires_grad = flag(j, "requires_grad", where);
-    t.model_input = flag(j, "model_input", where);
+    t.dtype = dtype(j, path);
+    t.requires_grad = flag(j, path, "requires_grad");
+    t.model_input = flag(j, path, "model_input");
     return t;
   }
-  std::vector<TensorSpec> tensors(const Json& object, const std::string& key, const std::string& where) const {
-    const Json& entries = list(object, key, where);
+  std::vector<TensorSpec> tensors(const Json& object, const std::string& path, const char* key) const {
+    const Json& entries = list(object, path, key);
     std::vector<TensorSpec> result;
     for (size_t i = 0; i < entries.size(); ++i)
-      result.push_back(tensor(entries[i], fmt::format("{}.{}[{}]", where, key, i)));
+      result.push_back(tensor(entries[i], detail::json_element(detail::json_child(path, key), i)));
     return result;
   }
   // Per entry of object[key] (already read as tensors): its state_dict names, none where it lists none.
-  std::vector<std::vector<std::string>> state_names(const Json& object, const std::string& key,
-                                                    const std::string& where) const {
-    const Json& entries = list(object, key, where);
+  std::vector<std::vector<std::string>> state_names(const Json& object, const std::string& path,
+                                                    const char* key) const {
+    const Json& entries = list(object, path, key);
     std::vector<std::vector<std::string>> result;
     for (size_t i = 0; i < entries.size(); ++i) {
       std::vector<std::string> names;
       if (entries[i].contains("state_dict")) {
-        const std::string at = fmt::format("{}.{}[{}].state_dict", where, key, i);
+        const std::string at = detail::json_child(detail::json_element(detail::json_child(path, key), i), "state_dict");
         const Json& listed = entries[i].at("state_dict");
-        if (!listed.is_array()) fail(fmt::format("{} must be a list of names", at));
-        for (const Json& n : listed) {
-          if (!n.is_string()) fail(fmt::format("{} holds {}, not a name", at, n.dump()));
-          names.push_back(n.get<std::string>());
+        if (!listed.is_array()) fail(at, "expected a list of names, got " + detail::describe_json(listed));
+        for (size_t n = 0; n < listed.size(); ++n) {
+          if (!listed[n].is_string())
+            fail(detail::json_element(at, n), "expected a name, got " + detail::describe_json(listed[n]));
+          names.push_back(listed[n].get<std::string>());
         }
       }
       result.push_back(std::move(names));
     }
     return result;
   }
-
- private:
-  std::string path_;
 };
 
 // Every chunk a tied parameter names holds it too, under the same state_dict name, of the same shape
@@ -129,16 +131,16 @@ void check_tied_parameters(const ExportManifest& m, const ManifestReader& r) {
         while (j < other.parameters.size() &&
                (other.parameter_state_names[j].empty() || other.parameter_state_names[j].front() != name))
           ++j;
-        if (j == other.parameters.size()) r.fail(fmt::format("{}: chunk {} holds no parameter {}", field, o, name));
+        if (j == other.parameters.size()) r.fail(field, fmt::format("chunk {} holds no parameter {}", o, name));
         const TensorSpec &mine = chunk.parameters[i], &theirs = other.parameters[j];
         if (mine.shape != theirs.shape || mine.dtype != theirs.dtype || mine.requires_grad != theirs.requires_grad)
-          r.fail(fmt::format("{}: chunk {} holds {} as [{}] {}{}, this chunk as [{}] {}{}: tied copies must agree",
-                             field, o, name, fmt::join(theirs.shape, ", "), element_type_name(theirs.dtype),
-                             theirs.requires_grad ? "" : " frozen", fmt::join(mine.shape, ", "),
-                             element_type_name(mine.dtype), mine.requires_grad ? "" : " frozen"));
+          r.fail(field, fmt::format("chunk {} holds {} as [{}] {}{}, this chunk as [{}] {}{}: tied copies must agree",
+                                    o, name, fmt::join(theirs.shape, ", "), element_type_name(theirs.dtype),
+                                    theirs.requires_grad ? "" : " frozen", fmt::join(mine.shape, ", "),
+                                    element_type_name(mine.dtype), mine.requires_grad ? "" : " frozen"));
         const std::vector<int>& back = other.parameter_tied_chunks[j];
         if (std::find(back.begin(), back.end(), static_cast<int>(k)) == back.end())
-          r.fail(fmt::format("{}: chunk {}'s {} does not name chunk {} in its tied_chunks", field, o, name, k));
+          r.fail(field, fmt::format("chunk {}'s {} does not name chunk {} in its tied_chunks", o, name, k));
       }
     }
   }
@@ -150,16 +152,16 @@ std::vector<int> tied_chunks(const Json& parameter, const ChunkSpec& chunk, size
   if (!parameter.contains("tied_chunks")) return result;
   const std::string field = fmt::format("{}.parameters[{}].tied_chunks", where, i);
   const Json& tied = parameter.at("tied_chunks");
-  if (!tied.is_array())
-    r.fail(fmt::format("{} must be a list of the other chunks' indices, not {}", field, tied.dump()));
+  if (!tied.is_array()) r.fail(field, fmt::format("expected a list of the other chunks' indices, got {}", tied.dump()));
   if (chunk.parameter_state_names[i].empty())
-    r.fail(fmt::format("{}.parameters[{}]: a tied weight needs its state_dict names", where, i));
+    r.fail(detail::json_element(detail::json_child(where, "parameters"), i),
+           "a tied weight needs its state_dict names");
   for (const Json& other : tied) {
     if (!other.is_number_integer() || other.get<int64_t>() < 0 || other.get<int64_t>() >= static_cast<int64_t>(chunks))
-      r.fail(fmt::format("{}: {} is not another chunk's index (0 to {})", field, other.dump(), chunks - 1));
+      r.fail(field, fmt::format("{} is not another chunk's index (0 to {})", other.dump(), chunks - 1));
     if (other.get<int64_t>() == static_cast<int64_t>(k))
-      r.fail(fmt::format("{}: {} is this chunk: list the other chunks that hold {}", field, k,
-                         chunk.parameter_state_names[i].front()));
+      r.fail(field, fmt::format("{} is this chunk: list the other chunks that hold {}", k,
+                                chunk.parameter_state_names[i].front()));
     result.push_back(other.get<int>());
   }
   return result;
@@ -167,41 +169,41 @@ std::vector<int> tied_chunks(const Json& parameter, const ChunkSpec& chunk, size
 
 PieceSpec piece_of(const Json& p, const std::string& at, const ManifestReader& r) {
   PieceSpec piece;
-  piece.file = r.text(p, "file", at);
-  piece.memory = r.text(p, "memory", at);
+  piece.file = r.text(p, at, "file");
+  piece.memory = r.text(p, at, "memory");
   if (piece.memory != "keep" && piece.memory != "recompute" && piece.memory != "offload")
-    r.fail(fmt::format("{}.memory is '{}': keep, recompute or offload", at, piece.memory));
+    r.fail(detail::json_child(at, "memory"), fmt::format("'{}' is not keep, recompute or offload", piece.memory));
   if (p.contains("first") && p.contains("last")) {
-    piece.first = r.text(p, "first", at);
-    piece.last = r.text(p, "last", at);
+    piece.first = r.text(p, at, "first");
+    piece.last = r.text(p, at, "last");
   }
-  piece.inputs = r.tensors(p, "inputs", at);
-  piece.outputs = r.tensors(p, "outputs", at);
-  for (const TensorSpec& parameter : r.tensors(p, "parameters", at))
+  piece.inputs = r.tensors(p, at, "inputs");
+  piece.outputs = r.tensors(p, at, "outputs");
+  for (const TensorSpec& parameter : r.tensors(p, at, "parameters"))
     piece.trains = piece.trains || parameter.requires_grad;
-  piece.random = r.flag(p, "random", at);
-  piece.updates_buffers = r.flag(p, "updates_buffers", at);
+  piece.random = r.flag(p, at, "random");
+  piece.updates_buffers = r.flag(p, at, "updates_buffers");
   return piece;
 }
 
 ChunkSpec chunk_of(const Json& c, size_t k, size_t chunks, const ManifestReader& r) {
   const std::string where = fmt::format("chunks[{}]", k);
   ChunkSpec chunk;
-  chunk.file = r.text(c, "file", where);
-  chunk.operators = r.count(c, "operators", where);
-  chunk.first = r.text(c, "first", where);
-  chunk.last = r.text(c, "last", where);
-  chunk.inputs = r.tensors(c, "inputs", where);
-  chunk.outputs = r.tensors(c, "outputs", where);
-  chunk.parameters = r.tensors(c, "parameters", where);
-  chunk.buffers = r.tensors(c, "buffers", where);
-  chunk.parameter_state_names = r.state_names(c, "parameters", where);
-  chunk.buffer_state_names = r.state_names(c, "buffers", where);
+  chunk.file = r.text(c, where, "file");
+  chunk.operators = r.count(c, where, "operators");
+  chunk.first = r.text(c, where, "first");
+  chunk.last = r.text(c, where, "last");
+  chunk.inputs = r.tensors(c, where, "inputs");
+  chunk.outputs = r.tensors(c, where, "outputs");
+  chunk.parameters = r.tensors(c, where, "parameters");
+  chunk.buffers = r.tensors(c, where, "buffers");
+  chunk.parameter_state_names = r.state_names(c, where, "parameters");
+  chunk.buffer_state_names = r.state_names(c, where, "buffers");
   const Json& parameters = c.at("parameters");
   for (size_t i = 0; i < parameters.size(); ++i)
     chunk.parameter_tied_chunks.push_back(tied_chunks(parameters[i], chunk, k, i, chunks, where, r));
   if (c.contains("pieces")) {
-    const Json& pieces = r.list(c, "pieces", where);
+    const Json& pieces = r.list(c, where, "pieces");
     for (size_t i = 0; i < pieces.size(); ++i) {
       chunk.pieces.push_back(piece_of(pieces[i], fmt::format("{}.pieces[{}]", where, i), r));
       chunk.offloads = chunk.offloads || chunk.pieces.back().memory == "offload";
@@ -215,8 +217,8 @@ ChunkSpec chunk_of(const Json& c, size_t k, size_t chunks, const ManifestReader&
     for (const TensorSpec& parameter : chunk.parameters) whole.trains = whole.trains || parameter.requires_grad;
     whole.inputs = chunk.inputs;
     whole.outputs = chunk.outputs;
-    whole.random = r.flag(c, "random", where);
-    whole.updates_buffers = r.flag(c, "updates_buffers", where);
+    whole.random = r.flag(c, where, "random");
+    whole.updates_buffers = r.flag(c, where, "updates_buffers");
     chunk.pieces.push_back(std::move(whole));
   }
   return chunk;
@@ -238,28 +240,26 @@ bool is_floating(ElementType type) {
 ExportManifest parse_export_manifest(const std::string& text, const std::string& path) {
   const Json j = detail::parse_json_text(text, path, "invalid JSON", detail::ColumnUnit::Byte);
   const ManifestReader r(path);
-  if (!j.is_object() || !j.contains("format") || j.at("format") != "flexpipe-export")
-    r.fail("not a flexpipe export manifest (\"format\": \"flexpipe-export\")");
-  if (!j.contains("version") || j.at("version") != 1)
-    r.fail(fmt::format("manifest version {} (this runtime reads version 1)",
-                       j.contains("version") ? j.at("version").dump() : "none"));
+  r.require_object(j, "");
+  r.check_format_header(j, "flexpipe export manifest", "flexpipe-export", 1);
   ExportManifest m;
-  m.graph = r.text(j, "graph", "the manifest");
-  m.graph_operators = r.count(j, "graph_operators", "the manifest");
-  m.dtype = r.dtype(r.text(j, "dtype", "the manifest"), "dtype");
-  m.inputs = r.tensors(j, "inputs", "the manifest");
-  m.outputs = r.tensors(j, "outputs", "the manifest");
+  m.graph = r.text(j, "", "graph");
+  m.graph_operators = r.count(j, "", "graph_operators");
+  m.dtype = r.dtype(j, "");
+  m.inputs = r.tensors(j, "", "inputs");
+  m.outputs = r.tensors(j, "", "outputs");
   const Json& chunks = j.contains("chunks") ? j.at("chunks") : Json();
-  if (!chunks.is_array() || chunks.empty()) r.fail("'chunks' must be a non-empty list");
+  if (!chunks.is_array())
+    r.fail("chunks", "expected a list with one entry per chunk, got " + detail::describe_json(chunks));
+  if (chunks.empty()) r.fail("chunks", "empty: an export has at least one chunk");
   for (size_t k = 0; k < chunks.size(); ++k) m.chunks.push_back(chunk_of(chunks[k], k, chunks.size(), r));
   check_tied_parameters(m, r);
-  const Json& loss = r.field(j, "loss", "the manifest");
-  m.loss.kind = r.text(loss, "kind", "loss");
-  m.loss.file = r.text(loss, "file", "loss");
-  for (const Json& n : r.list(loss, "inputs", "loss")) {
-    if (!n.is_string()) r.fail("loss.inputs must be names");
-    m.loss.inputs.push_back(n.get<std::string>());
-  }
+  const Json& loss = r.field(j, "", "loss");
+  m.loss.kind = r.text(loss, "loss", "kind");
+  m.loss.file = r.text(loss, "loss", "file");
+  const Json& inputs = r.list(loss, "loss", "inputs");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    m.loss.inputs.push_back(r.JsonPathReader::text(inputs[i], detail::json_element("loss.inputs", i)));
   if (loss.contains("target") && !loss.at("target").is_null())
     m.loss.target = r.tensor(loss.at("target"), "loss.target");
   return m;

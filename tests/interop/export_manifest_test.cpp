@@ -88,29 +88,36 @@ TEST(ExportManifest, WhatNoExporterWritesIsOneErrorNamingTheField) {
   // Before the reader moved out of the runtime, a list where an object was expected (or the reverse)
   // escaped as the JSON library's own exception, naming neither the file nor the field.
   EXPECT_EQ(error_reading(replaced(kManifest, "\"pieces\": [", "\"pieces\": \"x\", \"was\": [")),
-            "out/manifest.json: chunks[0].pieces must be a list");
+            "out/manifest.json: chunks[0].pieces: expected a list, got \"x\"");
   EXPECT_EQ(error_reading(
                 replaced(kManifest, "\"state_dict\": [\"down1.weight\"]", "\"state_dict\": \"down1.weight\"")),
-            "out/manifest.json: chunks[0].parameters[0].state_dict must be a list of names");
+            "out/manifest.json: chunks[0].parameters[0].state_dict: expected a list of names, got \"down1.weight\"");
   EXPECT_EQ(error_reading(replaced(kManifest, "[\"bn.num_batches_tracked\"]", "[7]")),
-            "out/manifest.json: chunks[0].buffers[0].state_dict holds 7, not a name");
+            "out/manifest.json: chunks[0].buffers[0].state_dict[0]: expected a name, got 7");
   EXPECT_EQ(error_reading(replaced(kManifest, "\"inputs\": [\"out\"]", "\"inputs\": {\"a\": \"out\"}")),
-            "out/manifest.json: loss.inputs must be a list");
+            "out/manifest.json: loss.inputs: expected a list, got an object");
   EXPECT_EQ(error_reading(replaced(kManifest, "\"shape\": [2, 3, 8, 8], \"dtype\": \"float64\", \"model_input\"",
                                    "\"shape\": [2, -3, 8, 8], \"dtype\": \"float64\", \"model_input\"")),
-            "out/manifest.json: the manifest.inputs[0].shape holds -3, not a size");
-  EXPECT_EQ(error_reading(replaced(kManifest, "\"dtype\": \"int64\"", "\"dtype\": \"complex64\"")),
-            "out/manifest.json: chunks[0].buffers[0]: dtype 'complex64' is not one the runtime knows");
+            "out/manifest.json: inputs[0].shape[1]: expected a size (a whole number from 0), got -3");
+  EXPECT_EQ(
+      error_reading(replaced(kManifest, "\"dtype\": \"int64\"", "\"dtype\": \"complex64\"")),
+      "out/manifest.json: chunks[0].buffers[0].dtype: 'complex64' is not a type the runtime knows (float32, float64, "
+      "float16, bfloat16, int64, int32, int16, int8, uint8, bool)");
   EXPECT_EQ(error_reading(replaced(kManifest, "\"memory\": \"keep\"", "\"memory\": \"swap\"")),
-            "out/manifest.json: chunks[0].pieces[1].memory is 'swap': keep, recompute or offload");
+            "out/manifest.json: chunks[0].pieces[1].memory: 'swap' is not keep, recompute or offload");
   EXPECT_EQ(error_reading(replaced(kManifest, "\"operators\": 4, \"first\"", "\"operators\": 4.5, \"first\"")),
-            "out/manifest.json: chunks[0].operators must be a count");
+            "out/manifest.json: chunks[0].operators: must be a whole number of at most 2147483647, got 4.5");
   EXPECT_EQ(error_reading(replaced(kManifest, "\"version\": 1", "\"version\": 2")),
-            "out/manifest.json: manifest version 2 (this runtime reads version 1)");
+            "out/manifest.json: version: unsupported version 2 (this build reads version 1)");
   EXPECT_EQ(error_reading(replaced(kManifest, "\"chunks\": [{", "\"chunks\": [], \"old\": [{")),
-            "out/manifest.json: 'chunks' must be a non-empty list");
-  EXPECT_EQ(error_reading("[1, 2]"),
-            "out/manifest.json: not a flexpipe export manifest (\"format\": \"flexpipe-export\")");
+            "out/manifest.json: chunks: empty: an export has at least one chunk");
+  nlohmann::json old = nlohmann::json::parse(kManifest);
+  old.erase("graph");
+  EXPECT_EQ(error_reading(old.dump()),
+            "out/manifest.json: graph: missing (written by another version of flexpipe export? export again)");
+  EXPECT_EQ(error_reading(R"({"format": "flexpipe-cost-graph", "version": 1})"),
+            "out/manifest.json: format: expected \"flexpipe-export\", got \"flexpipe-cost-graph\"");
+  EXPECT_EQ(error_reading("[1, 2]"), "out/manifest.json: expected an object, got an array");
   EXPECT_EQ(error_reading("{\"format\": \"flexpipe-export\",\n \"version\": 1,}"),
             "out/manifest.json:2:15: invalid JSON: syntax error while parsing object key - unexpected '}'; expected "
             "string literal");
@@ -140,7 +147,7 @@ TEST(ExportManifest, ATiedWeightNamesChunksThatHoldItBack) {
             "down1.weight");
   EXPECT_EQ(
       error_reading(tied(1, {0})),
-      "out/manifest.json: chunks[0].parameters[0].tied_chunks must be a list of the other chunks' indices, not 1");
+      "out/manifest.json: chunks[0].parameters[0].tied_chunks: expected a list of the other chunks' indices, got 1");
 }
 
 }  // namespace
