@@ -16,8 +16,9 @@ class TracedGraphEqualsTheModel(unittest.TestCase):
         x = torch.randn(shape)
         graph_module, _, kept_whole = trace(model, [x])
         self.assertEqual(kept_whole, {})
-        with torch.no_grad():
-            self.assertTrue(torch.equal(graph_module(x), model(x)))
+        # With gradients on, as in training: under no_grad nn.TransformerEncoder takes its inference
+        # fast path (one fused kernel, rounding of its own), which the traced graph does not.
+        self.assertTrue(torch.equal(graph_module(x).detach(), model(x).detach()))
         return graph_module
 
     def test_resnet50(self):

@@ -31,10 +31,10 @@ bool counts_as_busy(const Schedule& lowered, const Action& a) {
 
 }  // namespace
 
-std::vector<Message> messages(const Schedule& lowered, const MeasuredStep& step) {
+std::vector<MeasuredMessage> measured_messages(const Schedule& lowered, const MeasuredStep& step) {
   check_indices(lowered, step);
   // Per (kind of SEND, sending stage, micro-batch): the message's record, filled from both ends.
-  std::map<std::tuple<ActionKind, int, int>, Message> found;
+  std::map<std::tuple<ActionKind, int, int>, MeasuredMessage> found;
   std::map<std::tuple<ActionKind, int, int>, int> parts;
   for (size_t d = 0; d < step.size(); ++d)
     for (const MeasuredAction& m : step[d]) {
@@ -42,7 +42,7 @@ std::vector<Message> messages(const Schedule& lowered, const MeasuredStep& step)
       const int device = static_cast<int>(d);
       auto remote = [&](int stage) { return lowered.stage_device[stage] != device; };
       if (a.kind == ActionKind::SendF || a.kind == ActionKind::SendB) {
-        Message& message = found[{a.kind, a.stage, a.microbatch}];
+        MeasuredMessage& message = found[{a.kind, a.stage, a.microbatch}];
         message.gradient = a.kind == ActionKind::SendB;
         message.sender = device;
         message.sent = m.start;
@@ -55,14 +55,14 @@ std::vector<Message> messages(const Schedule& lowered, const MeasuredStep& step)
         found[{ActionKind::SendB, a.stage + 1, a.microbatch}].posted = m.start;
         ++parts[{ActionKind::SendB, a.stage + 1, a.microbatch}];
       } else if (a.kind == ActionKind::F && !lowered.is_first_stage(a.stage) && remote(a.stage - 1)) {
-        Message& message = found[{ActionKind::SendF, a.stage - 1, a.microbatch}];
+        MeasuredMessage& message = found[{ActionKind::SendF, a.stage - 1, a.microbatch}];
         message.receiver = device;
         message.arrived = m.start + m.wait;
         message.waited = m.wait;
         ++parts[{ActionKind::SendF, a.stage - 1, a.microbatch}];
       } else if ((a.kind == ActionKind::B || a.kind == ActionKind::I) && !lowered.is_last_stage(a.stage) &&
                  remote(a.stage + 1)) {
-        Message& message = found[{ActionKind::SendB, a.stage + 1, a.microbatch}];
+        MeasuredMessage& message = found[{ActionKind::SendB, a.stage + 1, a.microbatch}];
         message.receiver = device;
         message.arrived = m.start + m.wait;
         message.waited = m.wait;
@@ -71,7 +71,7 @@ std::vector<Message> messages(const Schedule& lowered, const MeasuredStep& step)
     }
   // An OVERLAP consumes two messages at once, and which one it waited for is not known: only
   // messages seen at their SEND, their RECV and a lone consumer are kept.
-  std::vector<Message> result;
+  std::vector<MeasuredMessage> result;
   for (const auto& [key, message] : found)
     if (parts[key] == 3) result.push_back(message);
   return result;
@@ -82,7 +82,7 @@ std::vector<double> clock_offsets(const Schedule& lowered, const MeasuredStep& s
   // Per ordered pair of devices, the least time from a SEND beginning on one to its consumer
   // having the data on the other: the shortest one-way delay plus the difference of their origins.
   std::vector<double> least(static_cast<size_t>(devices) * devices, kInfinity);
-  for (const Message& message : messages(lowered, step)) {
+  for (const MeasuredMessage& message : measured_messages(lowered, step)) {
     double& bound = least[static_cast<size_t>(message.sender) * devices + message.receiver];
     bound = std::min(bound, message.arrived - message.sent);
   }
@@ -151,7 +151,7 @@ CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep
             time);
       }
     const std::vector<double> origin = clock_offsets(lowered, step);
-    for (const Message& message : messages(lowered, step)) {
+    for (const MeasuredMessage& message : measured_messages(lowered, step)) {
       if (message.waited <= 0) continue;  // only a consumer that waited tells when its data came
       const double handed_over = message.handed_over + origin[message.sender];
       const double posted = message.posted + origin[message.receiver];

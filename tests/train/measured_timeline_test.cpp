@@ -89,10 +89,10 @@ TEST(MeasuredTimeline, CostsAreMeanTimesPerChunkOverTheSteps) {
 }
 
 TEST(MeasuredTimeline, MessagesAreSeenFromBothEnds) {
-  const std::vector<Message> found = messages(tiny(), consistent_timings());
+  const std::vector<MeasuredMessage> found = measured_messages(tiny(), consistent_timings());
   ASSERT_EQ(found.size(), 2u);
-  const Message& forward = found[0].gradient ? found[1] : found[0];
-  const Message& gradient = found[0].gradient ? found[0] : found[1];
+  const MeasuredMessage& forward = found[0].gradient ? found[1] : found[0];
+  const MeasuredMessage& gradient = found[0].gradient ? found[0] : found[1];
   EXPECT_EQ(forward.sender, 0);
   EXPECT_EQ(forward.receiver, 1);
   EXPECT_DOUBLE_EQ(forward.sent, 2);
@@ -108,8 +108,8 @@ TEST(MeasuredTimeline, MessagesAreSeenFromBothEnds) {
   // A message whose consumer was not recorded is left out.
   MeasuredStep partial = consistent_timings();
   partial[0].pop_back();
-  ASSERT_EQ(messages(tiny(), partial).size(), 1u);
-  EXPECT_FALSE(messages(tiny(), partial)[0].gradient);
+  ASSERT_EQ(measured_messages(tiny(), partial).size(), 1u);
+  EXPECT_FALSE(measured_messages(tiny(), partial)[0].gradient);
 }
 
 TEST(MeasuredTimeline, ClockOffsetsPutEveryRankOnDeviceZerosClock) {

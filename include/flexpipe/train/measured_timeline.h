@@ -29,7 +29,7 @@ SimResult measured_result(const Schedule& lowered, const std::vector<std::vector
 using MeasuredStep = std::vector<std::vector<MeasuredAction>>;
 
 // One pipeline message between devices, seen from both ends, in each end's own clock.
-struct Message {
+struct MeasuredMessage {
   bool gradient = false;  // SEND_B's, else SEND_F's
   int sender = 0;
   int receiver = 0;
@@ -42,7 +42,7 @@ struct Message {
 
 // The step's messages whose SEND, RECV and consumer were all recorded, the consumer being an F, B
 // or I (an OVERLAP waits for two messages at once, and which one held it is not known).
-std::vector<Message> messages(const Schedule& lowered, const MeasuredStep& step);
+std::vector<MeasuredMessage> measured_messages(const Schedule& lowered, const MeasuredStep& step);
 
 // Per device, what to add to its times to put them on device 0's clock. Each rank's clock starts as
 // it leaves the step's barrier, and a rank can leave it milliseconds after another (its message
