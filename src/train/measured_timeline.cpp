@@ -77,12 +77,13 @@ std::vector<MeasuredMessage> measured_messages(const Schedule& lowered, const Me
   return result;
 }
 
-std::vector<double> clock_offsets(const Schedule& lowered, const MeasuredStep& step) {
-  const int devices = static_cast<int>(step.size());
+namespace {
+
+std::vector<double> clock_offsets(const std::vector<MeasuredMessage>& messages, int devices) {
   // Per ordered pair of devices, the least time from a SEND beginning on one to its consumer
   // having the data on the other: the shortest one-way delay plus the difference of their origins.
   std::vector<double> least(static_cast<size_t>(devices) * devices, kInfinity);
-  for (const MeasuredMessage& message : measured_messages(lowered, step)) {
+  for (const MeasuredMessage& message : messages) {
     double& bound = least[static_cast<size_t>(message.sender) * devices + message.receiver];
     bound = std::min(bound, message.arrived - message.sent);
   }
@@ -105,6 +106,12 @@ std::vector<double> clock_offsets(const Schedule& lowered, const MeasuredStep& s
     }
   }
   return offset;
+}
+
+}  // namespace
+
+std::vector<double> clock_offsets(const Schedule& lowered, const MeasuredStep& step) {
+  return clock_offsets(measured_messages(lowered, step), static_cast<int>(step.size()));
 }
 
 SimResult measured_result(const Schedule& lowered, const std::vector<std::vector<MeasuredAction>>& devices) {
@@ -150,8 +157,9 @@ CostTable measured_costs(const Schedule& lowered, const std::vector<MeasuredStep
         times[static_cast<size_t>(lowered.chunk_of_stage(a.stage)) * kKinds + static_cast<size_t>(a.kind)].push_back(
             time);
       }
-    const std::vector<double> origin = clock_offsets(lowered, step);
-    for (const MeasuredMessage& message : measured_messages(lowered, step)) {
+    const std::vector<MeasuredMessage> messages = measured_messages(lowered, step);
+    const std::vector<double> origin = clock_offsets(messages, static_cast<int>(step.size()));
+    for (const MeasuredMessage& message : messages) {
       if (message.waited <= 0) continue;  // only a consumer that waited tells when its data came
       const double handed_over = message.handed_over + origin[message.sender];
       const double posted = message.posted + origin[message.receiver];
