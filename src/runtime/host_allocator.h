@@ -5,6 +5,9 @@
 
 namespace flexpipe::runtime {
 
+// Whether the user tuned malloc through the environment (MALLOC_*_ or GLIBC_TUNABLES).
+bool malloc_tuned_by_environment();
+
 // Keeps freed blocks of up to 32 MiB in the process's heap for the next step instead of unmapping
 // them, unless the user tuned malloc through the environment (MALLOC_*_ or GLIBC_TUNABLES), which
 // then wins. Call once, before the first step; does nothing where the C library is not glibc.

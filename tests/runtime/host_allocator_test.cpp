@@ -33,8 +33,7 @@ bool maps_a_24_mib_block(void (*prepare)()) {
 }
 
 TEST(HostAllocator, BlocksOfAFewMiBComeFromTheHeap) {
-  if (std::getenv("GLIBC_TUNABLES") || std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_MMAP_MAX_"))
-    GTEST_SKIP() << "malloc is tuned through the environment, which wins";
+  if (malloc_tuned_by_environment()) GTEST_SKIP() << "malloc is tuned through the environment, which wins";
   EXPECT_TRUE(maps_a_24_mib_block([] {}));  // glibc's default: any block over 128 KiB at first
   EXPECT_FALSE(maps_a_24_mib_block(keep_freed_host_memory));
 }
