@@ -60,6 +60,11 @@ class MultiProcess : public CliHarness {
     EXPECT_LE(measured, spread["p75"].get<double>()) << name;
     EXPECT_LE(spread["p75"].get<double>(), spread["max"].get<double>()) << name;
     EXPECT_NEAR(r["gap_percent"].get<double>(), 100 * (measured - predicted) / measured, 1e-9) << name;
+    // The transport read off the traces: eager latency, rendezvous and the host times per message.
+    for (const char* field : {"latency", "rendezvous", "send_cpu", "receive_cpu"}) {
+      ASSERT_TRUE(r["measured_link_ms"].contains(field)) << name << " " << field;
+      EXPECT_GE(r["measured_link_ms"][field].get<double>(), 0) << name << " " << field;
+    }
     ASSERT_EQ(r["breakdown_ms"].size(), static_cast<size_t>(r["ranks"].get<int>() / r["data_parallel"].get<int>()))
         << name;
     for (const nlohmann::json& b : r["breakdown_ms"]) {
