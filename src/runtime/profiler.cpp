@@ -12,6 +12,7 @@
 
 #include "data_source.h"
 #include "flexpipe/support/statistics.h"
+#include "torch_compat.h"
 
 namespace flexpipe::runtime {
 
@@ -28,7 +29,7 @@ double time_ms(F&& f) {
 
 // Wraps the CPU allocator while profiling to count live bytes and their high-water mark: what an
 // operator's pass allocates beyond what it keeps is its transient workspace.
-class CountingAllocator final : public c10::Allocator {
+class CountingAllocator final : public compat::HostAllocator<> {
  public:
   CountingAllocator() : base_(c10::GetCPUAllocator()) {
     active_ = this;
@@ -41,7 +42,7 @@ class CountingAllocator final : public c10::Allocator {
   CountingAllocator(const CountingAllocator&) = delete;
   CountingAllocator& operator=(const CountingAllocator&) = delete;
 
-  c10::DataPtr allocate(size_t bytes) const override {
+  c10::DataPtr allocate_bytes(size_t bytes) const override {
     c10::DataPtr inner = base_->allocate(bytes);
     void* data = inner.get();
     const c10::Device device = inner.device();

@@ -289,9 +289,14 @@ struct RendezvousStore::Reply {
   Bytes value;
 };
 
-RendezvousStore::RendezvousStore(int socket, std::unique_ptr<RendezvousServer> server, std::string address,
+RendezvousStore::RendezvousStore(int socket, std::unique_ptr<RendezvousServer> server, std::string host, int port,
                                  std::chrono::milliseconds timeout)
-    : c10d::Store(timeout), socket_(socket), server_(std::move(server)), address_(std::move(address)) {}
+    : compat::Store<>(timeout),
+      socket_(socket),
+      server_(std::move(server)),
+      host_(std::move(host)),
+      port_(port),
+      address_(fmt::format("{}:{}", host_, port_)) {}
 
 RendezvousStore::~RendezvousStore() {
   ::close(socket_);
@@ -304,7 +309,7 @@ c10::intrusive_ptr<RendezvousStore> RendezvousStore::host(const std::string& hos
   std::string error;
   const int fd = try_connect(host, port, error);
   if (fd < 0) fail(fmt::format("cannot reach its own store at {}:{}: {}", host, port, error));
-  return c10::make_intrusive<RendezvousStore>(fd, std::move(server), fmt::format("{}:{}", host, port), timeout);
+  return c10::make_intrusive<RendezvousStore>(fd, std::move(server), host, port, timeout);
 }
 
 c10::intrusive_ptr<RendezvousStore> RendezvousStore::connect(const std::string& host, int port,
@@ -313,11 +318,15 @@ c10::intrusive_ptr<RendezvousStore> RendezvousStore::connect(const std::string& 
   std::string error = "no attempt";
   while (true) {
     const int fd = try_connect(host, port, error);
-    if (fd >= 0) return c10::make_intrusive<RendezvousStore>(fd, nullptr, fmt::format("{}:{}", host, port), timeout);
-    if (Clock::now() + std::chrono::milliseconds(100) > deadline) fail(error);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 0 may not listen yet
+    if (fd >= 0) return c10::make_intrusive<RendezvousStore>(fd, nullptr, host, port, timeout);
+    // Rank 0 may not listen yet (it loads libtorch too, 0.7 s of CPU): a refused connection costs
+    // microseconds, so retrying often starts the job as soon as it listens.
+    if (Clock::now() + std::chrono::milliseconds(20) > deadline) fail(error);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
+
+c10::intrusive_ptr<c10d::Store> RendezvousStore::clone_store() { return connect(host_, port_, timeout_); }
 
 std::string RendezvousStore::bound_address() const { return server_ ? server_->address() : std::string(); }
 

@@ -14,11 +14,13 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "torch_compat.h"
+
 namespace flexpipe::runtime {
 
 class RendezvousServer;
 
-class RendezvousStore final : public c10d::Store {
+class RendezvousStore final : public compat::Store<> {
  public:
   // Rank 0: serves the store on host:port (failing with Error when it cannot bind there) and is its
   // own first client. The server lives as long as this object.
@@ -27,7 +29,7 @@ class RendezvousStore final : public c10d::Store {
   static c10::intrusive_ptr<RendezvousStore> connect(const std::string& host, int port,
                                                      std::chrono::milliseconds timeout);
   // Use host() or connect(); public for c10::make_intrusive.
-  RendezvousStore(int socket, std::unique_ptr<RendezvousServer> server, std::string address,
+  RendezvousStore(int socket, std::unique_ptr<RendezvousServer> server, std::string host, int port,
                   std::chrono::milliseconds timeout);
   ~RendezvousStore() override;
 
@@ -41,6 +43,8 @@ class RendezvousStore final : public c10d::Store {
   int64_t getNumKeys() override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  // Another client of the same server, for a thread of its own (Store::clone where c10d has it).
+  c10::intrusive_ptr<c10d::Store> clone_store() override;
 
   // The address the server is bound to (rank 0 only; empty elsewhere), e.g. "127.0.0.1:29500".
   std::string bound_address() const;
@@ -59,6 +63,8 @@ class RendezvousStore final : public c10d::Store {
   std::mutex mutex_;  // one request at a time on the socket: Gloo's threads share the store
   int socket_;
   std::unique_ptr<RendezvousServer> server_;
+  std::string host_;
+  int port_;
   std::string address_;  // host:port, for messages
 };
 

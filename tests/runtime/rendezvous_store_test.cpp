@@ -86,6 +86,22 @@ TEST(RendezvousStore, KeepsC10dStoreSemanticsAcrossClients) {
   later.join();
 }
 
+TEST(RendezvousStore, AClonedStoreIsAnotherConnectionToTheSameKeys) {
+  const int port = free_port();
+  const auto host = RendezvousStore::host("127.0.0.1", port, 5s);
+  const auto clone = host->clone_store();
+  clone->set("from clone", bytes("1"));
+  EXPECT_EQ(host->get("from clone"), bytes("1"));
+  host->set("from host", bytes("2"));
+  EXPECT_EQ(clone->get("from host"), bytes("2"));
+  EXPECT_EQ(clone->getTimeout(), 5s);
+  // Its own socket: a wait on the clone does not hold the original's connection.
+  std::thread waiting([&] { EXPECT_EQ(clone->get("later"), bytes("3")); });
+  std::this_thread::sleep_for(20ms);
+  host->set("later", bytes("3"));
+  waiting.join();
+}
+
 TEST(RendezvousStore, AWaitThatTimesOutNamesTheKeysAndTheStore) {
   const int port = free_port();
   const auto host = RendezvousStore::host("127.0.0.1", port, 5s);
