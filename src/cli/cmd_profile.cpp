@@ -2,6 +2,7 @@
 // cost graph, which `simulate --model FILE`, the partitioner and `train --schedule auto` read.
 #include <fmt/format.h>
 
+#include "flexpipe/train/device.h"
 #include "flexpipe/train/trainable_model.h"
 #include "launcher.h"
 #include "number_checks.h"
@@ -37,6 +38,7 @@ void add_profile_command(CLI::App& app, int& exit_code) {
       ->check(whole_number_at_least(1));
   command->add_option("--dtype", o->request.dtype, "float32 or float64 [float32]")
       ->check(CLI::IsMember({"float32", "float64"}));
+  command->add_option("--device", o->request.device, kDeviceHelp);
   command->add_option("--warmup", o->request.warmup, "Untimed runs per operator first [2]")
       ->check(whole_number_at_least(0));
   command->add_option("--repeats", o->request.repeats, "Timed runs per operator; the median counts [7]")
@@ -48,6 +50,7 @@ void add_profile_command(CLI::App& app, int& exit_code) {
   command->add_flag("--json", o->request.json, "Print the measured cost graph instead of the table");
   command->callback([o, &exit_code] {
     o->request.model = trainable_config(o->model);
+    runtime::parse_device(o->request.device);
     if (o->transport) o->request.transport_port = free_tcp_port();
     exit_code = profile_runtime(o->request);
   });

@@ -349,7 +349,8 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
     runtime::RankEnv env;
     env.world_size = env.local_world_size = ranks;
     prepare_request(as_rank_zero, env);
-    if (!request.export_dir.empty())
+    // What needs torch to check (a captured model's export, a CUDA device) is checked here, once.
+    if (!request.export_dir.empty() || request.device != "cpu")
       if (const int code = check_runtime_request(as_rank_zero.request); code != 0) {
         exit_code = code;
         return;

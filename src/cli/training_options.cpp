@@ -5,6 +5,7 @@
 #include "flexpipe/interop/partition_plan_json.h"
 #include "flexpipe/partition/plan.h"
 #include "flexpipe/support/error.h"
+#include "flexpipe/train/device.h"
 #include "flexpipe/train/rank_env.h"
 #include "number_checks.h"
 
@@ -82,6 +83,7 @@ void add_training_options(CLI::App* command, TrainingCommand& o, const std::stri
       ->add_option("--dtype", o.request.training.dtype,
                    fmt::format("float32 or float64 [{}]", o.request.training.dtype))
       ->check(CLI::IsMember({"float32", "float64"}));
+  command->add_option("--device", o.request.device, kDeviceHelp);
   add_quantity_option(command, "--timeout", o.request.timeout_seconds, QuantityKind::Time, QuantityRange::Positive,
                       kSecondsExamples,
                       fmt::format("How long a rank waits for a peer before failing: 90s, 5min or seconds [{:g}s]",
@@ -104,6 +106,7 @@ void prepare_request(TrainingCommand& o) { prepare_request(o, runtime::rank_env_
 void prepare_request(TrainingCommand& o, const runtime::RankEnv& env) {
   runtime::RunRequest& request = o.request;
   request.env = env;
+  runtime::parse_device(request.device);
   request.model = trainable_config(o.model);
   for (const std::string& hook : o.hooks) {
     const size_t eq = hook.find('=');

@@ -23,6 +23,10 @@ struct TrainingCommand {
   std::vector<std::string> hooks;
 };
 
+// --device's help, for run, train and profile.
+inline constexpr const char* kDeviceHelp =
+    "Where each rank trains: cpu, cuda (each rank the GPU of its LOCAL_RANK) or cuda:N (every rank GPU N) [cpu]";
+
 // --family and --kv-heads: the model's layout (gpt or llama) and its key/value heads.
 void add_model_family_options(CLI::App* command, ModelSize& model);
 

@@ -18,6 +18,7 @@
 #include "flexpipe/train/trainable_model.h"
 #include "host_allocator.h"
 #include "profiler.h"
+#include "torch_device.h"
 #include "transport_profiler.h"
 
 namespace flexpipe::runtime {
@@ -95,6 +96,7 @@ int profile(const ProfileRequest& request) {
 extern "C" int flexpipe_runtime_profile(const flexpipe::runtime::ProfileRequest* request) {
   flexpipe::runtime::keep_freed_host_memory();  // the operators are timed as training runs them
   try {
+    flexpipe::runtime::training_device(request->device, flexpipe::runtime::RankEnv{});
     return flexpipe::runtime::profile(*request);
   } catch (const std::exception& e) {
     return flexpipe::report_exception(e);

@@ -20,7 +20,7 @@ TEST_F(RunCli, HelpNamesTheLauncherAndEveryOption) {
   const Outcome run = flexpipe("run --help");
   EXPECT_EQ(run.exit_code, 0);
   for (const char* option : {"flexpipe launch -n N", "--verify", "--tolerance", "--partition", "--dtype", "--timeout",
-                             "--trace", "--svg", "--json", "--hook", "--fault", "--microbatch-size"})
+                             "--trace", "--svg", "--json", "--hook", "--fault", "--microbatch-size", "--device"})
     EXPECT_NE(run.out.find(option), std::string::npos) << option;
 }
 
@@ -36,6 +36,9 @@ TEST_F(RunCli, BadInputIsOneLineAndExitTwo) {
   expect_error("1f1b -p 1 --hook FOO", "--hook 'FOO': expected NAME=SPEC, e.g. OFFLOAD_KV=sleep:2");
   expect_error("1f1b -p 1 --steps 0", "--steps: must be a whole number of at least 1, got 0 (see flexpipe run --help)");
   expect_error("1f1b -p 1 --heads 3", "GPT size: hidden 32 is not a multiple of heads 3");
+  expect_error("1f1b -p 1 --device gpu",
+               "--device 'gpu': expected cpu, cuda (each rank the GPU of its LOCAL_RANK) or cuda:N (GPU N, a whole "
+               "number)");
 }
 
 TEST_F(RunCli, AMissingRuntimeLibraryIsExplained) {

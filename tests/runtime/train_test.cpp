@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <torch/version.h>
 #include <nlohmann/json.hpp>
 
 #include "../cli/cli_harness.h"
@@ -168,6 +169,30 @@ TEST_F(Train, TextFilesTrainAsBytes) {
   EXPECT_NE(run["data"].get<std::string>().find("byte-level tokens"), std::string::npos);
   EXPECT_TRUE(run["verify"]["passed"].get<bool>());
 }
+
+#ifndef FLEXPIPE_TORCH_CUDA
+// --device cuda against a libtorch without CUDA: one error, exit 2, before any rank trains.
+TEST_F(Train, CudaOnALibtorchWithoutCudaIsOneErrorBeforeAnyRankTrains) {
+  const std::string why = std::string(": this runtime is built against libtorch ") + TORCH_VERSION +
+                          " without CUDA (CPU only); build FlexPipe against a CUDA libtorch: cmake "
+                          "-DTorch_DIR=<its share/cmake/Torch> (docs/runtime.md, \"Devices\")\n";
+  // Two ranks: the launcher checks once, as rank 0, which takes the GPU of its LOCAL_RANK.
+  Outcome run = flexpipe("train --steps 1 " + kSmall + " --device cuda");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err, "error: --device cuda (cuda:0)" + why);
+  EXPECT_EQ(run.out, "");
+  // One rank trains in this process and says so.
+  run = flexpipe("train -p 1 --steps 1 --warmup 0 " + kSmall + " --device cuda:1");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err, "error: rank 0: --device cuda:1" + why);
+  run = flexpipe("profile " + kSmall + " --device cuda:0");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err, "error: --device cuda:0" + why);
+  // cpu is what runs without the option.
+  run = flexpipe("train -p 1 --steps 1 --warmup 0 " + kSmall + " --device cpu");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+}
+#endif
 
 TEST_F(Train, ProfileWritesACostGraphTheSimulatorReads) {
   const std::filesystem::path graph = dir_ / "measured.json";

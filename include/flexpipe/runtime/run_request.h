@@ -56,6 +56,7 @@ struct RunRequest {
   std::string export_weights;  // write the trained weights by their state_dict names (torch.load reads it); "" none
   TrainingOptions training;
   RankEnv env;
+  std::string device = "cpu";   // --device: cpu, cuda or cuda:N (flexpipe/train/device.h)
   double timeout_seconds = 60;  // a peer silent this long fails the job
   bool verify = false;          // compare with a single-process run of the same model and batch
   double tolerance = 1e-6;      // relative, per tensor: max|a - b| / max|b|
@@ -85,6 +86,7 @@ struct ProfileRequest {
   int microbatch_size = 2;
   std::string dtype = "float32";
   uint64_t seed = 1234;
+  std::string device = "cpu";  // --device, as RunRequest's
   int warmup = 2;
   int repeats = 7;
   std::string output;  // the measured cost graph (JSON); "" none
