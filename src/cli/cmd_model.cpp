@@ -1,5 +1,6 @@
 // flexpipe model: the model zoo and cost graphs (list, show, export), and the model-to-cost-table step
 // that `flexpipe simulate --model` uses.
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flexpipe/costs/hardware.h"
+#include "flexpipe/costs/hardware_check.h"
 #include "flexpipe/costs/model_zoo.h"
 #include "flexpipe/costs/stage_aggregation.h"
 #include "flexpipe/interop/cost_graph_json.h"
@@ -60,6 +62,64 @@ struct Row {
   double forward = 0, backward_input = 0, backward_weight = 0, flops = 0, saved = 0, shared = 0, parameters = 0;
   int operators = 0;
 };
+
+struct CompareOptions {
+  std::string graph;
+  std::string hardware;
+  double tolerance = 0.2;
+  bool json = false;
+};
+
+const char* pass_field(Pass pass) {
+  switch (pass) {
+    case Pass::Forward: return "forward";
+    case Pass::BackwardInput: return "backward_input";
+    case Pass::BackwardWeight: return "backward_weight";
+  }
+  return "";
+}
+
+void compare_with_hardware(const CompareOptions& o) {
+  const CostGraph graph = load_cost_graph(o.graph);
+  const HardwareCheck check = check_against_hardware(graph, find_hardware(o.hardware), o.tolerance);
+  if (o.json) {
+    nlohmann::ordered_json out{{"graph", graph.name},
+                               {"hardware", check.hardware},
+                               {"efficiency", check.efficiency},
+                               {"tolerance", check.tolerance},
+                               {"time_unit", graph.time_unit},
+                               {"compute_efficiency", check.compute_efficiency},
+                               {"memory_efficiency", check.memory_efficiency},
+                               {"off", check.off}};
+    auto& passes = out["passes"] = nlohmann::ordered_json::array();
+    for (const PassComparison& p : check.passes)
+      passes.push_back({{"node", p.node},
+                        {"pass", pass_field(p.pass)},
+                        {"measured", p.measured},
+                        {"predicted", p.predicted},
+                        {"bound", p.compute_bound ? "compute" : "memory"},
+                        {"achieved", p.achieved}});
+    fmt::print("{}\n", out.dump(2));
+    return;
+  }
+  fmt::print("{} measured against {} at {:g}% of its peak ({}, at the graph's reference shape)\n", graph.name,
+             check.hardware, 100 * check.efficiency, graph.time_unit);
+  fmt::print("{:<28} {:<15} {:>12} {:>12} {:>8}  {:<7} {:>9}\n", "operator", "pass", "measured", "predicted", "ratio",
+             "bound", "of peak");
+  for (const PassComparison& p : check.passes)
+    fmt::print("{:<28} {:<15} {:>12.6g} {:>12.6g} {:>8.3f}  {:<7} {:>8.2f}%{}\n", p.node, pass_field(p.pass),
+               p.measured, p.predicted, p.measured / p.predicted, p.compute_bound ? "compute" : "memory",
+               100 * p.achieved, std::abs(p.predicted - p.measured) > check.tolerance * p.measured ? "  off" : "");
+  fmt::print("{} of {} passes differ from the prediction by more than {:g}% of the measured time\n", check.off,
+             check.passes.size(), 100 * check.tolerance);
+  const auto fit = [](double efficiency) {
+    return efficiency > 0 ? fmt::format("{:.4g}%", 100 * efficiency) : std::string("none");
+  };
+  fmt::print(
+      "efficiency that predicts the measured total: compute-bound passes {}, memory-bound passes {} "
+      "(the profile: {:g}%)\n",
+      fit(check.compute_efficiency), fit(check.memory_efficiency), 100 * check.efficiency);
+}
 
 void show(const ModelShowOptions& o) {
   const CostGraph graph = load_model_graph(o.model);
@@ -198,7 +258,7 @@ CostTable model_cost_table(const ModelOptions& options, const std::string& parti
 }
 
 void add_model_command(CLI::App& app, int&) {
-  auto* command = app.add_subcommand("model", "The model zoo and cost graphs: list, show, export");
+  auto* command = app.add_subcommand("model", "The model zoo and cost graphs: list, show, compare, export");
   command->require_subcommand(1);
 
   auto* list = command->add_subcommand("list", "List the zoo's models with their parameter counts");
@@ -235,6 +295,22 @@ void add_model_command(CLI::App& app, int&) {
   show_command->add_flag("--json", show_options->json, "Print JSON (with parameters and active_parameters)");
   add_model_shape_options(show_command, show_options->model);
   show_command->callback([show_options] { show(*show_options); });
+
+  auto* compare_command = command->add_subcommand(
+      "compare", "A measured cost graph (flexpipe profile) against a hardware profile's prediction, pass by pass");
+  auto compare_options = std::make_shared<CompareOptions>();
+  compare_command->add_option("graph", compare_options->graph, "Cost-graph file with measured times (.json)")
+      ->required();
+  compare_command
+      ->add_option("--hardware", compare_options->hardware,
+                   "The profile to predict with: A100-80GB, H100-80GB or H200-141GB (docs/hardware.md)")
+      ->required();
+  compare_command
+      ->add_option("--tolerance", compare_options->tolerance,
+                   "A pass is off when the prediction differs by more than this fraction of its measured time [0.2]")
+      ->check(non_negative_number());
+  compare_command->add_flag("--json", compare_options->json, "Print JSON: every pass, and the fitted efficiencies");
+  compare_command->callback([compare_options] { compare_with_hardware(*compare_options); });
 
   auto* export_command = command->add_subcommand("export", "Write a zoo model's cost graph (docs/cost-graph.md)");
   auto export_options = std::make_shared<std::pair<ModelOptions, std::string>>();

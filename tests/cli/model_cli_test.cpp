@@ -155,6 +155,47 @@ TEST_F(ModelCli, SimulateUsesTheLinkAMeasuredGraphCarries) {
   EXPECT_DOUBLE_EQ(makespan("host.json", R"("link": {"latency": 1, "send_cpu": 0.5}, )"), free + 3);
 }
 
+// H200: 989 TFLOP/s and 4.8 TB/s at the peak, half of each predicted. A matmul measured at exactly the
+// prediction, and a GeLU memory-bound at a fifth of the bandwidth.
+TEST_F(ModelCli, CompareSetsMeasuredPassesAgainstAHardwareProfile) {
+  flexpipe::CostGraph graph;
+  graph.name = "measured";
+  graph.reference = {1, 1};
+  auto add = [&](const std::string& name, double time, double flops, double bytes) {
+    flexpipe::OperatorNode node;
+    node.name = name;
+    node.scaling.rule = flexpipe::ScalingRule::Power;
+    node.forward = {time, flexpipe::fixed_amount(flops), flexpipe::fixed_amount(bytes)};
+    graph.nodes.push_back(node);
+  };
+  add("matmul", 0.004, 1.978e9, 4.8e6);  // 0.002 ms of FLOPs at the peak, 0.001 ms of bytes
+  add("gelu", 0.05, 9.89e6, 4.8e7);      // 0.00001 ms of FLOPs, 0.01 ms of bytes
+  const fs::path file = write("measured.json", flexpipe::cost_graph_to_json(graph));
+  const Outcome run = flexpipe("model compare " + file.string() + " --hardware h200-141gb --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json out = nlohmann::json::parse(run.out);
+  EXPECT_EQ(out["hardware"], "H200-141GB");
+  ASSERT_EQ(out["passes"].size(), 2u);
+  EXPECT_EQ(out["passes"][0]["bound"], "compute");
+  EXPECT_NEAR(out["passes"][0]["predicted"].get<double>(), 0.004, 1e-15);
+  EXPECT_NEAR(out["passes"][0]["achieved"].get<double>(), 0.5, 1e-12);
+  EXPECT_EQ(out["passes"][1]["bound"], "memory");
+  EXPECT_NEAR(out["passes"][1]["predicted"].get<double>(), 0.02, 1e-15);
+  EXPECT_NEAR(out["compute_efficiency"].get<double>(), 0.5, 1e-12);
+  EXPECT_NEAR(out["memory_efficiency"].get<double>(), 0.2, 1e-12);
+  EXPECT_EQ(out["off"], 1);
+  const Outcome text = flexpipe("model compare " + file.string() + " --hardware H200-141GB");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("1 of 2 passes differ from the prediction by more than 20% of the measured time"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("compute-bound passes 50%, memory-bound passes 20% (the profile: 50%)"), std::string::npos)
+      << text.out;
+  const Outcome unknown = flexpipe("model compare " + file.string() + " --hardware H300");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_EQ(unknown.err, "error: unknown hardware 'H300' (known: A100-80GB, H100-80GB, H200-141GB)\n");
+}
+
 TEST_F(ModelCli, ErrorsAreExact) {
   Outcome run = flexpipe("simulate 1f1b -p 4 -m 8 --model gpt3-1.3b --partition \"Et*5|t*6|t*6|t*6L\"");
   EXPECT_EQ(run.exit_code, 2);
