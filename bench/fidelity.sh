@@ -6,13 +6,14 @@
 # best built-in, both measured, to see whether the speedup the search predicts is real: once with
 # --auto-margin 0 (the search's own program whenever it is predicted faster at all), once as by
 # default. Prints tables; not a timed test. Each run is repeated REPEATS times and the median of the
-# runs' medians is shown, with the range of their gaps.
-# Usage: bench/fidelity.sh [BUILD_DIR] [STEPS] [RANKS] [REPEATS]   (defaults: build, 40, "2 4", 3)
+# runs' medians is shown, with the range of their gaps: on a shared 2-core VM one run's gap swings by
+# up to 7% either way (docs/performance.md, "Fidelity"), so five runs of 60 steps by default.
+# Usage: bench/fidelity.sh [BUILD_DIR] [STEPS] [RANKS] [REPEATS]   (defaults: build, 60, "2 4", 5)
 set -euo pipefail
 build=${1:-build}
-steps=${2:-40}
+steps=${2:-60}
 ranks=${3:-"2 4"}
-repeats=${4:-3}
+repeats=${4:-5}
 flexpipe="$(cd "$build" && pwd)/flexpipe"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
