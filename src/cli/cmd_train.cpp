@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -39,6 +40,7 @@ struct TrainOptions {
   // The least predicted gain over the fastest built-in for which --schedule auto trains the search's
   // own program rather than that built-in (docs/fidelity.md).
   double auto_margin = 0.05;
+  bool auto_margin_given = false;
 };
 
 constexpr int kDefaultDevices = 2;
@@ -217,7 +219,14 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   const SearchResult result = search_schedules(problem, options);
   if (!result.found) throw Error(fmt::format("--schedule auto: {}", result.infeasible));
   const ScheduleCandidateReport* builtin = fastest_builtin(result);
-  const ScheduleCandidateReport& best = answer_to_train(result, o.auto_margin);
+  // Inside a launched job every rank chooses alone, and nodes with other core counts would disagree:
+  // the rule for ranks that share cores is the launcher's, whose ranks are all on this machine.
+  const unsigned cores = std::thread::hardware_concurrency();
+  const int local_ranks = pipeline_devices(o) * o.command.request.data_parallel;
+  const double margin =
+      in_job ? o.auto_margin : training_margin(o.auto_margin, o.auto_margin_given, local_ranks, cores);
+  const bool cores_shared = margin != o.auto_margin;
+  const ScheduleCandidateReport& best = answer_to_train(result, margin);
   const bool within_margin = &best != &result.best;
   std::string chosen = best.name;
   if (best.name == "search") {
@@ -234,7 +243,13 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
         "{:.2f} ms ({}){}; chose {}{}\n",
         result.evaluated, problem.graph.name, builtin ? builtin->name : "none", builtin ? builtin->makespan : kInfinity,
         result.best.makespan, result.best.family,
-        within_margin ? fmt::format(", less than --auto-margin {:g}% faster", 100 * o.auto_margin) : "", chosen,
+        !within_margin ? ""
+        : cores_shared
+            ? fmt::format(" ({} ranks share this machine's {} cores: the predicted steps are lower estimates whose "
+                          "error differs by schedule, so the fastest built-in; --auto-margin overrides)",
+                          local_ranks, cores)
+            : fmt::format(", less than --auto-margin {:g}% faster", 100 * o.auto_margin),
+        chosen,
         keeps_statistics ? " (not DualPipe: its two pipelines would split BatchNorm's running statistics)" : "");
     std::fflush(stdout);  // before the ranks print theirs
   }
@@ -383,12 +398,14 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command->add_option("--profile", o->profile,
                       "With --schedule auto: the measured cost graph to use (written by `flexpipe profile`; "
                       "measured and saved here when the file does not exist)");
-  command
-      ->add_option("--auto-margin", o->auto_margin,
-                   "With --schedule auto: the search's own program is trained only when it is predicted at least "
-                   "this fraction faster than the fastest built-in, which is trained otherwise (a smaller gain is "
-                   "within the simulator's error; 0 trains whichever is predicted fastest) [0.05]")
-      ->check(fraction());
+  auto* auto_margin =
+      command
+          ->add_option("--auto-margin", o->auto_margin,
+                       "With --schedule auto: the search's own program is trained only when it is predicted at least "
+                       "this fraction faster than the fastest built-in, which is trained otherwise (a smaller gain is "
+                       "within the simulator's error; 0 trains whichever is predicted fastest) [0.05; when the ranks "
+                       "outnumber this machine's cores, the fastest built-in]")
+          ->check(fraction());
   add_training_options(command, o->command, std::to_string(kDefaultDevices));
   command->add_option("--steps", o->command.request.training.steps, "Training steps [100]")
       ->check(whole_number_at_least(1));
@@ -427,7 +444,10 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command->add_flag("--resume", o->command.request.resume, "Continue from the latest checkpoint in --checkpoint");
   command->add_flag("--verify", o->command.request.verify,
                     "Also train in one process with autograd and compare (small models only)");
-  command->callback([o, &command_line, &exit_code] { train(*o, command_line, exit_code); });
+  command->callback([o, auto_margin, &command_line, &exit_code] {
+    o->auto_margin_given = auto_margin->count() > 0;
+    train(*o, command_line, exit_code);
+  });
 }
 
 }  // namespace flexpipe::cli

@@ -18,4 +18,9 @@ const ScheduleCandidateReport& answer_to_train(const SearchResult& result, doubl
   return clear_win ? result.best : *builtin;
 }
 
+double training_margin(double margin, bool margin_given, int ranks_on_machine, unsigned cores) {
+  const bool cores_shared = cores > 0 && ranks_on_machine > static_cast<int64_t>(cores);
+  return cores_shared && !margin_given ? 1.0 : margin;
+}
+
 }  // namespace flexpipe

@@ -64,5 +64,14 @@ TEST(AnswerToTrain, ABuiltInAnswerOrNoBuiltInToCompareWithIsKept) {
   EXPECT_EQ(answer_to_train(alone, 0.05).name, "search");
 }
 
+TEST(AnswerToTrain, RanksThatOutnumberTheCoresTrainTheFastestBuiltInUnlessAMarginIsGiven) {
+  EXPECT_EQ(training_margin(0.05, false, 2, 2), 0.05);  // a core each
+  EXPECT_EQ(training_margin(0.05, false, 4, 2), 1.0);   // two ranks a core: the built-in
+  EXPECT_EQ(answer_to_train(searched(50), training_margin(0.05, false, 4, 2)).name, "dualpipe");
+  EXPECT_EQ(training_margin(0.05, true, 4, 2), 0.05);  // --auto-margin given: the user's
+  EXPECT_EQ(training_margin(0, true, 4, 2), 0.0);
+  EXPECT_EQ(training_margin(0.05, false, 64, 0), 0.05);  // cores unknown
+}
+
 }  // namespace
 }  // namespace flexpipe

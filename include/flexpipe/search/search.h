@@ -161,5 +161,10 @@ const ScheduleCandidateReport* fastest_builtin(const SearchResult& result);
 // fraction of the built-in's makespan) faster than the fastest built-in, which is trained otherwise.
 // A smaller predicted gain is within what the simulator misses on a real run (docs/fidelity.md).
 const ScheduleCandidateReport& answer_to_train(const SearchResult& result, double margin);
+// The margin `train --schedule auto` uses: the one given; without one, when the ranks it starts on this
+// machine outnumber its cores, 1 (the fastest built-in: ranks then wait for a core, which the simulator
+// does not model, and its error differs by schedule more than the search's edge, docs/performance.md
+// "Fidelity"); otherwise the default. cores: 0 when unknown.
+double training_margin(double margin, bool margin_given, int ranks_on_machine, unsigned cores);
 
 }  // namespace flexpipe
