@@ -86,7 +86,7 @@ TEST_F(BadInput, MistypedSubcommandsAndOptionsGetTheClosestName) {
       {"simulate 1f1b --bogus extra",
        "error: simulate: unexpected arguments '--bogus', 'extra'; see flexpipe simulate --help\n"},
       {"model lst", "error: model: unknown subcommand 'lst'; did you mean 'list'? (see flexpipe model --help)\n"},
-      {"model", "error: model: name a subcommand: list, show, export (see flexpipe model --help)\n"},
+      {"model", "error: model: name a subcommand: list, show, compare, export (see flexpipe model --help)\n"},
       {"model show gpt3-1.3b --layerz",
        "error: model show: unexpected argument '--layerz' (did you mean --layers?); see flexpipe model show --help\n"},
   });
