@@ -158,8 +158,8 @@ PartitionPlan searched_plan(const SearchProblem& problem, const ScheduleCandidat
 // written next to the profile. A captured model is searched with the times its capture measured, and
 // the partition found becomes the plan its export is cut by (written next to the graph). Done before any rank starts;
 // inside a job every rank searches for itself, so the search stops on a count of simulations, not on time, and gives
-// every rank the same.
-void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
+// every rank the same. Returns 0, or the exit code of a profile that failed (its error printed already).
+int choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
   const bool in_job = runtime::in_launched_job();
   const bool cached = !o.profile.empty() && std::filesystem::exists(o.profile);
   const std::string& captured = o.command.captured_model;
@@ -187,13 +187,14 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
     profile.microbatch_size = t.microbatch_size;
     profile.dtype = t.dtype;
     profile.seed = t.seed;
+    profile.device = o.command.request.device;  // measured where it trains; checked before it measures
     if (path.empty())
       path = (std::filesystem::temp_directory_path() / fmt::format("flexpipe-profile-{}.json", ::getpid())).string();
     profile.output = path;
     profile.quiet = true;  // the table is not for the training log
     // Not in a job: the ranks about to start are this machine's, and talk over loopback.
     profile.transport_port = free_tcp_port();
-    if (const int code = profile_runtime(profile); code != 0) throw Error(fmt::format("profiling failed ({})", code));
+    if (const int code = profile_runtime(profile); code != 0) return code;
   }
   SearchProblem problem;
   problem.graph = load_cost_graph(path);
@@ -275,6 +276,7 @@ void choose_schedule(TrainOptions& o, std::vector<std::string>& command_line) {
     command_line.push_back(plan_path);
   }
   if (best.name == "search") drop_schedule_shape(o, command_line);
+  return 0;
 }
 
 // train --model GRAPH.json: the captured model's graph, and its export for the plan, made here
@@ -330,7 +332,7 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   if (o.command.captured_model.empty() && (!request.export_weights.empty() || !request.export_dir.empty()))
     throw Error("--export-weights and --export-dir are for a captured model: add --model GRAPH.json");
   // A captured model's search writes the plan its export is cut by, so it comes first.
-  if (!o.command.captured_model.empty() && o.schedule == "auto") choose_schedule(o, command_line);
+  if (!o.command.captured_model.empty() && o.schedule == "auto") choose_schedule(o, command_line);  // no profile
   if (!o.command.captured_model.empty()) {
     if (const int code = prepare_captured_model(o, !runtime::in_launched_job()); code != 0) {
       exit_code = code;
@@ -347,7 +349,11 @@ void train(TrainOptions& o, std::vector<std::string> command_line, int& exit_cod
   trainable_config(o.command.model);           // a bad size is one error here, not one per launched rank
   if (request.json) request.progress = false;  // the report is one JSON document
   if (request.save_every < 0) throw Error(fmt::format("--save-every {}: not negative", request.save_every));
-  if (o.schedule == "auto") choose_schedule(o, command_line);
+  if (o.schedule == "auto")
+    if (const int code = choose_schedule(o, command_line); code != 0) {
+      exit_code = code;
+      return;
+    }
   const int ranks = pipeline_devices(o) * request.data_parallel;
   // Once per job: by the process that trains alone, or by rank 0 (a launcher leaves it to its rank 0).
   const bool in_job = runtime::in_launched_job();

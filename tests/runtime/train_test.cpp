@@ -189,6 +189,10 @@ TEST_F(Train, CudaOnALibtorchWithoutCudaIsOneErrorBeforeAnyRankTrains) {
   run = flexpipe("profile " + kSmall + " --device cuda:0");
   EXPECT_EQ(run.exit_code, 2);
   EXPECT_EQ(run.err, "error: --device cuda:0" + why);
+  // auto profiles on the training device: refused before it measures anything, with the one error.
+  run = flexpipe("train --schedule auto --steps 1 " + kSmall + " --device cuda");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err, "error: --device cuda (cuda:0)" + why);
   // cpu is what runs without the option.
   run = flexpipe("train -p 1 --steps 1 --warmup 0 " + kSmall + " --device cpu");
   EXPECT_EQ(run.exit_code, 0) << run.err;
