@@ -170,6 +170,7 @@ class AnytimeSearch {
 
   // worker_pool.cpp: threads, time, progress.
   void parallel(size_t count, const std::function<void(size_t)>& work, size_t untimed = 0);
+  Clock::time_point now() const;  // options_.clock, or steady_clock
   double elapsed() const;
   bool out_of_time() const;
   double best_makespan() const;

@@ -21,7 +21,7 @@ constexpr int64_t kEarlyPolishWork = 1'000'000;
 }  // namespace
 
 AnytimeSearch::AnytimeSearch(const SearchProblem& problem, const SearchOptions& options)
-    : problem_(problem), options_(options), start_(options.start.value_or(Clock::now())) {
+    : problem_(problem), options_(options), start_(options.start.value_or(now())) {
   if (problem.devices < 1) throw Error(fmt::format("search: {} devices; at least 1", problem.devices));
   if (problem.batches.empty()) throw Error("search: no batch split to search");
   for (const BatchSplit& b : problem.batches)

@@ -37,7 +37,9 @@ void AnytimeSearch::parallel(size_t count, const std::function<void(size_t)>& wo
   if (failure) std::rethrow_exception(failure);
 }
 
-double AnytimeSearch::elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
+Clock::time_point AnytimeSearch::now() const { return options_.clock ? options_.clock() : Clock::now(); }
+
+double AnytimeSearch::elapsed() const { return std::chrono::duration<double>(now() - start_).count(); }
 
 bool AnytimeSearch::out_of_time() const {
   return elapsed() >= options_.time_budget || (options_.max_evaluations > 0 && evaluated_ >= options_.max_evaluations);

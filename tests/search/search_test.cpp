@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -286,14 +287,17 @@ TEST(ScheduleSearch, HonoursItsTimeBudget) {
 
 // The budget counts from the start it is given (the CLI's: before it reads the model), not from the
 // call: a start an hour ago leaves nothing, and the answer is the one structure every search makes
-// whatever its budget, and the built-ins. Every time reported counts from that start. The clock is
-// read, but no speed is asserted: the start lies an hour before the call, so a time counted from it
-// is at least 3600 s on any machine, and one counted from the call would be seconds at most.
+// whatever its budget, and the built-ins. Every time reported counts from that start. The search
+// reads a clock of the test's own, an hour after the start and a millisecond further at each reading,
+// so nothing here depends on the machine's speed.
 TEST(ScheduleSearch, CountsItsBudgetFromTheStartItIsGiven) {
   const SearchProblem p = problem("gpt3-1.3b", 4, 8, 80e9);
   SearchOptions options = quick();
-  options.time_budget = 60;  // spent an hour ago, however fast the machine
-  options.start = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  options.time_budget = 60;  // spent an hour ago
+  const std::chrono::steady_clock::time_point start{};
+  std::atomic<int64_t> readings = 0;
+  options.start = start;
+  options.clock = [&] { return start + std::chrono::hours(1) + std::chrono::milliseconds(readings++); };
   std::vector<double> reported;
   options.progress = [&](const SearchProgress& progress) { reported.push_back(progress.seconds); };
   const SearchResult result = search_schedules(p, options);

@@ -95,6 +95,9 @@ struct SearchOptions {
   // search_schedules passes the time it began, so that the budget holds for the whole command (the
   // CLI: before it reads the model). Unset: when search_schedules is called.
   std::optional<std::chrono::steady_clock::time_point> start;
+  // Where the budget and the reported times read the time (called from every worker thread). Unset:
+  // steady_clock. A test gives its own, so that what it asserts of times is not the machine's speed.
+  std::function<std::chrono::steady_clock::time_point()> clock;
   int threads = 1;
   // Called (serialized) on every improvement and about every 0.5 s.
   std::function<void(const SearchProgress&)> progress;
