@@ -38,7 +38,8 @@ HardwareCheck check_against_hardware(const CostGraph& measured, const HardwarePr
       comparison.achieved = ideal / cost.time;
       (comparison.compute_bound ? compute_ideal : memory_ideal) += ideal;
       (comparison.compute_bound ? compute_measured : memory_measured) += cost.time;
-      if (std::abs(comparison.predicted - comparison.measured) > tolerance * comparison.measured) ++check.off;
+      comparison.off = std::abs(comparison.predicted - comparison.measured) > tolerance * comparison.measured;
+      if (comparison.off) ++check.off;
       check.passes.push_back(std::move(comparison));
     }
   }

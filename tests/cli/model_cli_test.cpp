@@ -184,6 +184,8 @@ TEST_F(ModelCli, CompareSetsMeasuredPassesAgainstAHardwareProfile) {
   EXPECT_NEAR(out["compute_efficiency"].get<double>(), 0.5, 1e-12);
   EXPECT_NEAR(out["memory_efficiency"].get<double>(), 0.2, 1e-12);
   EXPECT_EQ(out["off"], 1);
+  EXPECT_EQ(out["passes"][0]["off"], false);
+  EXPECT_EQ(out["passes"][1]["off"], true);
   const Outcome text = flexpipe("model compare " + file.string() + " --hardware H200-141GB");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("1 of 2 passes differ from the prediction by more than 20% of the measured time"),

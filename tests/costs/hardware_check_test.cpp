@@ -69,6 +69,9 @@ TEST(HardwareCheck, SetsEachPassAgainstTheRooflineAtTheProfilesEfficiency) {
   EXPECT_DOUBLE_EQ(weight.predicted, 2);
   EXPECT_DOUBLE_EQ(weight.achieved, 0.5);
   // Only the copy is more than 20% off.
+  EXPECT_FALSE(matmul.off);
+  EXPECT_TRUE(copy.off);
+  EXPECT_FALSE(weight.off);
   EXPECT_EQ(check.off, 1);
   // Compute-bound: (2 + 1) ms at peak over (5 + 2) ms measured; memory-bound: 10 over 12.5.
   EXPECT_DOUBLE_EQ(check.compute_efficiency, 3.0 / 7.0);

@@ -19,6 +19,7 @@ struct PassComparison {
   double predicted = 0;       // max(flops / peak, bytes / bandwidth) / efficiency, same unit
   bool compute_bound = true;  // flops / peak >= bytes / bandwidth
   double achieved = 0;        // max(flops / peak, bytes / bandwidth) / measured: the efficiency that fits
+  bool off = false;           // |predicted - measured| > tolerance * measured
 };
 
 struct HardwareCheck {
