@@ -96,7 +96,7 @@ int profile(const ProfileRequest& request) {
 extern "C" int flexpipe_runtime_profile(const flexpipe::runtime::ProfileRequest* request) {
   flexpipe::runtime::keep_freed_host_memory();  // the operators are timed as training runs them
   try {
-    flexpipe::runtime::training_device(request->device, flexpipe::runtime::RankEnv{});
+    flexpipe::runtime::check_training_device(request->device, flexpipe::runtime::RankEnv{});
     return flexpipe::runtime::profile(*request);
   } catch (const std::exception& e) {
     return flexpipe::report_exception(e);

@@ -727,7 +727,7 @@ extern "C" int flexpipe_runtime_main(const flexpipe::runtime::RunRequest* reques
   int code = flexpipe::kExitSuccess;
   keep_freed_host_memory();
   try {
-    training_device(request->device, request->env);
+    check_training_device(request->device, request->env);
     code = run_rank(*request);
   } catch (const PeerFailure& e) {
     code = flexpipe::report_error(flexpipe::kExitFailure, e.what());  // its message names the rank already
@@ -746,7 +746,7 @@ extern "C" int flexpipe_runtime_main(const flexpipe::runtime::RunRequest* reques
 extern "C" int flexpipe_runtime_check(const flexpipe::runtime::RunRequest* request) {
   using namespace flexpipe::runtime;
   try {
-    training_device(request->device, request->env);
+    check_training_device(request->device, request->env);
     if (request->export_dir.empty()) return flexpipe::kExitSuccess;
     const at::ScalarType dtype = request->training.dtype == "float64" ? at::kDouble : at::kFloat;
     for (const ScheduledRun& run : request->runs) {

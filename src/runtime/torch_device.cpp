@@ -9,9 +9,9 @@
 
 namespace flexpipe::runtime {
 
-c10::Device training_device(const std::string& text, const RankEnv& env) {
+void check_training_device(const std::string& text, const RankEnv& env) {
   const Device device = rank_device(parse_device(text), env);
-  if (device.kind == Device::Kind::Cpu) return c10::Device(c10::kCPU);
+  if (device.kind == Device::Kind::Cpu) return;
   const std::string named =
       fmt::format("--device {}", text == to_string(device) ? text : text + " (" + to_string(device) + ")");
 #ifndef FLEXPIPE_TORCH_CUDA
