@@ -77,6 +77,7 @@ Executor::State::State(const Schedule& s, const ModelPlan& p, Transport& t, cons
     local_of_stage[s] = static_cast<int>(locals.size());
     Local local = new_local(s, split_stages[s]);
     local.module = make_chunk_module(plan, local.chunk);
+    for (auto& op : local.module.operators) op->place(options.device);
     std::vector<at::Tensor> params;
     for (auto& op : local.module.operators)
       for (at::Tensor& p : op->parameters()) params.push_back(p);
@@ -130,7 +131,7 @@ void Executor::State::build_scripted_stages() {
     if (schedule.stage_device[s] != rank) continue;
     local_of_stage[s] = static_cast<int>(locals.size());
     Local local = new_local(s, split_stages[s]);
-    local.scripted = std::make_unique<ScriptedChunk>(load_scripted_chunk(manifest, local.chunk));
+    local.scripted = std::make_unique<ScriptedChunk>(load_scripted_chunk(manifest, local.chunk, options.device));
     local.optimizer = std::make_unique<Optimizer>(options.optimizer, local.scripted->parameters);
     locals.push_back(std::move(local));
   }
@@ -302,7 +303,8 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
         fmt::format("step {}: {} micro-batches of data for a schedule of {}", step, batch.size(), s.microbatches));
   at::NoGradGuard no_grad;
   s.step = step;
-  s.batch = &batch;
+  s.placed_batch = placed_on(batch, s.options.device);
+  s.batch = &s.placed_batch;
   s.peak_saved = s.saved_bytes;
   s.peak_offloaded = s.offloaded_bytes;
   for (auto& l : s.locals) {
@@ -327,6 +329,11 @@ StepReport Executor::run_step(int step, const std::vector<MicroBatchData>& batch
     s.compute_ns = 0;
     s.transfer_ns = 0;
     s.execute(actions[s.action_index]);
+    {
+      // A device queues kernels: the action ends when its work does, as the simulator's timeline has it.
+      ComputeTimer timer{s.compute_ns};
+      synchronize(s.options.device);
+    }
     const int64_t end = since_start();
     report.overhead_ns += end - begin - s.waited_ns - s.compute_ns - s.transfer_ns;
     if (s.options.record_trace) report.trace.push_back({s.action_index, begin, end, s.waited_ns});

@@ -28,6 +28,9 @@ class PeerFailure : public std::runtime_error {
 
 struct ExecutorOptions {
   OptimizerConfig optimizer;
+  // Where parameters, activations, gradients and optimizer state live; transfers between ranks are
+  // staged through host memory (docs/runtime.md, "Devices").
+  c10::Device device = at::kCPU;
   std::chrono::milliseconds timeout{60000};
   FaultInjection fault;
   bool record_trace = true;

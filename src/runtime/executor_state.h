@@ -10,6 +10,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 
+#include "device_placement.h"
 #include "executor.h"
 #include "saved_tensor_hooks.h"
 #include "scripted_model.h"
@@ -124,6 +125,7 @@ struct Executor::State {
   std::vector<TiedWeight> tied;
   int step = 0;
   int action_index = 0;
+  std::vector<MicroBatchData> placed_batch;  // the step's data on the device
   const std::vector<MicroBatchData>* batch = nullptr;
   int64_t saved_bytes = 0, peak_saved = 0, offloaded_bytes = 0, peak_offloaded = 0;
   int64_t waited_ns = 0;  // per action: blocked waiting for a peer

@@ -32,7 +32,8 @@ void Executor::State::synchronise_replicas() {
   std::vector<std::vector<at::Tensor>> sums;
   for (Local& l : locals) {
     if (gradients_of(l).empty()) continue;  // a chunk without parameters (a captured model's loss alone)
-    const at::Tensor mine = pack(gradients_of(l));
+    // The transports carry host tensors: the gradients go out as a host copy, come in to the host.
+    const at::Tensor mine = staged_on_host(pack(gradients_of(l)));
     for (int other : l.replicas) {
       const int device = schedule.stage_device[other];
       if (device == rank) continue;
@@ -66,7 +67,7 @@ void Executor::State::synchronise_replicas() {
                                         step, l.chunk, transport.global_rank(p.peer)));
           p.transfer.reset();
         }
-        part = p.buffer;
+        part = p.buffer.to(options.device);
       }
       add_to(sum, part);
     }
@@ -109,7 +110,7 @@ void Executor::State::synchronise_tied() {
         const int other = tied[w].copies[c].first, device = schedule.stage_device[other];
         if (device == rank || schedule.pipeline_of_stage(other) != pipeline) continue;
         Pending out;
-        out.buffer = gradient(stage, parameter).contiguous();
+        out.buffer = staged_on_host(gradient(stage, parameter).contiguous());
         out.peer = device;
         out.transfer = transport.post_send(out.buffer, device, tag(w, stage));
         Pending& in = incoming[w][c];
@@ -140,7 +141,7 @@ void Executor::State::synchronise_tied() {
         wait(*in.transfer, fmt::format("rank {}: step {}, gradient of the tied weight {}: waiting for rank {}", me,
                                        step, tied[w].name, transport.global_rank(in.peer)));
         in.transfer.reset();
-        add_to(sum, in.buffer);
+        add_to(sum, in.buffer.to(options.device));
       }
       sum = sum.clone();
     }
@@ -164,7 +165,7 @@ void Executor::State::synchronise_data_parallel() {
   std::vector<std::vector<Pending>> incoming(locals.size());
   for (size_t i = 0; i < locals.size(); ++i) {
     if (gradients_of(locals[i]).empty()) continue;  // a chunk without parameters
-    const at::Tensor mine = pack(gradients_of(locals[i]));
+    const at::Tensor mine = staged_on_host(pack(gradients_of(locals[i])));
     incoming[i].resize(options.replicas);
     for (int r = 0; r < options.replicas; ++r) {
       if (r == options.replica) continue;
@@ -197,7 +198,7 @@ void Executor::State::synchronise_data_parallel() {
       Pending& in = incoming[i][r];
       wait(*in.transfer, fmt::format("rank {}: step {}, data-parallel gradients of stage {}: waiting for rank {}", me,
                                      step, locals[i].stage, in.peer));
-      add_to(sum, in.buffer);
+      add_to(sum, in.buffer.to(options.device));
     }
     std::vector<std::vector<int64_t>> shapes;
     for (const at::Tensor& g : grads) shapes.push_back(g.sizes().vec());

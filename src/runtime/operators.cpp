@@ -356,6 +356,11 @@ void Operator::add_parameter(at::Tensor value) {
   parameters_.push_back(std::move(value));
 }
 
+void Operator::place(c10::Device device) {
+  for (at::Tensor& p : parameters_) p = p.to(device);
+  for (at::Tensor& g : gradients_) g = g.to(device);
+}
+
 void Operator::accumulate(size_t parameter, const at::Tensor& gradient) { gradients_[parameter].add_(gradient); }
 
 std::vector<at::Tensor> initial_parameters(const CostGraph& graph, int node, const OperatorShape& shape, uint64_t seed,

@@ -46,6 +46,9 @@ class Operator {
   std::vector<at::Tensor>& gradients() { return gradients_; }
   const std::vector<at::Tensor>& gradients() const { return gradients_; }
   bool has_parameters() const { return !parameters_.empty(); }
+  // Moves the parameters and their gradients to `device` (drawn on the host, so that every device
+  // starts from the same values).
+  void place(c10::Device device);
 
   virtual at::Tensor forward(const std::vector<at::Tensor>& inputs, const MicroBatchData& data, Saved& saved) const = 0;
   // One gradient per input (undefined where an input needs none). Never touches gradients().

@@ -50,7 +50,8 @@ int profile(const ProfileRequest& request) {
   const CostGraph analytic = trainable_graph(request.model, request.microbatch_size);
   const ModelPlan plan =
       make_model_plan(request.model, partition_balanced(analytic, 1), request.microbatch_size, dtype, request.seed);
-  CostGraph measured = profile_model(plan, {request.warmup, request.repeats});
+  const c10::Device device = training_device(request.device, RankEnv{});
+  CostGraph measured = profile_model(plan, {request.warmup, request.repeats, device});
   std::vector<TransportSample> transport;
   if (request.transport_port > 0) {
     double largest = 0;
@@ -96,7 +97,6 @@ int profile(const ProfileRequest& request) {
 extern "C" int flexpipe_runtime_profile(const flexpipe::runtime::ProfileRequest* request) {
   flexpipe::runtime::keep_freed_host_memory();  // the operators are timed as training runs them
   try {
-    flexpipe::runtime::check_training_device(request->device, flexpipe::runtime::RankEnv{});
     return flexpipe::runtime::profile(*request);
   } catch (const std::exception& e) {
     return flexpipe::report_exception(e);

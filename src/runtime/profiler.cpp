@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "data_source.h"
+#include "device_placement.h"
 #include "flexpipe/support/statistics.h"
 #include "torch_compat.h"
 
@@ -20,10 +21,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The pass's time on `device`: from an idle queue to the end of its last kernel.
 template <typename F>
-double time_ms(F&& f) {
+double time_ms(c10::Device device, F&& f) {
+  synchronize(device);
   const Clock::time_point start = Clock::now();
   f();
+  synchronize(device);
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
@@ -127,10 +131,13 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
   ChunkModule module;
   module.begin = 0;
   module.end = n;
-  for (int v = 0; v < n; ++v)
+  for (int v = 0; v < n; ++v) {
     module.operators.push_back(make_operator(plan.graph, v, plan.shape, plan.seed, plan.dtype));
-  const MicroBatchData data =
-      DataSource::synthetic(plan.shape.vocab, plan.seed).microbatch(0, 0, plan.microbatch_size, plan.seq_len);
+    module.operators.back()->place(options.device);
+  }
+  const MicroBatchData data = placed_on({DataSource::synthetic(plan.shape.vocab, plan.seed)
+                                             .microbatch(0, 0, plan.microbatch_size, plan.seq_len)},
+                                        options.device)[0];
   // One forward to get every operator's inputs and output gradient of the right shape.
   std::vector<at::Tensor> values(n);
   std::vector<Saved> saved(n);
@@ -168,9 +175,9 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
         return 0;
       });
     for (int r = 0; r < options.warmup + options.repeats; ++r) {
-      const double tf = time_ms([&] { op.forward(in, data, probe); });
-      const double ti = time_ms([&] { op.backward_input(grad, probe); });
-      const double tw = op.has_parameters() ? time_ms([&] { op.backward_weight(grad, probe); }) : 0.0;
+      const double tf = time_ms(options.device, [&] { op.forward(in, data, probe); });
+      const double ti = time_ms(options.device, [&] { op.backward_input(grad, probe); });
+      const double tw = op.has_parameters() ? time_ms(options.device, [&] { op.backward_weight(grad, probe); }) : 0.0;
       if (r < options.warmup) continue;
       f.push_back(tf);
       i.push_back(ti);
@@ -188,7 +195,8 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
     // The executor frees what an operator without parameters saved when I ends; the rest at W.
     node.freed_by_input = op.has_parameters() ? ShapePolynomial{} : node.saved_bytes;
     node.output_bytes = rescaled(node.output_bytes, static_cast<double>(tensor_bytes(values[v])), shape);
-    node.workspace_bytes = rescaled(node.output_bytes, static_cast<double>(workspace), shape);
+    if (options.device.is_cpu())
+      node.workspace_bytes = rescaled(node.output_bytes, static_cast<double>(workspace), shape);
   }
   return graph;
 }

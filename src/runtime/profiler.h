@@ -12,6 +12,9 @@ namespace flexpipe::runtime {
 struct ProfileOptions {
   int warmup = 2;
   int repeats = 7;
+  // Where the operators run. On a device other than the host the transient workspace keeps the
+  // analytic estimate: the counting allocator sees host allocations only.
+  c10::Device device = at::kCPU;
 };
 
 // Times are in milliseconds and scale by a power law from the measured shape (linear in the batch;

@@ -142,7 +142,7 @@ void finish_reference_step(const ReferenceTraining& training, int step, Optimize
 
 double relative_difference(const at::Tensor& a, const at::Tensor& b) {
   const double scale = b.abs().max().item<double>();
-  const double diff = (a - b).abs().max().item<double>();
+  const double diff = (a.to(b.device()) - b).abs().max().item<double>();
   if (scale == 0) return diff == 0 ? 0 : std::numeric_limits<double>::infinity();
   return diff / scale;
 }

@@ -92,7 +92,8 @@ struct RunOutcome {
 
 class RankJob {
  public:
-  RankJob(const RunRequest& request, Transport& world) : request_(request), world_(world) {
+  RankJob(const RunRequest& request, Transport& world)
+      : request_(request), world_(world), device_(training_device(request.device, request.env)) {
     timeout_ = Milliseconds(static_cast<int64_t>(request.timeout_seconds * 1000));
     optimizer_.kind = request.training.optimizer;
     optimizer_.learning_rate = request.training.learning_rate;
@@ -137,6 +138,7 @@ class RankJob {
                                                  dtype_, request_.training.seed);
     ExecutorOptions options;
     options.optimizer = optimizer_;
+    options.device = device_;
     options.timeout = timeout_;
     options.fault = request_.fault;
     options.replicas = replicas;
@@ -632,6 +634,7 @@ class RankJob {
 
   const RunRequest& request_;
   Transport& world_;
+  c10::Device device_;
   Milliseconds timeout_;
   OptimizerConfig optimizer_;
   at::ScalarType dtype_ = at::kFloat;
@@ -727,7 +730,7 @@ extern "C" int flexpipe_runtime_main(const flexpipe::runtime::RunRequest* reques
   int code = flexpipe::kExitSuccess;
   keep_freed_host_memory();
   try {
-    check_training_device(request->device, request->env);
+    training_device(request->device, request->env);  // fails before any rank connects
     code = run_rank(*request);
   } catch (const PeerFailure& e) {
     code = flexpipe::report_error(flexpipe::kExitFailure, e.what());  // its message names the rank already
@@ -746,7 +749,7 @@ extern "C" int flexpipe_runtime_main(const flexpipe::runtime::RunRequest* reques
 extern "C" int flexpipe_runtime_check(const flexpipe::runtime::RunRequest* request) {
   using namespace flexpipe::runtime;
   try {
-    check_training_device(request->device, request->env);
+    training_device(request->device, request->env);
     if (request->export_dir.empty()) return flexpipe::kExitSuccess;
     const at::ScalarType dtype = request->training.dtype == "float64" ? at::kDouble : at::kFloat;
     for (const ScheduledRun& run : request->runs) {

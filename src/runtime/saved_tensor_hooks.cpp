@@ -1,6 +1,8 @@
 // Saved-tensor hooks for C++: the engine subclass that hands them out, and the slots they fill.
 #include "saved_tensor_hooks.h"
 
+#include "device_placement.h"
+
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -64,7 +66,7 @@ int64_t SavedTensors::bytes(std::vector<const void*>& counted) const {
   return total;
 }
 
-void SavedTensors::move(bool to_host, const std::vector<const void*>& excluded) {
+void SavedTensors::move(c10::Device destination, const std::vector<const void*>& excluded) {
   std::map<const void*, at::Tensor> copies;  // original storage -> its copy, whole
   for (const auto& slot : slots_) {
     at::Tensor& t = slot->value;
@@ -75,10 +77,7 @@ void SavedTensors::move(bool to_host, const std::vector<const void*>& excluded) 
       // The whole storage, so that every view of it keeps its offset and strides in the copy.
       const at::Tensor whole =
           at::empty({0}, t.options()).set_(t.storage(), 0, {static_cast<int64_t>(t.storage().nbytes() / t.itemsize())});
-      at::Tensor copy = whole.is_cuda() && to_host
-                            ? whole.to(at::TensorOptions().device(at::kCPU).pinned_memory(true), true)
-                            : whole.clone();
-      it = copies.emplace(key, copy).first;
+      it = copies.emplace(key, destination.is_cpu() ? host_copy(whole) : device_copy(whole, destination)).first;
     }
     t = at::empty({0}, it->second.options()).set_(it->second.storage(), t.storage_offset(), t.sizes(), t.strides());
   }

@@ -21,10 +21,10 @@ class SavedTensors {
   int64_t bytes(std::vector<const void*>& counted) const;
   // Adds the storages held to `to`, each once.
   void add_storages(std::vector<const void*>& to) const { bytes(to); }
-  // Copies every slot (but those in `excluded` storages) into separate memory: host memory for a
-  // device tensor, a fresh buffer on a CPU build, so that an offload round trip is a real copy.
-  // Views of one storage keep sharing one copy.
-  void move(bool to_host, const std::vector<const void*>& excluded);
+  // Copies every slot (but those in `excluded` storages) into separate memory on `destination`: the
+  // host for an offload, the training device for a reload; a copy even where the two are one, so that
+  // an offload round trip is a real copy. Views of one storage keep sharing one copy.
+  void move(c10::Device destination, const std::vector<const void*>& excluded);
   void clear() { slots_.clear(); }
   bool empty() const { return slots_.empty(); }
 

@@ -179,7 +179,7 @@ void Executor::State::scripted_forward(Local& l, int mb) {
       at::Tensor t = values.at(out.name).detach().to(plan.dtype);
       m.outputs.push_back(t.storage().nbytes() > t.nbytes() ? t.clone() : t);
     }
-    if (relays) m.outputs.push_back(generator_state(plan.dtype));
+    if (relays) m.outputs.push_back(generator_state(plan.dtype).to(options.device));
   }
   m.has_saved = true;
   scripted_account(l, m);
@@ -271,7 +271,7 @@ void Executor::State::scripted_backward(Local& l, int mb, const std::vector<at::
       auto it = grads.find(in.name);
       m.input_grads.push_back(it != grads.end() && it->second.defined()
                                   ? it->second.to(plan.dtype)
-                                  : at::zeros(in.shape, at::TensorOptions().dtype(plan.dtype)));
+                                  : at::zeros(in.shape, at::TensorOptions().dtype(plan.dtype).device(options.device)));
     }
   if (!split) {
     m.pieces.clear();
@@ -329,9 +329,9 @@ void Executor::State::scripted_transfer(Local& l, int mb, bool to_host) {
     if (!moves_at_offload(*c.spec, p)) m.pieces[p].saved.add_storages(staying);
   for (size_t p = 0; p < c.spec->pieces.size() && p < m.pieces.size(); ++p) {
     PieceRun& run = m.pieces[p];
-    if (moves_at_offload(*c.spec, p)) run.saved.move(to_host, staying);
+    if (moves_at_offload(*c.spec, p)) run.saved.move(to_host ? at::kCPU : options.device, staying);
     if (l.offload_checkpoints && run.dropped)
-      for (at::Tensor& t : run.inputs) t = t.clone();
+      for (at::Tensor& t : run.inputs) t = to_host ? host_copy(t) : device_copy(t, options.device);
   }
   m.offloaded = to_host;
   scripted_account(l, m);

@@ -95,7 +95,7 @@ const std::string& state_name(const ScriptedChunk& c, int i) {
   return names.empty() ? c.parameter_names.at(i) : names.front();
 }
 
-ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk) {
+ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk, c10::Device device) {
   const ChunkSpec& spec = manifest.chunks.at(chunk);
   ScriptedChunk c;
   c.spec = &spec;
@@ -118,6 +118,8 @@ ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk) {
   const std::string where = (std::filesystem::path(manifest.directory) / "manifest.json").string();
   for (const PieceSpec& piece : spec.pieces) {
     torch::jit::Module module = load_module(manifest, piece.file);
+    // Everything the module holds, the trace's constants included, where it computes.
+    module.to(device);
     std::vector<int> params, buffers;
     for (const auto& named : module.named_parameters(/*recurse=*/true)) {
       auto it = parameter_index.find(named.name);
@@ -168,7 +170,10 @@ ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk) {
     // BatchNorm's graph saves its running statistics; they are the model's, as in the capture.
     c.state_storages.push_back(storage_key(c.buffers[i]));
   }
-  if (chunk + 1 == static_cast<int>(manifest.chunks.size())) c.loss = load_module(manifest, manifest.loss.file);
+  if (chunk + 1 == static_cast<int>(manifest.chunks.size())) {
+    c.loss = load_module(manifest, manifest.loss.file);
+    c.loss->to(device);
+  }
   return c;
 }
 

@@ -35,9 +35,10 @@ struct ScriptedChunk {
   std::optional<torch::jit::Module> loss;
 };
 
-// Loads chunk `chunk`'s modules (and the loss module for the last chunk); throws Error naming a file
-// that is missing, not a TorchScript module, or whose parameters differ from the manifest.
-ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk);
+// Loads chunk `chunk`'s modules (and the loss module for the last chunk), their parameters and buffers
+// on `device`; throws Error naming a file that is missing, not a TorchScript module, or whose
+// parameters differ from the manifest.
+ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk, c10::Device device = at::kCPU);
 
 // Whether some piece draws random numbers (dropout): then the generator's state travels with every
 // micro-batch from chunk to chunk (generator_relay.h).

@@ -9,17 +9,6 @@
 
 namespace flexpipe::runtime {
 
-namespace {
-
-// A copy in separate memory: host memory on a GPU build, a fresh buffer on a CPU build, so that an
-// offload round trip is a real copy either way.
-at::Tensor move_to_host(const at::Tensor& t) {
-  return t.is_cuda() ? t.to(at::TensorOptions().device(at::kCPU).pinned_memory(true), /*non_blocking=*/true)
-                     : t.clone();
-}
-
-}  // namespace
-
 void Executor::State::forward(const Action& a, int stage, int mb) {
   Local& l = local(stage);
   Micro& m = l.micro[mb];
@@ -96,7 +85,8 @@ void Executor::State::backward(const Action& a, int stage, int mb, bool split) {
     return mod.holds(node) ? grads[node - mod.begin] : input_grads[crossing_index[k][node]];
   };
   if (k + 1 == plan.num_chunks()) {
-    grads.back() = at::full({}, 1.0 / (double(microbatches) * options.replicas), at::TensorOptions().dtype(plan.dtype));
+    grads.back() = at::full({}, 1.0 / (double(microbatches) * options.replicas),
+                            at::TensorOptions().dtype(plan.dtype).device(options.device));
   } else {
     const std::vector<at::Tensor> out = output_gradients(a, l, mb);
     for (size_t i = 0; i < out.size(); ++i) add_to(target(plan.crossing[k + 1][i]), out[i]);
@@ -265,7 +255,7 @@ void Executor::State::transfer_saved(const Action& a, int stage, int mb, bool to
       return;
     }
     const c10::TensorImpl* original = t.unsafeGetTensorImpl();
-    at::Tensor copy = to_host ? move_to_host(t) : (t.clone());
+    at::Tensor copy = to_host ? host_copy(t) : device_copy(t, options.device);
     moved.emplace_back(original, copy);
     t = copy;
   };

@@ -9,9 +9,9 @@
 
 namespace flexpipe::runtime {
 
-void check_training_device(const std::string& text, const RankEnv& env) {
+c10::Device training_device(const std::string& text, const RankEnv& env) {
   const Device device = rank_device(parse_device(text), env);
-  if (device.kind == Device::Kind::Cpu) return;
+  if (device.kind == Device::Kind::Cpu) return at::kCPU;
   const std::string named =
       fmt::format("--device {}", text == to_string(device) ? text : text + " (" + to_string(device) + ")");
 #ifndef FLEXPIPE_TORCH_CUDA
@@ -30,10 +30,7 @@ void check_training_device(const std::string& text, const RankEnv& env) {
   if (device.index >= visible)
     throw Error(fmt::format("{}: GPU {} does not exist: this process sees {} (cuda:0 to cuda:{})", named, device.index,
                             visible, visible - 1));
-  throw Error(
-      fmt::format("{}: this runtime trains on the host only so far; placing parameters, activations and "
-                  "transfers on a CUDA device is not built yet (docs/runtime.md, \"Devices\")",
-                  named));
+  return c10::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index));
 #endif
 }
 

@@ -280,8 +280,8 @@ class LocalTransport final : public Transport {
   }
 
   void all_reduce_sum(const at::Tensor& tensor, std::chrono::milliseconds timeout) override {
-    if (!tensor.defined() || !tensor.is_contiguous())
-      throw TransportError("all_reduce_sum needs a defined, contiguous tensor");
+    if (!tensor.defined() || !tensor.is_contiguous() || !tensor.is_cpu())
+      throw TransportError("all_reduce_sum needs a defined, contiguous CPU tensor");
     hub_->collective(rank_, tensor, "all_reduce_sum", timeout);
   }
   void barrier(std::chrono::milliseconds timeout) override {
@@ -297,8 +297,9 @@ class LocalTransport final : public Transport {
                                        tag, peer, world_size() - 1));
     if (tag > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
       throw TransportError(fmt::format("tag {} is too large (Gloo tags are at most 2^31-1)", tag));
-    if (!tensor.defined() || !tensor.is_contiguous())
-      throw TransportError(fmt::format("cannot {} tag {}: the tensor must be defined and contiguous", what, tag));
+    if (!tensor.defined() || !tensor.is_contiguous() || !tensor.is_cpu())
+      throw TransportError(
+          fmt::format("cannot {} tag {}: the tensor must be defined, contiguous and on the CPU", what, tag));
     auto op = std::make_shared<Op>();
     op->is_send = is_send;
     op->src = is_send ? rank_ : peer;

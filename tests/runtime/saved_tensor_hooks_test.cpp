@@ -60,8 +60,8 @@ TEST(SavedTensorHooks, TheBackwardReadsTheSlotsSoAMovedCopyIsWhatItUses) {
   // Moved out and back, the slots hold copies: the same change leaves the gradient as it was.
   TanhOfProduct moved;
   moved.forward(true);
-  moved.saved.move(/*to_host=*/true, {storage_key(moved.w)});
-  moved.saved.move(/*to_host=*/false, {storage_key(moved.w)});
+  moved.saved.move(at::kCPU, {storage_key(moved.w)});  // offload
+  moved.saved.move(at::kCPU, {storage_key(moved.w)});  // reload onto the host, the training device here
   {
     at::NoGradGuard no_grad;
     moved.x.mul_(2);

@@ -296,7 +296,7 @@ TEST(LocalTransport, RejectsBadPosts) {
   EXPECT_EQ(error_of([&] {
               transport.post_send(at::ones({4, 4}).t(), 1, 1);
             }),
-            "cannot send tag 1: the tensor must be defined and contiguous");
+            "cannot send tag 1: the tensor must be defined, contiguous and on the CPU");
 }
 
 TEST(LocalTransport, AllReduceSumsOverRanksRepeatedly) {
