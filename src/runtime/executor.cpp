@@ -124,7 +124,7 @@ void Executor::State::build_scripted_stages() {
     if (k > 0)
       for (const TensorSpec& t : manifest.chunks[k].inputs) crossing_shapes[k].push_back(t.shape);
   }
-  if (draws_random(manifest)) relayed_generator_shape = generator_state_shape(plan.dtype);
+  if (draws_random(manifest)) relayed_generator_shape = generator_state_shape(plan.dtype, options.device);
   local_of_stage.assign(schedule.num_stages(), -1);
   const std::vector<char> split_stages = split_backward_stages(schedule);
   for (int s = 0; s < schedule.num_stages(); ++s) {

@@ -6,7 +6,6 @@
 // backward, replaying the generator and leaving BatchNorm's statistics where F moved them. OFFLOAD
 // and RELOAD move what the offload pieces' graphs saved (saved_tensor_hooks.h).
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/List.h>
 #include <fmt/format.h>
@@ -42,9 +41,6 @@ at::Tensor leaf(const at::Tensor& value, bool with_grad) {
   return t;
 }
 
-// The generator traced dropout draws from.
-at::Generator default_generator() { return at::detail::getDefaultCPUGenerator(); }
-
 // Whether OFFLOAD moves what piece `piece` saved: the offload pieces', or every piece's where the plan
 // names none.
 bool moves_at_offload(const ChunkSpec& spec, size_t piece) {
@@ -69,7 +65,7 @@ void Executor::State::run_piece(Local& l, Micro& m, int piece, std::map<std::str
                               plan.scripted->directory, spec.file, in.name, l.chunk));
     run.inputs.push_back(leaf(it->second, !dropped && differentiable(in)));
   }
-  if (spec.random) run.rng_state = default_generator().get_state();
+  if (spec.random) run.rng_state = kernel_generator(options.device).get_state();
   std::vector<at::Tensor> outputs;
   {
     ComputeTimer timer{compute_ns};
@@ -101,8 +97,8 @@ void Executor::State::rebuild_piece(Local& l, Micro& m, int piece) {
     }
   at::Tensor generator_now;
   if (spec.random) {
-    generator_now = default_generator().get_state();
-    default_generator().set_state(run.rng_state);
+    generator_now = kernel_generator(options.device).get_state();
+    kernel_generator(options.device).set_state(run.rng_state);
   }
   {
     ComputeTimer timer{compute_ns};
@@ -110,7 +106,7 @@ void Executor::State::rebuild_piece(Local& l, Micro& m, int piece) {
     RecordSavedTensors record(run.saved);
     run.outputs = tensors_of(module.forward(std::vector<c10::IValue>(run.inputs.begin(), run.inputs.end())));
   }
-  if (spec.random) default_generator().set_state(generator_now);
+  if (spec.random) kernel_generator(options.device).set_state(generator_now);
   if (spec.updates_buffers)
     for (int b : c.piece_buffers[piece]) set_module_tensor(module, c.buffer_names[b], c.buffers[b]);
   run.dropped = false;
@@ -122,13 +118,13 @@ void Executor::State::rebuild_piece(Local& l, Micro& m, int piece) {
 // buffer become tensors of their own, so that the memory accounted for holds what the chunk keeps.
 void Executor::State::resume_relayed_generator(Local& l, int mb) {
   Micro& m = l.micro[mb];
-  if (l.chunk == 0) return seed_microbatch(plan.seed, step, options.replica * microbatches + mb);
+  if (l.chunk == 0) return seed_microbatch(plan.seed, step, options.replica * microbatches + mb, options.device);
   if (m.inputs.size() != l.scripted->spec->inputs.size() + 1)
     throw Error(fmt::format("chunk {} micro-batch {} received {} tensors, not its {} inputs and the generator's state",
                             l.chunk, mb, m.inputs.size(), l.scripted->spec->inputs.size()));
   const at::Tensor state = m.inputs.back();
   m.inputs.pop_back();
-  resume_generator(state);
+  resume_generator(state, options.device);
   for (at::Tensor& t : m.inputs)
     if (storage_key(t) == storage_key(state)) t = t.clone();
 }
@@ -179,7 +175,7 @@ void Executor::State::scripted_forward(Local& l, int mb) {
       at::Tensor t = values.at(out.name).detach().to(plan.dtype);
       m.outputs.push_back(t.storage().nbytes() > t.nbytes() ? t.clone() : t);
     }
-    if (relays) m.outputs.push_back(generator_state(plan.dtype).to(options.device));
+    if (relays) m.outputs.push_back(generator_state(plan.dtype, options.device).to(options.device));
   }
   m.has_saved = true;
   scripted_account(l, m);

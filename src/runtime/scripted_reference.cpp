@@ -33,7 +33,7 @@ at::Tensor microbatch_loss(const ExportManifest& manifest, std::vector<ScriptedC
   for (size_t j = 0; j < manifest.inputs.size() && j < data.inputs.size(); ++j)
     values[manifest.inputs[j].name] = data.inputs[j];
   // One seed per micro-batch, drawn on through every chunk, as one process running the model draws.
-  if (draws_random(manifest)) seed_microbatch(seed, step, microbatch_of_step);
+  if (draws_random(manifest)) seed_microbatch(seed, step, microbatch_of_step, at::kCPU);
   for (size_t k = 0; k < chunks.size(); ++k) {
     const ChunkSpec& spec = *chunks[k].spec;
     for (size_t p = 0; p < spec.pieces.size(); ++p) {

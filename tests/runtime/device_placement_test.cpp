@@ -5,6 +5,7 @@
 // device tensor fails as it would on a GPU.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -176,38 +177,77 @@ TEST(DevicePlacement, OffloadParksActivationsOnTheHostAndReloadBringsThemBack) {
   EXPECT_GT(moved.peak_offloaded[0], 0);
 }
 
-TEST(DevicePlacement, ACapturedModelTrainsOnTheDeviceAsOnTheHost) {
-  // The U-Net of python/tests/models.py cut in two, its first chunk recomputing two operators (a piece
-  // of its own) and its second offloading one, exported by `flexpipe export` in float64.
-  const std::string graph_file = FLEXPIPE_TEST_DATA "/captured/tiny_unet.graph.json";
-  const CostGraph graph = load_cost_graph(graph_file);
-  PartitionPlan cut;
-  cut.model = graph_file;
-  cut.graph = graph.name;
-  cut.graph_operators = static_cast<int>(graph.nodes.size());
-  cut.hardware = "H100-80GB";
-  cut.schedule = "1f1b";
-  cut.devices = 2;
-  cut.microbatches = 4;
-  cut.stages = {{6, {"down2", "relu_1"}, {}, false, {}}, {7, {}, {"up1"}, false, {}}};
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("flexpipe-device-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  write_text_file((dir / "plan.json").string(), partition_plan_to_json(cut));
+// A captured model cut in two by a plan, exported by `flexpipe export` in float64 into a folder of
+// its own, and trained with the plan's recompute and offload on the host and on the device.
+class CapturedModel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("flexpipe-device-" + std::to_string(::getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Runs `command` in `folder` (where a capture record's model file is found), its output in the log.
+  void run(const std::string& folder, const std::string& command) {
+    const std::string log = (dir_ / "command.log").string();
+    const std::string line = "cd " + folder + " && " + FLEXPIPE_BINARY + " " + command + " > " + log + " 2>&1";
+    ASSERT_EQ(std::system(line.c_str()), 0) << command << "\n" << read_text_file(log);
+  }
+
+  // Stage 0 ends at operator `last`; each stage's decisions as a plan names them. `schedule` runs the
+  // two stages (its memory actions are added from the plan).
+  void expect_trains_as_on_the_host(const std::string& folder, const std::string& graph_file, const std::string& last,
+                                    std::array<std::vector<std::string>, 2> recompute,
+                                    std::array<std::vector<std::string>, 2> offload, const Schedule& schedule) {
+    const CostGraph graph = load_cost_graph(graph_file);
+    int first_stage = 0;
+    while (first_stage < static_cast<int>(graph.nodes.size()) && graph.nodes[first_stage].name != last) ++first_stage;
+    ++first_stage;
+    PartitionPlan cut;
+    cut.model = graph_file;
+    cut.graph = graph.name;
+    cut.graph_operators = static_cast<int>(graph.nodes.size());
+    cut.hardware = "H100-80GB";
+    cut.schedule = "1f1b";
+    cut.devices = 2;
+    cut.microbatches = 4;
+    cut.stages = {{first_stage, recompute[0], offload[0], false, {}},
+                  {cut.graph_operators - first_stage, recompute[1], offload[1], false, {}}};
+    const std::string plan_file = (dir_ / "plan.json").string(), export_dir = (dir_ / "export").string();
+    write_text_file(plan_file, partition_plan_to_json(cut));
+    run(folder, "export " + graph_file + " --plan " + plan_file + " -o " + export_dir + " --dtype float64");
+    if (HasFatalFailure()) return;
+    const ModelPlan plan = make_scripted_plan(graph, plan_partition(cut, graph, plan_file), export_dir, at::kDouble, 3);
+    const TensorData data = TensorData::synthetic(*plan.scripted, 3);
+    expect_device_run_equals_host_run(add_memory_actions(schedule, stages_that_recompute(cut, 1),
+                                                         stages_that_offload(cut, 1)),
+                                      plan, 1, [&](int step, int first, int count, int per_step) {
+                                        return data.batch(step, first, count, per_step);
+                                      });
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(CapturedModel, AUNetRecomputingAndOffloadingTrainsOnTheDeviceAsOnTheHost) {
   // The capture record names the model's file relative to the graph's folder.
-  const std::string command = "cd " FLEXPIPE_TEST_DATA "/captured && " FLEXPIPE_BINARY " export " + graph_file +
-                              " --plan " + (dir / "plan.json").string() + " -o " + (dir / "export").string() +
-                              " --dtype float64 > " + (dir / "export.log").string() + " 2>&1";
-  ASSERT_EQ(std::system(command.c_str()), 0) << read_text_file((dir / "export.log").string());
-  const ModelPlan plan =
-      make_scripted_plan(graph, plan_partition(cut, graph, "plan.json"), (dir / "export").string(), at::kDouble, 3);
-  const TensorData data = TensorData::synthetic(*plan.scripted, 3);
-  const Schedule schedule =
-      add_memory_actions(make_builtin("1f1b", {2, 4}), stages_that_recompute(cut, 1), stages_that_offload(cut, 1));
-  expect_device_run_equals_host_run(schedule, plan, 1, [&](int step, int first, int count, int per_step) {
-    return data.batch(step, first, count, per_step);
-  });
-  std::filesystem::remove_all(dir);
+  expect_trains_as_on_the_host(FLEXPIPE_TEST_DATA "/captured", FLEXPIPE_TEST_DATA "/captured/tiny_unet.graph.json",
+                               "relu_2", {{{"down2", "relu_1"}, {}}}, {{{}, {"up1"}}}, make_builtin("1f1b", {2, 4}));
+}
+
+TEST_F(CapturedModel, DropoutIsReplayedByTheRecomputedPieceOnTheDevice) {
+  // Chunk 1 resumes the generator from the state chunk 0 hands on with its outputs, and its recomputed
+  // piece replays it. One rank holds both chunks: the ranks of these tests are threads of one process,
+  // which share the host's one generator, so that two ranks would draw in whichever order they run.
+  const std::string graph_file = (dir_ / "dropout.graph.json").string();
+  const std::string models = std::string(FLEXPIPE_TEST_DATA) + "/../../python/tests";
+  run(models, "capture models.py:transformer_dropout --input 2x6x16 --loss cross_entropy --warmup 0 --repeats 1 -o " +
+                  graph_file);
+  if (HasFatalFailure()) return;
+  expect_trains_as_on_the_host(models, graph_file, "encoder_layers_0_linear1",
+                               {{{}, {"relu", "encoder_layers_0_dropout"}}}, {{{}, {}}},
+                               compile_builtin("interleaved-1f1b", {1, 4, 2}).schedule);
 }
 
 TEST(DevicePlacement, TheProfilerTimesOperatorsOnTheDevice) {
