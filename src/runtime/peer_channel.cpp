@@ -58,10 +58,10 @@ uint32_t Executor::State::backward_tag(int from_stage, int mb) const { return fo
 
 void Executor::State::post_send(const at::Tensor& data, int peer, uint32_t tag, const Action& a) {
   Pending p;
-  p.buffer = staged_on_host(data);
   p.peer = peer;
   p.posted_by = where(a);
-  ComputeTimer timer{transfer_ns};
+  ComputeTimer timer{transfer_ns};  // the copy off a device included: the transfer's, not the executor's
+  p.buffer = staged_on_host(data);
   p.transfer = transport.post_send(p.buffer, peer, tag);
   sends.push_back(std::move(p));
 }
@@ -81,7 +81,11 @@ std::vector<at::Tensor> Executor::State::take(Pending& p, const std::vector<std:
                                               const std::string& use) {
   wait(*p.transfer,
        fmt::format("{}: waiting for rank {} (receive posted at {})", use, transport.global_rank(p.peer), p.posted_by));
-  std::vector<at::Tensor> tensors = unpack(p.buffer.to(options.device), shapes);
+  std::vector<at::Tensor> tensors;
+  {
+    ComputeTimer timer{transfer_ns};  // the copy onto a device
+    tensors = unpack(p.buffer.to(options.device), shapes);
+  }
   p = Pending{};
   return tensors;
 }
