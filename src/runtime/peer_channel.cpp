@@ -69,7 +69,9 @@ void Executor::State::post_send(const at::Tensor& data, int peer, uint32_t tag, 
 Executor::State::Pending Executor::State::post_recv(const std::vector<std::vector<int64_t>>& shapes, int peer,
                                                     uint32_t tag, const Action& a) {
   Pending p;
-  p.buffer = at::empty({total_numel(shapes)}, at::TensorOptions().dtype(plan.dtype));
+  // Page-locked when it goes on to a GPU, so that the copy there is a DMA transfer.
+  p.buffer =
+      at::empty({total_numel(shapes)}, at::TensorOptions().dtype(plan.dtype).pinned_memory(options.device.is_cuda()));
   p.peer = peer;
   p.posted_by = where(a);
   ComputeTimer timer{transfer_ns};
