@@ -1,8 +1,6 @@
 // Saved-tensor hooks for C++: the engine subclass that hands them out, and the slots they fill.
 #include "saved_tensor_hooks.h"
 
-#include "device_placement.h"
-
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -10,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
+
+#include "device_placement.h"
 
 namespace flexpipe::runtime {
 
