@@ -250,14 +250,18 @@ TEST_F(CapturedModel, DropoutIsReplayedByTheRecomputedPieceOnTheDevice) {
                                compile_builtin("interleaved-1f1b", {1, 4, 2}).schedule);
 }
 
-TEST(DevicePlacement, TheProfilerTimesOperatorsOnTheDevice) {
+TEST(DevicePlacement, TheProfilerMeasuresOperatorsOnTheDevice) {
+  // How long the passes take is bench/'s to say; what the profile holds besides is pinned here.
   const ModelPlan plan = plan_for(balanced(1));
   const CostGraph host = profile_model(plan, {0, 1, at::kCPU});
   const CostGraph device = profile_model(plan, {0, 1, host_backed_device()});
   ASSERT_EQ(device.nodes.size(), host.nodes.size());
   const Shape& at = host.reference;
   for (size_t v = 0; v < host.nodes.size(); ++v) {
-    EXPECT_GT(device.nodes[v].forward.time, 0) << host.nodes[v].name;
+    // The host's allocator sees none of a device's allocations: the workspace stays the analytic one.
+    EXPECT_EQ(device.nodes[v].workspace_bytes.at(at.microbatch_size, at.seq_len),
+              plan.graph.nodes[v].workspace_bytes.at(at.microbatch_size, at.seq_len))
+        << host.nodes[v].name;
     // What a forward saves and returns is the same tensors wherever they live.
     EXPECT_EQ(device.nodes[v].saved_bytes.at(at.microbatch_size, at.seq_len),
               host.nodes[v].saved_bytes.at(at.microbatch_size, at.seq_len))
