@@ -10,7 +10,7 @@ namespace flexpipe::cli {
 std::vector<std::string> rank_environment(const std::vector<std::string>& base, const RankPlace& place,
                                           const std::string& master_addr, int master_port) {
   const std::string rank = std::to_string(place.rank()), world_size = std::to_string(place.world_size());
-  // torchrun 1.13's names and values for one role ("default") and no restarts. The agent store is
+  // torchrun's names and values (1.13 to 2.11 alike) for one role ("default") and no restarts. The agent store is
   // off: nothing but rank 0 hosts the store here, so torch's own env:// init must host it there too.
   const std::vector<std::pair<std::string, std::string>> set = {{"RANK", rank},
                                                                 {"WORLD_SIZE", world_size},

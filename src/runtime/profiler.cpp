@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/core/CPUAllocator.h>
 #include <fmt/format.h>
 
@@ -13,7 +14,6 @@
 #include "data_source.h"
 #include "device_placement.h"
 #include "flexpipe/support/statistics.h"
-#include "torch_compat.h"
 
 namespace flexpipe::runtime {
 
@@ -33,7 +33,7 @@ double time_ms(c10::Device device, F&& f) {
 
 // Wraps the CPU allocator while profiling to count live bytes and their high-water mark: what an
 // operator's pass allocates beyond what it keeps is its transient workspace.
-class CountingAllocator final : public compat::HostAllocator<> {
+class CountingAllocator final : public c10::Allocator {
  public:
   CountingAllocator() : base_(c10::GetCPUAllocator()) {
     active_ = this;
@@ -46,7 +46,7 @@ class CountingAllocator final : public compat::HostAllocator<> {
   CountingAllocator(const CountingAllocator&) = delete;
   CountingAllocator& operator=(const CountingAllocator&) = delete;
 
-  c10::DataPtr allocate_bytes(size_t bytes) const override {
+  c10::DataPtr allocate(size_t bytes) override {
     c10::DataPtr inner = base_->allocate(bytes);
     void* data = inner.get();
     const c10::Device device = inner.device();
@@ -60,6 +60,9 @@ class CountingAllocator final : public compat::HostAllocator<> {
     return {data, data, &release, device};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* destination, const void* source, size_t bytes) const override {
+    default_copy_data(destination, source, bytes);
+  }
 
   int64_t live() const {
     std::lock_guard<std::mutex> lock(mutex_);

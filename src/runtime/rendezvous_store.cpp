@@ -291,7 +291,7 @@ struct RendezvousStore::Reply {
 
 RendezvousStore::RendezvousStore(int socket, std::unique_ptr<RendezvousServer> server, std::string host, int port,
                                  std::chrono::milliseconds timeout)
-    : compat::Store<>(timeout),
+    : c10d::Store(timeout),
       socket_(socket),
       server_(std::move(server)),
       host_(std::move(host)),
@@ -326,7 +326,7 @@ c10::intrusive_ptr<RendezvousStore> RendezvousStore::connect(const std::string& 
   }
 }
 
-c10::intrusive_ptr<c10d::Store> RendezvousStore::clone_store() { return connect(host_, port_, timeout_); }
+c10::intrusive_ptr<c10d::Store> RendezvousStore::clone() { return connect(host_, port_, timeout_); }
 
 std::string RendezvousStore::bound_address() const { return server_ ? server_->address() : std::string(); }
 

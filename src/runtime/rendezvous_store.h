@@ -14,13 +14,11 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "torch_compat.h"
-
 namespace flexpipe::runtime {
 
 class RendezvousServer;
 
-class RendezvousStore final : public compat::Store<> {
+class RendezvousStore final : public c10d::Store {
  public:
   // Rank 0: serves the store on host:port (failing with Error when it cannot bind there) and is its
   // own first client. The server lives as long as this object.
@@ -43,8 +41,8 @@ class RendezvousStore final : public compat::Store<> {
   int64_t getNumKeys() override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
-  // Another client of the same server, for a thread of its own (Store::clone where c10d has it).
-  c10::intrusive_ptr<c10d::Store> clone_store() override;
+  // Another client of the same server, for a thread of its own.
+  c10::intrusive_ptr<c10d::Store> clone() override;
 
   // The address the server is bound to (rank 0 only; empty elsewhere), e.g. "127.0.0.1:29500".
   std::string bound_address() const;

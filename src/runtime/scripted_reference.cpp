@@ -3,6 +3,7 @@
 #include <map>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/core/List.h>
 #include <fmt/format.h>
 

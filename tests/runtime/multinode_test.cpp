@@ -1,6 +1,6 @@
 // One machine behaving like several: two `flexpipe launch --nnodes 2` launchers on loopback (and, as
 // root, in two network namespaces joined by a virtual Ethernet pair), the real
-// torchrun (Debian's python3-torch) as the launcher, a Slurm-like environment set here, and a node's
+// torchrun (the Python environment's) as the launcher, a Slurm-like environment set here, and a node's
 // launcher killed mid-step. Each trains the small model for 2 steps and compares its losses with
 // `flexpipe train` launching the same world size itself; a free port each; every process runs under
 // `timeout`, which ends its whole process group should something hang.
@@ -240,14 +240,15 @@ TEST_F(MultiNode, GlooSocketIfnameChoosesTheInterface) {
 }
 
 // torchrun's agent hosts the store on MASTER_PORT itself (TORCHELASTIC_USE_AGENT_STORE=True): the ranks
-// must connect to it, rank 0 included. Debian's torchrun 1.13 under Python 3.11 needs --redirects and
-// --tee set (their default of 0 trips an enum change); rank 0's stdout is then in the log directory.
+// must connect to it, rank 0 included. The torchrun is the project environment's (tests/CMakeLists.txt);
+// with --redirects and --tee rank 0's stdout is in the log directory.
 TEST_F(MultiNode, TheRealTorchrunDrivesTrain) {
   const std::vector<double> expected = reference_losses();
   const std::string port = std::to_string(bindable(0));
   const pid_t torchrun =
       start("torchrun",
-            "/usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node 2 "
+            std::string(FLEXPIPE_TORCHRUN) +
+                " --nnodes 1 --nproc_per_node 2 "
             "--master_addr 127.0.0.1 --master_port " +
                 port + " --monitor_interval 0.1 --redirects 1 --tee 1 --log_dir " + (dir_ / "logs").string() +
                 " --no_python " + kBinary + " train " + kSmall + " --json");

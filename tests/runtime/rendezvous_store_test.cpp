@@ -89,7 +89,7 @@ TEST(RendezvousStore, KeepsC10dStoreSemanticsAcrossClients) {
 TEST(RendezvousStore, AClonedStoreIsAnotherConnectionToTheSameKeys) {
   const int port = free_port();
   const auto host = RendezvousStore::host("127.0.0.1", port, 5s);
-  const auto clone = host->clone_store();
+  const auto clone = host->clone();
   clone->set("from clone", bytes("1"));
   EXPECT_EQ(host->get("from clone"), bytes("1"));
   host->set("from host", bytes("2"));

@@ -2,6 +2,7 @@
 // the bytes are those of the activations (parameters left out, each storage once), and the backward
 // reads the slots, so that a move to host memory and back is what the gradient is computed from.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 

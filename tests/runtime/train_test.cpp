@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <torch/cuda.h>
 #include <torch/version.h>
 #include <nlohmann/json.hpp>
 
@@ -171,12 +172,20 @@ TEST_F(Train, TextFilesTrainAsBytes) {
   EXPECT_TRUE(run["verify"]["passed"].get<bool>());
 }
 
-#ifndef FLEXPIPE_TORCH_CUDA
-// --device cuda against a libtorch without CUDA: one error, exit 2, before any rank trains.
-TEST_F(Train, CudaOnALibtorchWithoutCudaIsOneErrorBeforeAnyRankTrains) {
+// --device cuda where no GPU can train: one error, exit 2, before any rank trains. Against a libtorch
+// without CUDA, that it has none; against one with CUDA (the wheel's) on a machine without a GPU or a
+// driver (ours, CI's), that no device is visible.
+TEST_F(Train, CudaWithoutAGpuIsOneErrorBeforeAnyRankTrains) {
+#ifdef FLEXPIPE_TORCH_CUDA
+  if (torch::cuda::device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
+  const std::string why = std::string(": libtorch ") + TORCH_VERSION +
+                          " has CUDA, but no CUDA device is visible to this process (the driver, "
+                          "CUDA_VISIBLE_DEVICES)\n";
+#else
   const std::string why = std::string(": this runtime is built against libtorch ") + TORCH_VERSION +
                           " without CUDA (CPU only); build FlexPipe against a CUDA libtorch: cmake "
                           "-DTorch_DIR=<its share/cmake/Torch> (docs/runtime.md, \"Devices\")\n";
+#endif
   // Two ranks: the launcher checks once, as rank 0, which takes the GPU of its LOCAL_RANK.
   Outcome run = flexpipe("train --steps 1 " + kSmall + " --device cuda");
   EXPECT_EQ(run.exit_code, 2);
@@ -197,7 +206,6 @@ TEST_F(Train, CudaOnALibtorchWithoutCudaIsOneErrorBeforeAnyRankTrains) {
   run = flexpipe("train -p 1 --steps 1 --warmup 0 " + kSmall + " --device cpu");
   EXPECT_EQ(run.exit_code, 0) << run.err;
 }
-#endif
 
 TEST_F(Train, ProfileWritesACostGraphTheSimulatorReads) {
   const std::filesystem::path graph = dir_ / "measured.json";
