@@ -1,4 +1,8 @@
 // flexpipe: one binary, one subcommand per job. Exit codes: include/flexpipe/support/exit_status.h.
+#include <fmt/format.h>
+
+#include "build_commit.h"
+#include "flexpipe/support/error.h"
 #include "flexpipe/support/exit_status.h"
 #include "options.h"
 #include "parse_errors.h"
@@ -14,7 +18,8 @@ int main(int argc, char** argv) {
       "Sizes, bandwidths and times take units: 80GiB, 18.1GB, 900GB/s, 5ms. Each subcommand has --help;\n"
       "the README and docs/ say more.");
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("flexpipe 0.1.0"));
+  app.set_version_flag(
+      "--version", fmt::format("flexpipe {} (commit {}); `flexpipe version` says more", FLEXPIPE_VERSION, flexpipe::cli::kBuildCommit));
   int exit_code = 0;
   const std::vector<std::string> command_line(argv, argv + argc);
   flexpipe::cli::add_schedules_command(app, exit_code);
@@ -32,6 +37,7 @@ int main(int argc, char** argv) {
   flexpipe::cli::add_partition_command(app, exit_code);
   flexpipe::cli::add_search_command(app, exit_code);
   flexpipe::cli::add_train_command(app, command_line, exit_code);
+  flexpipe::cli::add_version_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -41,7 +47,12 @@ int main(int argc, char** argv) {
                                   flexpipe::cli::describe_parse_error(app, e,
                                                                       std::vector<std::string>(argv + 1, argv + argc)));
   } catch (const std::exception& e) {
-    return flexpipe::report_exception(e);
+    const int code = flexpipe::report_exception(e);
+    // Not bad input: a bug of ours. The facts a report needs first.
+    if (dynamic_cast<const flexpipe::Error*>(&e) == nullptr)
+      fmt::print(stderr, "this is a bug in FlexPipe: please report it with the command line and the output of "
+                         "`flexpipe version`\n");
+    return code;
   }
   return exit_code;
 }

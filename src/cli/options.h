@@ -114,6 +114,7 @@ void add_run_command(CLI::App& app, int& exit_code);
 void add_profile_command(CLI::App& app, int& exit_code);
 void add_partition_command(CLI::App& app, int& exit_code);
 void add_search_command(CLI::App& app, int& exit_code);
+void add_version_command(CLI::App& app, int& exit_code);
 // `command_line` is the process's argv: train re-executes it as each rank when it launches its own job.
 void add_train_command(CLI::App& app, const std::vector<std::string>& command_line, int& exit_code);
 

@@ -22,7 +22,7 @@ std::string from_environment(const char* name, const char* fallback) {
 }
 }  // namespace
 
-std::string python_interpreter() { return from_environment("FLEXPIPE_PYTHON", "/usr/bin/python3"); }
+std::string python_interpreter() { return from_environment("FLEXPIPE_PYTHON", FLEXPIPE_DEFAULT_PYTHON); }
 
 std::string python_package_dir() { return from_environment("FLEXPIPE_PYTHON_PACKAGE_DIR", FLEXPIPE_PYTHON_DIR); }
 
@@ -44,9 +44,59 @@ void exec_python_package(const std::vector<std::string>& arguments) {
   argv.push_back(nullptr);
   execv(interpreter.c_str(), argv.data());
   throw Error(
-      fmt::format("cannot run {}: {} (install python3-torch with scripts/setup.sh, or set FLEXPIPE_PYTHON "
-                  "to a Python that has PyTorch)",
+      fmt::format("cannot run {}: {} (scripts/setup.sh makes the Python environment with PyTorch; or set "
+                  "FLEXPIPE_PYTHON to a Python that has PyTorch)",
                   interpreter, std::strerror(errno)));
+}
+
+PythonVersions python_versions() {
+  // One package a line, "-" where it is missing; metadata only, so that torch's 2 s import is not paid.
+  const std::string script =
+      "import importlib.metadata as m\n"
+      "for p in ('torch', 'torchvision', 'transformers'):\n"
+      "    try: print(m.version(p))\n"
+      "    except m.PackageNotFoundError: print('-')\n";
+  PythonVersions versions;
+  int pipe_ends[2];
+  if (pipe(pipe_ends) != 0) return versions;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t child = fork();
+  if (child < 0) {
+    close(pipe_ends[0]);
+    close(pipe_ends[1]);
+    return versions;
+  }
+  const std::string interpreter = python_interpreter();
+  if (child == 0) {
+    dup2(pipe_ends[1], STDOUT_FILENO);
+    close(pipe_ends[0]);
+    close(pipe_ends[1]);
+    execl(interpreter.c_str(), interpreter.c_str(), "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipe_ends[1]);
+  std::string output;
+  char buffer[256];
+  for (ssize_t n; (n = read(pipe_ends[0], buffer, sizeof buffer)) != 0;) {
+    if (n > 0) output.append(buffer, static_cast<size_t>(n));
+    else if (errno != EINTR) break;
+  }
+  close(pipe_ends[0]);
+  int status = 0;
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return versions;
+  std::optional<std::string>* fields[] = {&versions.torch, &versions.torchvision, &versions.transformers};
+  size_t start = 0;
+  for (std::optional<std::string>* field : fields) {
+    const size_t end = output.find('\n', start);
+    if (end == std::string::npos) break;
+    const std::string line = output.substr(start, end - start);
+    if (line != "-") *field = line;
+    start = end + 1;
+  }
+  return versions;
 }
 
 int run_python_package(const std::vector<std::string>& arguments) {

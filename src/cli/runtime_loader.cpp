@@ -21,15 +21,15 @@ std::string library_path() {
 }
 
 template <typename Request>
-int call(const char* symbol, const Request& request) {
+int call(const char* symbol, Request& request) {
   const std::string path = library_path();
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr)
     throw Error(
-        fmt::format("cannot load the runtime library {}: {}\n(the runtime is built when libtorch-dev and "
-                    "libgloo-dev are installed and FLEXPIPE_RUNTIME is ON; scripts/setup.sh installs them)",
+        fmt::format("cannot load the runtime library {}: {}\n(the runtime is built when FLEXPIPE_RUNTIME is ON, "
+                    "against the torch of the Python environment scripts/setup.sh makes)",
                     path, dlerror()));
-  using Entry = int (*)(const Request*);
+  using Entry = int (*)(Request*);
   auto entry = reinterpret_cast<Entry>(dlsym(library, symbol));
   if (entry == nullptr) throw Error(fmt::format("{} has no {}: {}", path, symbol, dlerror()));
   // Never unloaded: libtorch does not support being unloaded.
@@ -43,5 +43,11 @@ int run_runtime(const runtime::RunRequest& request) { return call("flexpipe_runt
 int profile_runtime(const runtime::ProfileRequest& request) { return call("flexpipe_runtime_profile", request); }
 
 int check_runtime_request(const runtime::RunRequest& request) { return call("flexpipe_runtime_check", request); }
+
+runtime::RuntimeFacts runtime_facts() {
+  runtime::RuntimeFacts facts;
+  call("flexpipe_runtime_facts", facts);
+  return facts;
+}
 
 }  // namespace flexpipe::cli

@@ -2,6 +2,7 @@
 // The runtime (libtorch + c10d) is a shared library loaded only by the subcommands that train, so
 // that every other subcommand starts in milliseconds and builds without libtorch.
 #include "flexpipe/runtime/run_request.h"
+#include "flexpipe/runtime/runtime_facts.h"
 
 namespace flexpipe::cli {
 
@@ -13,5 +14,7 @@ int run_runtime(const runtime::RunRequest& request);
 int check_runtime_request(const runtime::RunRequest& request);
 // Likewise for `flexpipe profile`.
 int profile_runtime(const runtime::ProfileRequest& request);
+// The runtime's libtorch and the GPUs it sees (`flexpipe version`); throws Error when it cannot be loaded.
+runtime::RuntimeFacts runtime_facts();
 
 }  // namespace flexpipe::cli

@@ -42,10 +42,12 @@ class CliHarness : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  Outcome flexpipe(const std::string& args) {
+  // `environment`: NAME=VALUE words set for this run only.
+  Outcome flexpipe(const std::string& args, const std::string& environment = "") {
     const std::filesystem::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string command = std::string("timeout 60 ") + FLEXPIPE_BINARY + " " + args + " >" + out.string() +
-                                " 2>" + err.string() + " </dev/null";
+    const std::string command = (environment.empty() ? "" : "env " + environment + " ") + "timeout 60 " +
+                                FLEXPIPE_BINARY + " " + args + " >" + out.string() + " 2>" + err.string() +
+                                " </dev/null";
     const int status = std::system(command.c_str());
     Outcome run;
     run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
