@@ -2,7 +2,7 @@
 with the whole model's: the sum of the operators' times against a timed forward + loss + backward, and
 the captured saved bytes against the allocator's growth over one forward (glibc's mallinfo2).
 
-    /usr/bin/python3 bench/capture_bench.py [--batch 2] [--repeats 5] [--clock wall|cpu]
+    /opt/flexpipe/venv/bin/python bench/capture_bench.py [--batch 2] [--repeats 5] [--clock wall|cpu]
 
 Figures and how they were taken: docs/performance.md ("Capture")."""
 import argparse
