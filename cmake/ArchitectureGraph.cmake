@@ -47,9 +47,11 @@ function(flexpipe_write_architecture_graph)
     foreach(to ${targets})
       string(APPEND dot "  \"${name}\" -> \"${to}\";\n")
     endforeach()
-    # Built first but never linked: the CLI loads the runtime with dlopen.
+    # Built first but never linked: the CLI loads the runtime with dlopen. (The commit stamp the CLI
+    # also waits for is a build step, not a library.)
     get_target_property(loaded ${library} MANUALLY_ADDED_DEPENDENCIES)
     if(loaded)
+      list(REMOVE_ITEM loaded flexpipe_build_commit)
       foreach(to ${loaded})
         string(REGEX REPLACE "^flexpipe_" "" to ${to})
         string(APPEND dot "  \"${name}\" -> \"${to}\" [style=dotted, label=\"dlopen\"];\n")

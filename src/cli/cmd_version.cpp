@@ -47,16 +47,15 @@ void add_version_command(CLI::App& app, int&) {
         backends = facts->c10d_backends;
         gpus = facts->gpus;
       }
-      const nlohmann::json report = {
-          {"flexpipe", {{"version", FLEXPIPE_VERSION}, {"commit", kBuildCommit}}},
-          {"libtorch", libtorch},
-          {"c10d_backends", backends},
-          {"gpus", gpus},
-          {"python",
-           {{"interpreter", python_interpreter()},
-            {"torch", or_null(python.torch)},
-            {"torchvision", or_null(python.torchvision)},
-            {"transformers", or_null(python.transformers)}}}};
+      const nlohmann::json report = {{"flexpipe", {{"version", FLEXPIPE_VERSION}, {"commit", kBuildCommit}}},
+                                     {"libtorch", libtorch},
+                                     {"c10d_backends", backends},
+                                     {"gpus", gpus},
+                                     {"python",
+                                      {{"interpreter", python_interpreter()},
+                                       {"torch", or_null(python.torch)},
+                                       {"torchvision", or_null(python.torchvision)},
+                                       {"transformers", or_null(python.transformers)}}}};
       fmt::print("{}\n", report.dump(2));
       return;
     }
@@ -64,7 +63,8 @@ void add_version_command(CLI::App& app, int&) {
     if (facts)
       fmt::print("libtorch {}, {}, c10d backends: {}\nGPUs visible: {}\n", facts->libtorch_version,
                  facts->cuda_version.empty() ? std::string("no CUDA") : "CUDA " + facts->cuda_version,
-                 facts->c10d_backends.empty() ? std::string("none") : fmt::format("{}", fmt::join(facts->c10d_backends, ", ")),
+                 facts->c10d_backends.empty() ? std::string("none")
+                                              : fmt::format("{}", fmt::join(facts->c10d_backends, ", ")),
                  facts->gpus);
     else
       fmt::print("libtorch: the runtime is not available: {}\n", runtime_problem);

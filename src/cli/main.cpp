@@ -18,8 +18,8 @@ int main(int argc, char** argv) {
       "Sizes, bandwidths and times take units: 80GiB, 18.1GB, 900GB/s, 5ms. Each subcommand has --help;\n"
       "the README and docs/ say more.");
   app.require_subcommand(1);
-  app.set_version_flag(
-      "--version", fmt::format("flexpipe {} (commit {}); `flexpipe version` says more", FLEXPIPE_VERSION, flexpipe::cli::kBuildCommit));
+  app.set_version_flag("--version", fmt::format("flexpipe {} (commit {}); `flexpipe version` says more",
+                                                FLEXPIPE_VERSION, flexpipe::cli::kBuildCommit));
   int exit_code = 0;
   const std::vector<std::string> command_line(argv, argv + argc);
   flexpipe::cli::add_schedules_command(app, exit_code);
@@ -50,8 +50,9 @@ int main(int argc, char** argv) {
     const int code = flexpipe::report_exception(e);
     // Not bad input: a bug of ours. The facts a report needs first.
     if (dynamic_cast<const flexpipe::Error*>(&e) == nullptr)
-      fmt::print(stderr, "this is a bug in FlexPipe: please report it with the command line and the output of "
-                         "`flexpipe version`\n");
+      fmt::print(stderr,
+                 "this is a bug in FlexPipe: please report it with the command line and the output of "
+                 "`flexpipe version`\n");
     return code;
   }
   return exit_code;

@@ -79,13 +79,14 @@ PythonVersions python_versions() {
   std::string output;
   char buffer[256];
   for (ssize_t n; (n = read(pipe_ends[0], buffer, sizeof buffer)) != 0;) {
-    if (n > 0) output.append(buffer, static_cast<size_t>(n));
-    else if (errno != EINTR) break;
+    if (n > 0)
+      output.append(buffer, static_cast<size_t>(n));
+    else if (errno != EINTR)
+      break;
   }
   close(pipe_ends[0]);
   int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
+  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return versions;
   std::optional<std::string>* fields[] = {&versions.torch, &versions.torchvision, &versions.transformers};
   size_t start = 0;

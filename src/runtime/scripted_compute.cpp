@@ -6,9 +6,9 @@
 // backward, replaying the generator and leaving BatchNorm's statistics where F moved them. OFFLOAD
 // and RELOAD move what the offload pieces' graphs saved (saved_tensor_hooks.h).
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/List.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 

@@ -3,8 +3,8 @@
 #include <map>
 
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/core/List.h>
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 
 #include "flexpipe/support/error.h"

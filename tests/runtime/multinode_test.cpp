@@ -246,12 +246,11 @@ TEST_F(MultiNode, TheRealTorchrunDrivesTrain) {
   const std::vector<double> expected = reference_losses();
   const std::string port = std::to_string(bindable(0));
   const pid_t torchrun =
-      start("torchrun",
-            std::string(FLEXPIPE_TORCHRUN) +
-                " --nnodes 1 --nproc_per_node 2 "
-            "--master_addr 127.0.0.1 --master_port " +
-                port + " --monitor_interval 0.1 --redirects 1 --tee 1 --log_dir " + (dir_ / "logs").string() +
-                " --no_python " + kBinary + " train " + kSmall + " --json");
+      start("torchrun", std::string(FLEXPIPE_TORCHRUN) +
+                            " --nnodes 1 --nproc_per_node 2 "
+                            "--master_addr 127.0.0.1 --master_port " +
+                            port + " --monitor_interval 0.1 --redirects 1 --tee 1 --log_dir " +
+                            (dir_ / "logs").string() + " --no_python " + kBinary + " train " + kSmall + " --json");
   ASSERT_EQ(finish(torchrun), 0) << err("torchrun");
   std::string rank0;
   for (const auto& entry : fs::recursive_directory_iterator(dir_ / "logs"))

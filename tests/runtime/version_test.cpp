@@ -37,8 +37,9 @@ std::string output_of(const std::string& command) {
 }
 
 std::string python_package_version(const std::string& package) {
-  std::string version = output_of(fmt::format(
-      "{} -c \"import importlib.metadata as m; print(m.version('{}'))\" 2>/dev/null", FLEXPIPE_PYTHON, package));
+  std::string version =
+      output_of(fmt::format("{} -c \"import importlib.metadata as m; print(m.version('{}'))\" 2>/dev/null",
+                            FLEXPIPE_PYTHON, package));
   while (!version.empty() && version.back() == '\n') version.pop_back();
   return version;
 }

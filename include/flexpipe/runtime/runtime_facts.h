@@ -7,10 +7,10 @@
 namespace flexpipe::runtime {
 
 struct RuntimeFacts {
-  std::string libtorch_version;             // "2.11.0"
-  std::string cuda_version;                 // the CUDA libtorch was built with, "13.0"; "" without CUDA
-  std::vector<std::string> c10d_backends;   // compiled into that libtorch: "GLOO", "NCCL", ...
-  int gpus = 0;                             // CUDA devices visible now (0 without a GPU or a driver)
+  std::string libtorch_version;            // "2.11.0"
+  std::string cuda_version;                // the CUDA libtorch was built with, "13.0"; "" without CUDA
+  std::vector<std::string> c10d_backends;  // compiled into that libtorch: "GLOO", "NCCL", ...
+  int gpus = 0;                            // CUDA devices visible now (0 without a GPU or a driver)
 };
 
 }  // namespace flexpipe::runtime
