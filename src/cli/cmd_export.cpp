@@ -13,6 +13,7 @@ struct ExportOptions {
   std::string output;
   std::string dtype;
   bool no_check = false;
+  std::string tolerance;  // empty: the check's own, from the dtype and the model's scale
 };
 }  // namespace
 
@@ -26,10 +27,15 @@ void add_export_command(CLI::App& app, int&) {
   command->add_option("--dtype", o->dtype, "Convert parameters and inputs to this type [the model's]")
       ->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}));
   command->add_flag("--no-check", o->no_check, "Skip running the written modules against the model");
+  command->add_option("--export-tolerance", o->tolerance,
+                      "The check's largest accepted difference from the model's outputs, relative to the largest "
+                      "output [from the data type and the model's scale, docs/export.md]")
+      ->check(CLI::NonNegativeNumber);
   command->callback([o] {
     std::vector<std::string> arguments = {"export", o->graph, "--plan", o->plan, "-o", o->output};
     if (!o->dtype.empty()) arguments.insert(arguments.end(), {"--dtype", o->dtype});
     if (o->no_check) arguments.push_back("--no-check");
+    if (!o->tolerance.empty()) arguments.insert(arguments.end(), {"--export-tolerance", o->tolerance});
     exec_python_package(arguments);
   });
 }

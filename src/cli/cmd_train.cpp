@@ -41,6 +41,7 @@ struct TrainOptions {
   // own program rather than that built-in (docs/fidelity.md).
   double auto_margin = 0.05;
   bool auto_margin_given = false;
+  std::string export_tolerance;  // passed to the export of a captured --model; empty: its own
 };
 
 constexpr int kDefaultDevices = 2;
@@ -308,6 +309,7 @@ int prepare_captured_model(TrainOptions& o, bool launcher) {
   forget_export_stamp(request.export_dir);
   std::vector<std::string> arguments = {"export", model, "--plan", o.command.plan, "-o", request.export_dir};
   if (request.training.dtype == "float64") arguments.insert(arguments.end(), {"--dtype", "float64"});
+  if (!o.export_tolerance.empty()) arguments.insert(arguments.end(), {"--export-tolerance", o.export_tolerance});
   // The export names what is wrong itself (one error line); its exit code is the command's.
   const int code = run_python_package(arguments);
   if (code == 0) write_export_stamp(request.export_dir, stamp);
@@ -424,6 +426,10 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
                       "instead of the GPT-style model [the GPT-style model of --layers, --hidden, ...]");
   command->add_option("--export-dir", o->command.request.export_dir,
                       "With --model: where its modules for the plan are written (flexpipe export) [GRAPH.export]");
+  command->add_option("--export-tolerance", o->export_tolerance,
+                      "With --model: the export check's largest accepted difference from the model's outputs, "
+                      "relative to the largest output [from the data type and the model's scale, docs/export.md]")
+      ->check(CLI::NonNegativeNumber);
   command->add_option("--export-weights", o->command.request.export_weights,
                       "With --model: write the trained weights by their state_dict names, for "
                       "model.load_state_dict(torch.load(FILE))");

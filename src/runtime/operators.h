@@ -5,7 +5,7 @@
 // explicit `Saved`, which the executor owns per (stage, micro-batch): it can drop it (recompute),
 // copy it to host memory and back (offload), or free it once the backward is done.
 //
-// Why not the autograd engine: libtorch 1.13's C++ API has no saved-tensor hooks, so offload and
+// Why not the autograd engine: libtorch's public C++ API has no saved-tensor hooks, so offload and
 // per-operator memory decisions would be out of reach; explicit passes also make I and W exact by
 // construction. Every backward here is checked against autograd (reference_model.h, tests).
 #include <memory>

@@ -1,6 +1,6 @@
 #pragma once
-// The tensors autograd saves for a backward pass, held where the executor can move them. libtorch
-// 1.13 offers saved-tensor hooks to Python only (torch.autograd.graph.saved_tensors_hooks); in C++ the
+// The tensors autograd saves for a backward pass, held where the executor can move them. libtorch's
+// public C++ API has no saved-tensor hooks (Python's torch.autograd.graph.saved_tensors_hooks); in C++ the
 // autograd engine asks itself for default hooks whenever a graph saves a tensor, so a subclass of the
 // engine, installed as the default one, hands out hooks that park every saved tensor in a slot of the
 // SavedTensors being recorded on this thread. The executor then counts their bytes, copies them to

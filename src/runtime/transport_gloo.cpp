@@ -2,7 +2,7 @@
 // over TCP for the tensors, on the interface network_interface.h chooses.
 // The only file of the library that includes c10d (each of its headers costs seconds per TU).
 //
-// What c10d 1.13 / Gloo do that shapes this file:
+// What c10d / Gloo do that shapes this file (1.13 and 2.11 alike; tests/runtime/transport_test.cpp pins each):
 // - SendWork/RecvWork::wait(timeout) throws gloo::IoException after `timeout`. A timeout of 0 means
 //   "no timeout" to c10d (it then waits for the process group's own timeout), hence the 1 ms floor.
 // - A timed-out wait closes every pair of the Gloo context ("Application timeout caused pair
@@ -137,8 +137,8 @@ Stores open_store(const RankEnv& env, const std::string& address, std::chrono::m
   }
 }
 
-// Every rank announces itself, then waits until all have. 1.13's own waitWorkers gives up silently
-// on the server after its timeout and leaves a bare "Socket Timeout" to the group's constructor;
+// Every rank announces itself, then waits until all have. c10d 1.13's waitWorkers gave up silently
+// on the server after its timeout and left a bare "Socket Timeout" to the group's constructor;
 // this says which ranks never came. Polling check() rather than a blocking wait() keeps the client
 // usable after a timeout (an abandoned wait's late reply would desynchronise its socket).
 void check_in(c10d::Store& store, const RankEnv& env, const std::string& address, std::chrono::milliseconds timeout) {
