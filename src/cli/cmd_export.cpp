@@ -1,6 +1,7 @@
 // flexpipe export GRAPH.json --plan PLAN.json -o DIR: a captured model cut at a plan's stage
 // boundaries into TorchScript modules with a manifest (docs/export.md). The cutting runs in the
 // Python package; this command is its front door, with the same options as `python3 -m flexpipe export`.
+#include "number_checks.h"
 #include "options.h"
 #include "python_package.h"
 
@@ -30,7 +31,7 @@ void add_export_command(CLI::App& app, int&) {
   command->add_option("--export-tolerance", o->tolerance,
                       "The check's largest accepted difference from the model's outputs, relative to the largest "
                       "output [from the data type and the model's scale, docs/export.md]")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   command->callback([o] {
     std::vector<std::string> arguments = {"export", o->graph, "--plan", o->plan, "-o", o->output};
     if (!o->dtype.empty()) arguments.insert(arguments.end(), {"--dtype", o->dtype});

@@ -65,6 +65,10 @@ TEST_F(BadInput, LimitsAndRatesMustBeQuantitiesInTheirRange) {
       {"train --timeout 0", "--timeout: '0' is not a positive time; write 10s, 500ms or 10 (seconds)"},
       {"launch -n 2 --grace 1h30 -- true", "--grace: '1h30' is not a time; write 10s, 500ms or 10 (seconds)"},
       {"capture m.py:f --input 8x3 -o g.json --warmup -1", "--warmup: must be a whole number of at least 0, got -1"},
+      {"export g.json --plan p.json -o out --export-tolerance -1e-9",
+       "--export-tolerance: must be a number of at least 0, got '-1e-9'"},
+      {"train --model g.json --plan p.json --export-tolerance tight",
+       "--export-tolerance: must be a number of at least 0, got 'tight'"},
   };
   expect_refused(cases, 2, true);
 }
