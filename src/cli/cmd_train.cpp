@@ -429,7 +429,7 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command->add_option("--export-tolerance", o->export_tolerance,
                       "With --model: the export check's largest accepted difference from the model's outputs, "
                       "relative to the largest output [from the data type and the model's scale, docs/export.md]")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   command->add_option("--export-weights", o->command.request.export_weights,
                       "With --model: write the trained weights by their state_dict names, for "
                       "model.load_state_dict(torch.load(FILE))");
