@@ -10,9 +10,13 @@
 namespace flexpipe::search_detail {
 
 namespace {
-// Branch-and-bound nodes per structure: a few seconds on the development VM (about 700 thousand
-// nodes a second on p = 4, m = 8), where most small instances are proved in far fewer.
-constexpr int64_t kExactNodes = int64_t{1} << 21;
+// Branch-and-bound nodes per structure (about 700 thousand nodes a second on p = 4 on the development
+// VM; most small instances are proved in far fewer). Where m <= p, filling and draining are most of
+// the step and list scheduling is weakest: a few seconds there. Otherwise a tenth of a second: there
+// the phases before it have already found good orders, and the larger count spent 13 s on the
+// README's example (gpt3-1.3b, p = 4, m = 8) for 1% (docs/performance.md).
+constexpr int64_t kExactNodesFillDrain = int64_t{1} << 21;
+constexpr int64_t kExactNodes = int64_t{1} << 16;
 }  // namespace
 
 void AnytimeSearch::exact_phase() {
@@ -46,7 +50,8 @@ void AnytimeSearch::exact_phase() {
     if (c.lower_bound >= incumbent) return;  // nothing in this structure beats the best: proven without a search
     ExactOptions exact;
     exact.upper_bound = incumbent;
-    exact.max_nodes = kExactNodes;
+    exact.max_nodes =
+        structures_[c.structure].batch.microbatches <= problem_.devices ? kExactNodesFillDrain : kExactNodes;
     exact.time_limit_seconds = std::max(0.0, options_.time_budget - elapsed());
     const ExactResult r =
         exact_schedule(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, exact);
