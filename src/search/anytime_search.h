@@ -191,6 +191,9 @@ class AnytimeSearch {
   int threads_ = 1;
   std::vector<Structure> structures_;
   mutable std::map<std::string, Partition> balanced_;
+  // The greedy memory solver's plans per (micro-batches, micro-batch size, placement, chunks).
+  mutable std::mutex greedy_plans_mutex_;
+  mutable std::map<std::tuple<int, double, int, int>, PartitionResult> greedy_plans_;
   mutable std::mutex mutex_;
   struct Best {
     double makespan = kInfinity;
