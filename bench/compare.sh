@@ -126,4 +126,10 @@ if ((zoo)); then
   printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
   paste -d' ' <(rows "$tmp/base.zoo") <(rows "$tmp/new.zoo") | awk '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %.4f |\n",
     $1, $2, $3, $4, $5, $6, $11, $12, $11 / $5 }'
+  # The small instances: | model | p | m | memory | comm | heuristic | with branch and bound | proven | gap |
+  small() { awk -F' *[|] *' 'NF == 11 && $7 ~ /^[0-9.]+$/ { p = $9; gsub(" ", "_", p); print $2, $3, $4, $8, p }' "$1"; }
+  printf '\n| model | p | m | with branch and bound, %s | proven | working tree | proven |\n' "$sha"
+  printf '| --- | --- | --- | --- | --- | --- | --- |\n'
+  paste -d' ' <(small "$tmp/base.zoo") <(small "$tmp/new.zoo") | awk '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n",
+    $1, $2, $3, $4, $5, $9, $10 }'
 fi
