@@ -121,7 +121,7 @@ if ((zoo)); then
   "$new/search_bench" --budget "$zoo_budget" >"$tmp/new.zoo"
   # The first table's rows: | # | model | p | m | memory | comm | 1F1B | interleaved | best built-in |
   # search | 4 ratios | within 1% at | schedules |
-  rows() { awk -F' *[|] *' '/^[|] [0-9]+ [|]/ { w = $16; gsub(" ", "", w); print $2, $3, $4, $5, $11, w }' "$1"; }
+  rows() { awk -F' *[|] *' 'NF == 18 && /^[|] [0-9]+ [|]/ { w = $16; gsub(" ", "", w); print $2, $3, $4, $5, $11, w }' "$1"; }
   printf '\n| # | model | p | m | search, %s | within 1%% at | working tree | within 1%% at | ratio |\n' "$sha"
   printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
   paste -d' ' <(rows "$tmp/base.zoo") <(rows "$tmp/new.zoo") | awk '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s | %.4f |\n",
