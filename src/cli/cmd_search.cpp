@@ -321,10 +321,18 @@ void run(const SearchCommand& o, int& exit_code) {
     nlohmann::json history = nlohmann::json::array();
     for (const auto& [seconds, makespan] : result.history)
       history.push_back({{"seconds", seconds}, {"makespan", makespan}});
-    j["search"] = {{"evaluated", result.evaluated}, {"pruned", result.pruned},
-                   {"stalled", result.stalled},     {"seconds", result.seconds},
-                   {"exhausted", result.exhausted}, {"proven_optimal", result.proven_optimal},
-                   {"threads", options.threads},    {"history", history}};
+    nlohmann::json phases = nlohmann::json::array();
+    for (const SearchPhase& p : result.phases)
+      phases.push_back({{"name", p.name}, {"seconds", p.seconds}, {"evaluated", p.evaluated}, {"pruned", p.pruned}});
+    j["search"] = {{"evaluated", result.evaluated},
+                   {"pruned", result.pruned},
+                   {"stalled", result.stalled},
+                   {"seconds", result.seconds},
+                   {"exhausted", result.exhausted},
+                   {"proven_optimal", result.proven_optimal},
+                   {"threads", options.threads},
+                   {"history", history},
+                   {"phases", phases}};
     if (!result.found) j["infeasible"] = result.infeasible;
     fmt::print("{}\n", j.dump(2));
   } else {

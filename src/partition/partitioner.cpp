@@ -143,6 +143,7 @@ class StageCost {
   bool stopped() const { return p_.should_stop && p_.should_stop(); }
   const std::vector<double>& compute_prefix() const { return compute_; }
   int64_t evaluations() const { return evaluations_; }
+  int smallest_optimized() const { return smallest_optimized_; }
 
   StageContext context(int s, double period) const {
     StageContext c;
@@ -179,6 +180,7 @@ class StageCost {
     if (period == kInfinity) {
       result = least_stage_memory(p_.ops, i, j, context(s, period)).memory <= p_.budget[s] ? base : kInfinity;
     } else {
+      smallest_optimized_ = std::min(smallest_optimized_, j - i);
       const StageMemoryPlan plan = optimize_stage_memory(p_.ops, i, j, context(s, period), p_.solver);
       result = plan.fits ? base + plan.added_time() : kInfinity;
     }
@@ -202,6 +204,7 @@ class StageCost {
     r.end = j;
     r.compute_time = compute(i, j);
     const StageContext c = context(s, period);
+    if (optimize) smallest_optimized_ = std::min(smallest_optimized_, j - i);
     r.memory = optimize
                    ? optimize_stage_memory(p_.ops, i, j, c, p_.solver)
                    : evaluate_stage_memory(p_.ops, i, j, c, std::vector<MemoryDecision>(j - i, MemoryDecision::Keep));
@@ -222,6 +225,7 @@ class StageCost {
   std::vector<std::vector<double>> workspace_;
   std::vector<int> tied_;
   int64_t evaluations_ = 0;
+  mutable int smallest_optimized_ = std::numeric_limits<int>::max();
   PartitionProgress progress_;
 };
 
@@ -321,6 +325,7 @@ class BinaryPartitioner {
       PartitionResult result;
       result.method = PartitionMethod::Dawn;
       result.evaluations = cost_.evaluations();
+      result.smallest_optimized = cost_.smallest_optimized();
       return result;
     }
     const double least = std::max(cost_.compute(0, n) / stages, [&] {
@@ -374,6 +379,7 @@ class BinaryPartitioner {
     for (const StageResult& r : result.stages) result.bottleneck = std::max(result.bottleneck, r.time);
     result.fits = true;
     result.evaluations = cost_.evaluations();
+    result.smallest_optimized = cost_.smallest_optimized();
     return result;
   }
 
@@ -607,6 +613,7 @@ class BinaryPartitioner {
     result.shortfall = extra_hi;
     result.fits = false;
     result.evaluations = cost_.evaluations();
+    result.smallest_optimized = cost_.smallest_optimized();
     return result;
   }
 

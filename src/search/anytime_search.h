@@ -176,6 +176,7 @@ class AnytimeSearch {
   double best_makespan() const;
   SearchProgress progress() const;
   void phase(const std::string& name);
+  void close_phase_locked();
   void record_improvement(const std::string& family);
   void record_improvement_locked(const std::string& family);
   void maybe_report() const;
@@ -190,6 +191,9 @@ class AnytimeSearch {
   int threads_ = 1;
   std::vector<Structure> structures_;
   mutable std::map<std::string, Partition> balanced_;
+  // The greedy memory solver's plans per (micro-batches, micro-batch size, placement, chunks).
+  mutable std::mutex greedy_plans_mutex_;
+  mutable std::map<std::tuple<int, double, int, int>, PartitionResult> greedy_plans_;
   mutable std::mutex mutex_;
   struct Best {
     double makespan = kInfinity;
@@ -207,6 +211,7 @@ class AnytimeSearch {
   std::vector<std::pair<double, ScheduleCandidate>> top_;  // the best of different structures, fastest first
   std::vector<ScheduleCandidate> polished_starts_;
   std::string best_family_, phase_;
+  size_t phase_open_ = 0;  // result_.phases' size when its last stretch was closed
   std::atomic<int64_t> evaluated_{0}, pruned_{0}, stalled_{0};
   mutable std::atomic<double> last_report_{0};
   SearchResult result_;

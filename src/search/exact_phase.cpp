@@ -10,9 +10,14 @@
 namespace flexpipe::search_detail {
 
 namespace {
-// Branch-and-bound nodes per structure: a few seconds on the development VM (about 700 thousand
-// nodes a second on p = 4, m = 8), where most small instances are proved in far fewer.
-constexpr int64_t kExactNodes = int64_t{1} << 21;
+// Branch-and-bound nodes per structure (about 700 thousand nodes a second on p = 4 on the development
+// VM; most small instances are proved in far fewer). A few seconds where m <= p, where filling and
+// draining are most of the step and list scheduling is weakest, and on one stage per device (the
+// small instances search_bench proves). Otherwise a tenth of a second: there the phases before it
+// have already found good orders, and the larger count spent 11 of the README example's 13 s
+// (gpt3-1.3b, p = 4, m = 8, loop v = 2 and V placements) for 1% (docs/performance.md).
+constexpr int64_t kExactNodesLarge = int64_t{1} << 21;
+constexpr int64_t kExactNodes = int64_t{1} << 16;
 }  // namespace
 
 void AnytimeSearch::exact_phase() {
@@ -46,7 +51,10 @@ void AnytimeSearch::exact_phase() {
     if (c.lower_bound >= incumbent) return;  // nothing in this structure beats the best: proven without a search
     ExactOptions exact;
     exact.upper_bound = incumbent;
-    exact.max_nodes = kExactNodes;
+    const Structure& s = structures_[c.structure];
+    const bool fill_drain = s.batch.microbatches <= problem_.devices;
+    const bool one_stage_per_device = s.rows.size() <= static_cast<size_t>(problem_.devices);
+    exact.max_nodes = fill_drain || one_stage_per_device ? kExactNodesLarge : kExactNodes;
     exact.time_limit_seconds = std::max(0.0, options_.time_budget - elapsed());
     const ExactResult r =
         exact_schedule(structures_[c.structure].skeleton, table_of(c), c.policy.split_backward, exact);

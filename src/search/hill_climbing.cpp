@@ -20,7 +20,7 @@ void AnytimeSearch::climb_from(const std::vector<ScheduleCandidate>& seeds,
   // candidates were not the fastest. As many starts whatever the number of threads, climbed in waves
   // of a fixed size, each pruned by the best when it began: the climbs, and the answer, depend on
   // neither the threads nor which of them finishes first.
-  constexpr size_t kBestStarts = 8, kWave = 4;
+  constexpr size_t kBestStarts = 12, kWave = 4;
   std::vector<ScheduleCandidate> starts;
   std::vector<char> started(structures_.size(), 0);
   for (const auto& [makespan, i] : ranked) {

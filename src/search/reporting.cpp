@@ -185,6 +185,10 @@ void AnytimeSearch::finish() {
     result_.best = smallest_footprint();
   }
   if (!result_.found) result_.infeasible = what_would_fit();
+  {
+    std::lock_guard lock(mutex_);
+    close_phase_locked();
+  }
   result_.seconds = elapsed();
   if (options_.progress) options_.progress(progress());
 }

@@ -170,13 +170,30 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
       plan = given->decisions;
       plan_checkpoints = given->offload_checkpoints;
     } else if (dawn) {
-      const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
-      PartitionProblem pp =
-          make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
-      pp.solver = solver;
-      pp.should_stop = [this] { return partitioner_should_stop(); };
-      pp.measure_shortfall = false;  // a placement that cannot fit is skipped
-      const PartitionResult r = partition_model(pp, PartitionMethod::Dawn);
+      // The auto solver differs from the greedy only on ranges of up to kExactSolverOperators: where
+      // the greedy's run optimized none, the auto's would repeat it call for call (seconds on the
+      // README's example), so its plan is the greedy's.
+      const auto key = std::make_tuple(batch.microbatches, batch.microbatch_size, static_cast<int>(placement), chunks);
+      std::optional<PartitionResult> same;
+      if (solver == MemorySolver::Auto) {
+        std::lock_guard lock(greedy_plans_mutex_);
+        const auto it = greedy_plans_.find(key);
+        if (it != greedy_plans_.end() && it->second.smallest_optimized > kExactSolverOperators) same = it->second;
+      }
+      if (!same) {
+        const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
+        PartitionProblem pp =
+            make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
+        pp.solver = solver;
+        pp.should_stop = [this] { return partitioner_should_stop(); };
+        pp.measure_shortfall = false;  // a placement that cannot fit is skipped
+        same = partition_model(pp, PartitionMethod::Dawn);
+        if (solver == MemorySolver::Greedy && !out_of_time()) {  // not cut short by the budget
+          std::lock_guard lock(greedy_plans_mutex_);
+          greedy_plans_[key] = *same;
+        }
+      }
+      const PartitionResult& r = *same;
       if (!r.fits) return std::nullopt;
       const std::vector<int> starts = r.starts();
       std::vector<int> sizes;

@@ -63,7 +63,20 @@ SearchProgress AnytimeSearch::progress() const {
 
 void AnytimeSearch::phase(const std::string& name) {
   std::lock_guard lock(mutex_);
+  if (!result_.phases.empty() && phase_ == name) return;
+  close_phase_locked();
   phase_ = name;
+  result_.phases.push_back({name, elapsed(), evaluated_, pruned_});
+}
+
+// The open stretch's figures become its own: until now they held its start.
+void AnytimeSearch::close_phase_locked() {
+  if (result_.phases.empty() || phase_open_ == result_.phases.size()) return;
+  SearchPhase& p = result_.phases.back();
+  p.seconds = elapsed() - p.seconds;
+  p.evaluated = evaluated_ - p.evaluated;
+  p.pruned = pruned_ - p.pruned;
+  phase_open_ = result_.phases.size();
 }
 
 void AnytimeSearch::record_improvement(const std::string& family) {

@@ -251,8 +251,9 @@ bool Simulation::prepare() {
     work_.device_offset[d + 1] = work_.device_offset[d] + static_cast<int64_t>(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
-      if (std::string problem = detail::action_problem(schedule_, d, static_cast<int>(i), a); !problem.empty())
-        return fail(SimStatus::Malformed, std::move(problem));
+      if (!detail::action_plainly_fine(schedule_, d, a))
+        if (std::string problem = detail::action_problem(schedule_, d, static_cast<int>(i), a); !problem.empty())
+          return fail(SimStatus::Malformed, std::move(problem));
       if (!receives_posted(d, static_cast<int>(i), a)) return false;
       switch (a.kind) {
         case ActionKind::RecvF: work_.facts[fact_index(a.stage, a.microbatch)] |= kForwardReceivePosted; break;

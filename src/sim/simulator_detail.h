@@ -63,6 +63,30 @@ std::string schedule_shape_problem(const Schedule& schedule);
 // "device D #I CELL: ..." unless every index the action holds is in range and its stages sit on
 // `device`, and a communication action has a peer on another device; empty when all hold.
 std::string action_problem(const Schedule& schedule, int device, int position, const Action& action);
+// The common case of that check without building a message: true only when action_problem would be
+// empty for a compute, memory or point-to-point action; false (ask action_problem) otherwise.
+inline bool action_plainly_fine(const Schedule& schedule, int device, const Action& action) {
+  const int stages = schedule.num_stages();
+  auto own = [&] {
+    return action.stage >= 0 && action.stage < stages && schedule.stage_device[action.stage] == device &&
+           action.microbatch >= 0 && action.microbatch < schedule.num_microbatches;
+  };
+  auto peer = [&](int other) { return other >= 0 && schedule.stage_device[other] != device; };
+  switch (action.kind) {
+    case ActionKind::F:
+    case ActionKind::B:
+    case ActionKind::I:
+    case ActionKind::W:
+    case ActionKind::R:
+    case ActionKind::Offload:
+    case ActionKind::Reload: return own();
+    case ActionKind::SendF:
+    case ActionKind::RecvB: return own() && peer(schedule.next_stage(action.stage));
+    case ActionKind::SendB:
+    case ActionKind::RecvF: return own() && peer(schedule.prev_stage(action.stage));
+    default: return false;
+  }
+}
 
 // The extra waits that declared custom dependencies put on actions, in CSR form over the flat
 // action index (device_offset[d] + position). Empty when the schedule declares no custom kinds.

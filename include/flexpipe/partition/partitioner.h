@@ -5,6 +5,7 @@
 // Algorithm, theorem and assumptions: docs/partitioner.md.
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -84,8 +85,11 @@ struct PartitionResult {
   std::vector<StageResult> stages;
   double bottleneck = kInfinity;  // the largest stage time (the steady-state period)
   bool fits = false;
-  double shortfall = 0;             // when it does not fit: the most bytes a stage lacks even with every decision
-  int64_t evaluations = 0;          // stage-cost evaluations the search made
+  double shortfall = 0;     // when it does not fit: the most bytes a stage lacks even with every decision
+  int64_t evaluations = 0;  // stage-cost evaluations the search made
+  // Dawn: the fewest operators of any range the memory solver optimized (none: the largest int). Above
+  // kExactSolverOperators, the greedy and the auto solver made the same calls, so the same plan.
+  int smallest_optimized = std::numeric_limits<int>::max();
   std::vector<int> starts() const;  // first operator of each stage, then the operator count
 };
 

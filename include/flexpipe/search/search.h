@@ -134,6 +134,15 @@ struct ScheduleCandidateReport {
   bool placement_searched = true;
 };
 
+// One stretch of the search under one phase name, in the order they ran (a name may come back: the
+// early, capped polishings and the last one are three stretches of "order polishing").
+struct SearchPhase {
+  std::string name;
+  double seconds = 0;     // wall time of the stretch
+  int64_t evaluated = 0;  // candidates simulated in it (branch and bound: one per structure searched)
+  int64_t pruned = 0;     // skipped by the lower bound in it
+};
+
 struct SearchResult {
   bool found = false;                             // some candidate fits the memory limit
   ScheduleCandidateReport best;                   // the fastest that fits (else the smallest footprint)
@@ -153,6 +162,7 @@ struct SearchResult {
   // the small ones, the lower bound on the others.
   bool proven_optimal = false;
   std::vector<std::pair<double, double>> history;  // (seconds, best makespan) at each improvement
+  std::vector<SearchPhase> phases;                 // where the time went (docs/performance.md)
 };
 
 SearchResult search_schedules(const SearchProblem& problem, const SearchOptions& options = {});
