@@ -28,9 +28,10 @@ void add_export_command(CLI::App& app, int&) {
   command->add_option("--dtype", o->dtype, "Convert parameters and inputs to this type [the model's]")
       ->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}));
   command->add_flag("--no-check", o->no_check, "Skip running the written modules against the model");
-  command->add_option("--export-tolerance", o->tolerance,
-                      "The check's largest accepted difference from the model's outputs, relative to the largest "
-                      "output [from the data type and the model's scale, docs/export.md]")
+  command
+      ->add_option("--export-tolerance", o->tolerance,
+                   "The check's largest accepted difference from the model's outputs, relative to the largest "
+                   "output [from the data type and the model's scale, docs/export.md]")
       ->check(non_negative_number());
   command->callback([o] {
     std::vector<std::string> arguments = {"export", o->graph, "--plan", o->plan, "-o", o->output};

@@ -426,9 +426,10 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
                       "instead of the GPT-style model [the GPT-style model of --layers, --hidden, ...]");
   command->add_option("--export-dir", o->command.request.export_dir,
                       "With --model: where its modules for the plan are written (flexpipe export) [GRAPH.export]");
-  command->add_option("--export-tolerance", o->export_tolerance,
-                      "With --model: the export check's largest accepted difference from the model's outputs, "
-                      "relative to the largest output [from the data type and the model's scale, docs/export.md]")
+  command
+      ->add_option("--export-tolerance", o->export_tolerance,
+                   "With --model: the export check's largest accepted difference from the model's outputs, "
+                   "relative to the largest output [from the data type and the model's scale, docs/export.md]")
       ->check(non_negative_number());
   command->add_option("--export-weights", o->command.request.export_weights,
                       "With --model: write the trained weights by their state_dict names, for "
