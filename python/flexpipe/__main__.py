@@ -1,13 +1,32 @@
 """python3 -m flexpipe capture FILE.py:FACTORY --input SHAPE[:dtype] ... [--loss L] -o OUT: the same
 command as `flexpipe capture`, which runs this; python3 -m flexpipe export GRAPH --plan PLAN -o DIR: the
 captured model cut into TorchScript chunks (docs/export.md). Exit codes follow the C++ binary's: 2 for bad
-input."""
+input, with one `error:` line; 3 for a failure of the package itself, also one line (`--debug` prints
+the Python traceback instead)."""
 import argparse
 import json
 import os
 import sys
+import traceback
 
 BAD_INPUT = 2
+INTERNAL_ERROR = 3  # the binary's code for a bug (include/flexpipe/support/exit_status.h)
+
+
+def _internal_error(command, error):
+    """One line for an exception the package did not expect: what failed, where, and what to do."""
+    frames = traceback.extract_tb(error.__traceback__)
+    place = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    print(f"error: {command} failed inside flexpipe: {type(error).__name__}{': ' + message if message else ''}"
+          f"{place}; run it again with --debug for the Python traceback, and please report it", file=sys.stderr)
+    return INTERNAL_ERROR
+
+
+def _debug_traceback(error):
+    """--debug: the traceback of a CaptureError with the exception it was raised for."""
+    error.__suppress_context__ = False
+    traceback.print_exception(type(error), error, error.__traceback__, file=sys.stderr)
 
 
 def _arguments(argv):
@@ -28,6 +47,8 @@ def _arguments(argv):
     parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                         help="wall (default), or cpu: this thread's CPU time, which other processes on a shared "
                              "machine do not inflate (exact with one intra-op thread)")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, print the Python traceback as well as the error line")
     return parser.parse_args(argv)
 
 
@@ -44,6 +65,12 @@ def _export_arguments(argv):
                         help="convert the model and its floating inputs first (default: as captured)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip running the written chunks once against the model")
+    parser.add_argument("--export-tolerance", type=float, metavar="T",
+                        help="the check's tolerance on the largest difference between the chunks' and the model's "
+                             "outputs, relative to the largest output (default: from the data type and the "
+                             "model's scale, docs/export.md)")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, print the Python traceback as well as the error line")
     return parser.parse_args(argv)
 
 
@@ -52,14 +79,25 @@ def _export(argv):
     from .errors import CaptureError
     from .export import export
     try:
+        if options.export_tolerance is not None and not options.export_tolerance >= 0:
+            raise CaptureError(f"--export-tolerance must be a number from 0, got {options.export_tolerance}")
         manifest = export(options.graph, options.plan, options.output, dtype=options.dtype,
-                          check=not options.no_check)
+                          check=not options.no_check, tolerance=options.export_tolerance)
     except CaptureError as error:
+        if options.debug:
+            _debug_traceback(error)
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
     except OSError as error:
+        if options.debug:
+            traceback.print_exc()
         print(f"error: {error.filename or options.output}: cannot write: {error.strerror}", file=sys.stderr)
         return BAD_INPUT
+    except Exception as error:  # noqa: BLE001 - any other failure is the package's: one line unless --debug
+        if options.debug:
+            traceback.print_exc()
+            return INTERNAL_ERROR
+        return _internal_error("export", error)
     pieces = sum(len(chunk.get("pieces", [])) for chunk in manifest["chunks"])
     print(f"{os.path.join(options.output, 'manifest.json')}: {len(manifest['chunks'])} chunks"
           + (f" ({pieces} pieces where the plan recomputes or offloads)" if pieces else "")
@@ -90,8 +128,15 @@ def main(argv=None):
         graph = capture(model, tensors, options.loss, name=options.name, warmup=options.warmup,
                         repeats=options.repeats, clock=options.clock, source=source)
     except CaptureError as error:
+        if options.debug:
+            _debug_traceback(error)
         print(f"error: {error}", file=sys.stderr)
         return BAD_INPUT
+    except Exception as error:  # noqa: BLE001 - any other failure is the package's: one line unless --debug
+        if options.debug:
+            traceback.print_exc()
+            return INTERNAL_ERROR
+        return _internal_error("capture", error)
     text = json.dumps(graph, indent=1) + "\n"
     temporary = options.output + ".partial"
     try:
@@ -101,8 +146,11 @@ def main(argv=None):
     except OSError as error:
         print(f"error: {options.output}: cannot write: {error.strerror}", file=sys.stderr)
         return BAD_INPUT
+    buffers = {b["name"]: b["bytes"] for n in graph["nodes"] for b in n.get("buffers", [])}
     print(f"{options.output}: {len(graph['nodes'])} operators, {len(graph['edges'])} tensors, "
-          f"{sum(n.get('parameters', 0) for n in graph['nodes'])} parameters", file=sys.stderr)
+          f"{sum(n.get('parameters', 0) for n in graph['nodes'])} parameters"
+          + (f", {len(buffers)} buffers and constants ({sum(buffers.values())} bytes)" if buffers else ""),
+          file=sys.stderr)
     return 0
 
 

@@ -11,7 +11,7 @@ from .errors import CaptureError, where
 from .losses import LOSSES, apply_loss
 from .measure import LOSS_NODE, PassTimes, Timing, saved_storages, time_loss, time_operator
 from .out_of_place import make_out_of_place, mutated_input
-from .tracing import trace
+from .tracing import model_input_nodes, trace
 
 PASSES = ("forward", "backward_input", "backward_weight")
 
@@ -134,6 +134,23 @@ def _node_parameters(graph_module, node, values):
     return []
 
 
+def _node_buffers(graph_module, node, values):
+    """[(name, tensor)] of the buffers and tensor constants an operator holds: a module's own (BatchNorm's
+    running statistics), and those it reads through get_attr nodes (a mask or an index held as a buffer,
+    a tensor the forward built from constants). They are what an exported chunk holding the operator
+    holds besides its parameters: read, never trained."""
+    found = []
+    if node.op == "call_module":
+        found = [(f"{node.target}.{name}", tensor) for name, tensor in
+                 _module_of_node(graph_module, node).named_buffers()]
+    for read in node.all_input_nodes:
+        value = values.get(read)
+        if read.op == "get_attr" and isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+            if all(name != read.target for name, _ in found):
+                found.append((read.target, value))
+    return found
+
+
 def _tensor_inputs(node, values):
     return [values[a] for a in node.all_input_nodes if isinstance(values.get(a), torch.Tensor)]
 
@@ -229,8 +246,16 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
     graph_module, tracer, kept_whole = trace(model, inputs)
     values = tracer.values
     values1 = {n.name: v for n, v in values.items()}
-    nodes = [n for n in graph_module.graph.nodes if n.op not in ("placeholder", "output")]
+    # The model's inputs are nodes too (kind `input`, nothing to compute): a later stage that reads one (a
+    # decoder its target, a skip from the image) receives it across every cut in between, as the runtime
+    # relays it. The placeholders after them are arguments specialized to their defaults.
+    model_inputs = model_input_nodes(graph_module, inputs)
+    nodes = model_inputs + [n for n in graph_module.graph.nodes if n.op not in ("placeholder", "output")]
     output_node = next(n for n in graph_module.graph.nodes if n.op == "output")
+
+    def produces(node):
+        """Whether a node an operator reads is one of the graph's: not an argument specialized away."""
+        return node.op != "placeholder" or node in model_inputs
 
     # The same trace at twice the micro-batch turns every byte and FLOP count into a polynomial.
     doubled = _doubled_batch(inputs)
@@ -247,8 +272,8 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
     layer_names = _layers(model, nodes, module_of)
     layer_of = {n.name: layer for n, layer in zip(nodes, layer_names)}
     layer_of[LOSS_NODE] = "loss"
-    feeds = {n.name: {a.name for a in n.all_input_nodes if a.op != "placeholder"} for n in nodes}
-    feeds[LOSS_NODE] = {a.name for a in output_node.all_input_nodes if a.op != "placeholder"}
+    feeds = {n.name: {a.name for a in n.all_input_nodes if produces(a)} for n in nodes}
+    feeds[LOSS_NODE] = {a.name for a in output_node.all_input_nodes if produces(a)}
 
     saved, outputs, unscaled = saved_storages(_as_exported(model, graph_module, inputs), inputs, loss)
     attributed = _attribute_saved(order, saved, feeds, layer_of)
@@ -296,12 +321,16 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
         q1 = formulas.tensor_bytes(values2[node.name]) if values2 is not None else 2 * q0
         return _Polynomial(q0, q1, batch)
 
+    # Buffers of another type than the captured floating one keep their size when the model trains in
+    # another (as the saved tensors': measure.saved_storages).
+    floating = next((x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()),
+                    torch.float32)
     seen_parameters = {}
     json_nodes, edges = [], []
     unknown = []
     for n, layer in zip(nodes, layer_names):
         module = _module_of_node(graph_module, n)
-        kind = formulas.operator_name(n, module)
+        kind = "input" if n.op == "placeholder" else formulas.operator_name(n, module, values[n])
         parameters = _node_parameters(graph_module, n, values)
         new = [p for p in parameters if id(p) not in seen_parameters]
         tied = None
@@ -316,6 +345,11 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
             entry["parameters"] = count
         if tied:
             entry["tied_to"] = tied
+        buffers = _node_buffers(graph_module, n, values)
+        if buffers:
+            entry["buffers"] = [dict({"name": name, "bytes": tensor.numel() * tensor.element_size()},
+                                     **({"unscaled": True} if tensor.dtype != floating else {}))
+                                for name, tensor in buffers]
         entry["scaling"] = {"rule": "power", "batch_exponent": 1, "sequence_exponent": 0}
 
         def costs_at(vals, n=n, module=module, kind=kind, parameter_bytes=parameter_bytes):
@@ -324,7 +358,8 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
 
         known = costs_at(values1)
         times = PassTimes()
-        if time_operators and isinstance(values[n], (torch.Tensor, tuple, list)) and formulas.tensor_bytes(values[n]):
+        if time_operators and n.op != "placeholder" and isinstance(values[n], (torch.Tensor, tuple, list)) and \
+                formulas.tensor_bytes(values[n]):
             times = time_operator(n, module, values, parameters, lambda a: a in needs_gradient, timing)
         if known is None:
             note = f"FLOPs unknown ({kind}): measured time only"
@@ -361,10 +396,10 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
         if output_bytes.fixed or output_bytes.per_sample:
             entry["output_bytes"] = output_bytes.json()
         json_nodes.append(entry)
-        producers = [a.name for a in n.all_input_nodes if a.op != "placeholder"]
+        producers = [a.name for a in n.all_input_nodes if produces(a)]
         saved_of = edges_saved(n.name, producers)
         for a in n.all_input_nodes:
-            if a.op == "placeholder":
+            if not produces(a):
                 continue
             edges.append({"from": a.name, "to": n.name, "bytes": tensor_bytes_of(a).json(),
                           "saved_bytes": saved_of[a.name]})
@@ -392,10 +427,10 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
                 entry["unscaled_saved_bytes"] = unscaled
         entry["output_bytes"] = 4
         json_nodes.append(entry)
-        producers = [a.name for a in output_node.all_input_nodes if a.op != "placeholder"]
+        producers = [a.name for a in output_node.all_input_nodes if produces(a)]
         saved_of = edges_saved(LOSS_NODE, producers)
         for a in output_node.all_input_nodes:
-            if a.op != "placeholder":
+            if produces(a):
                 edges.append({"from": a.name, "to": LOSS_NODE, "bytes": tensor_bytes_of(a).json(),
                               "saved_bytes": saved_of[a.name]})
 

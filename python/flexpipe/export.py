@@ -9,6 +9,7 @@ operator ranges select fx nodes. A cut may fall anywhere in that order: every va
 handed over as tensors; numbers computed from shapes are baked in as constants (the graph is
 specialized to the captured shapes anyway); parameters are never handed over: a chunk that reads one
 holds it."""
+import contextlib
 import copy
 import json
 import operator
@@ -26,7 +27,7 @@ from .loading import DTYPES, build_model, example_input
 from .losses import LOSSES
 from .measure import LOSS_NODE
 from .out_of_place import make_out_of_place
-from .tracing import trace
+from .tracing import draws_random_numbers, model_input_nodes, trace
 from .values import at as _at, leaves as _leaves
 
 FORMAT = "flexpipe-export"
@@ -36,8 +37,6 @@ STAMP = "made-from.checksum"  # written by `flexpipe train` after exporting, rem
 _EXPORTED_FILE = re.compile(r"stage_\d+(_piece_\d+)?\.pt")
 SEED = 0  # torch.manual_seed before the factory runs: the exported weights are the seeded model's
 
-# Relative tolerance of export's own check (the chained chunks against the model), per data type.
-_CHECK_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -153,10 +152,14 @@ class _Cutter:
         self.parameter_names = parameter_names  # id(tensor) -> its state_dict names in the model
         self.nodes = [n for n in graph_module.graph.nodes if n.op not in ("placeholder", "output")]
         self.output = next(n for n in graph_module.graph.nodes if n.op == "output")
-        self.position = {n: i for i, n in enumerate(self.nodes)}
-        for i, placeholder in enumerate(n for n in graph_module.graph.nodes if n.op == "placeholder"):
+        # Positions in the cost graph's order: the model's inputs first, then the other nodes; arguments
+        # specialized to their defaults before all of them.
+        inputs = [n for n in graph_module.graph.nodes if n in model_inputs]
+        self.position = {n: i for i, n in enumerate(inputs + self.nodes)}
+        for i, placeholder in enumerate(n for n in graph_module.graph.nodes
+                                        if n.op == "placeholder" and n not in model_inputs):
             self.position[placeholder] = -1 - i
-        self.position[self.output] = len(self.nodes)
+        self.position[self.output] = len(inputs) + len(self.nodes)
         self._data = {}
         self._scripted = {}
         self.needs_grad = self._needs_grad()
@@ -174,6 +177,12 @@ class _Cutter:
             if own or any(a in result for a in node.all_input_nodes):
                 result.add(node)
         return result
+
+    def draws_random(self, node):
+        """Whether an operator draws random numbers: dropout (a module or a function) and the like."""
+        if node.op == "call_module":
+            return isinstance(self.gm.get_submodule(node.target), torch.nn.modules.dropout._DropoutNd)
+        return node.op in ("call_function", "call_method") and draws_random_numbers(node.target)
 
     def keys(self, node):
         """The tensors a node's value holds: (node, path) per tensor leaf. Parameters are not handed over."""
@@ -227,6 +236,30 @@ class _Cutter:
         member_set = set(members)
         env = {}
 
+        # The received values a random operator of this module depends on, through the module's operators.
+        random_reads, pending, seen = set(), [n for n in members if self.draws_random(n)], set()
+        while pending:
+            for read in pending.pop().all_input_nodes:
+                if read not in member_set:
+                    random_reads.add(read)
+                elif read not in seen:
+                    seen.add(read)
+                    pending.append(read)
+
+        def laid_out(placeholder, value):
+            """A received tensor with the strides it had in the model. Dropout draws its mask in the memory
+            order of its input (empty_like keeps the strides), and a runtime receives a transposed view (the
+            output of nn.MultiheadAttention with batch_first) as a contiguous tensor: dropout on it, or on
+            what elementwise operators make of it, drew other masks than the model's.
+            x.permute(order).contiguous().permute(inverse) lays it out as it was, copying only what arrived
+            otherwise."""
+            layout = _permuted_layout(value)
+            if layout is None:
+                return placeholder
+            order, inverse = layout
+            dense = graph.call_method("contiguous", (graph.call_method("permute", (placeholder, *order)),))
+            return graph.call_method("permute", (dense, *inverse))
+
         def reference(old):
             if old in env:
                 return env[old]
@@ -241,15 +274,17 @@ class _Cutter:
                                        "in an earlier module, which cannot be handed over; move the cut")
                 env[old] = value  # shape arithmetic and constants: baked in
                 return value
-            if isinstance(value, torch.Tensor):
+            if old in random_reads:  # what a random operator depends on: laid out as in the model
+                env[old] = _rebuild(value, (), lambda path: laid_out(placeholders[(old, path)], _at(value, path)))
+            elif isinstance(value, torch.Tensor):
                 env[old] = placeholders[(old, ())]
             else:
                 env[old] = _rebuild(value, (), lambda path: placeholders[(old, path)])
             return env[old]
 
         for node in members:
-            if node.op == "get_attr":
-                continue  # materialized where it is read
+            if node.op in ("get_attr", "placeholder"):
+                continue  # materialized where it is read; a model input enters as an input
             if node in self.inplace_nodes:
                 target = node.args[0]
                 if target not in member_set:
@@ -303,6 +338,20 @@ class _Cutter:
         return entries(module.named_parameters(), "parameter"), entries(module.named_buffers(), "buffer")
 
 
+def _permuted_layout(value):
+    """(order, inverse) when `value` is a tensor laid out densely in another order than its dimensions'
+    (a transposed view): x.permute(order).contiguous().permute(inverse) lays any tensor of its shape out
+    as it is; None for a contiguous tensor and any other."""
+    if not isinstance(value, torch.Tensor) or value.dim() < 2 or value.is_contiguous():
+        return None
+    order = sorted(range(value.dim()), key=lambda d: -value.stride(d))
+    inverse = [order.index(d) for d in range(value.dim())]
+    probe = torch.empty(value.shape, device="meta").permute(order).contiguous().permute(inverse)
+    if any(a != b for a, b, size in zip(probe.stride(), value.stride(), value.shape) if size > 1):
+        return None
+    return order, inverse
+
+
 def _rebuild(value, path, placeholder):
     """The structure of `value` with its tensors replaced by placeholders (a tuple or list in fx args)."""
     if isinstance(value, torch.Tensor):
@@ -319,7 +368,12 @@ _RANDOM_KINDS = {"aten::dropout", "aten::dropout_", "aten::feature_dropout", "at
                  "aten::alpha_dropout", "aten::alpha_dropout_", "aten::feature_alpha_dropout", "aten::bernoulli",
                  "aten::bernoulli_", "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like",
                  "aten::randint", "aten::randint_like", "aten::randperm", "aten::native_dropout", "aten::normal",
-                 "aten::multinomial", "aten::rrelu", "aten::rrelu_with_noise"}
+                 "aten::multinomial", "aten::rrelu", "aten::rrelu_with_noise", "aten::uniform_", "aten::normal_",
+                 "aten::exponential_", "aten::geometric_", "aten::cauchy_", "aten::log_normal_", "aten::random_",
+                 "aten::poisson"}
+# Attention with dropout inside: nn.MultiheadAttention's, in PyTorch 2.x (dropout_p, its fifth argument).
+_ATTENTION_KINDS = {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math",
+                    "aten::_scaled_dot_product_flash_attention_for_cpu"}
 
 
 def _draws_random_numbers(script_module):
@@ -327,6 +381,10 @@ def _draws_random_numbers(script_module):
     ...): a recompute of it must replay the generator's state."""
     def random(node):
         kind = node.kind()
+        if kind in _ATTENTION_KINDS:
+            inputs = list(node.inputs())
+            dropout = inputs[4].toIValue() if len(inputs) > 4 else 0.0
+            return dropout is None or dropout != 0  # not a constant: it may draw
         if kind not in _RANDOM_KINDS:
             return False
         if "dropout" in kind and kind != "aten::native_dropout":
@@ -346,15 +404,74 @@ def _updates_buffers(module):
                for m in module.modules())
 
 
+@contextlib.contextmanager
+def _static_shapes():
+    """While torch.jit.trace runs: a tensor's sizes are plain numbers, as in eager PyTorch. The tracer
+    otherwise hands them out as 0-dimensional tensors and records the arithmetic on them, so that
+    `(C // heads) ** -0.5` in a function the capture keeps as one operator (torchvision's Swin attention)
+    becomes a power of an int64 tensor, computed in float32 (the default type) where Python computes it
+    in double: a float64 chunk then differed from the model by 1e-9 relative. The chunks are specialized
+    to the captured shapes anyway (docs/export.md)."""
+    def untraced(function):
+        def call(*args, **kwargs):
+            state = torch._C._get_tracing_state()
+            torch._C._set_tracing_state(None)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                torch._C._set_tracing_state(state)
+        return call
+
+    own = {name: torch.Tensor.__dict__[name] for name in ("size", "shape") if name in torch.Tensor.__dict__}
+    size, shape = torch.Tensor.size, torch.Tensor.shape
+    torch.Tensor.size = untraced(size)
+    torch.Tensor.shape = property(untraced(shape.__get__))
+    try:
+        yield
+    finally:
+        for name in ("size", "shape"):
+            if name in own:
+                setattr(torch.Tensor, name, own[name])
+            else:
+                delattr(torch.Tensor, name)
+
+
+_DROPOUT_KINDS = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
+                  "aten::dropout_", "aten::feature_dropout_", "aten::alpha_dropout_", "aten::feature_alpha_dropout_")
+
+
+def _remove_identity_dropout(script_module):
+    """Dropout with p = 0 (or not training) is the identity in eager PyTorch, which draws no random
+    numbers for it; TorchScript's autodiff, which the profiling executor switches to after the first
+    calls, rewrites every aten::dropout as empty_like(x).bernoulli_(1 - p), drawing a number per element
+    even for p = 0. A model with such a dropout and a random operator after it (Swin's stochastic depth
+    after its attention's dropout of 0) then drew other masks than the single process from the second
+    call on. Such dropouts (in place or not) are removed from every method's graph."""
+    for module in script_module.modules():
+        if not module._c._has_method("forward"):  # a submodule that no traced code calls
+            continue
+        graph = module.graph
+        for node in [n for kind in _DROPOUT_KINDS for n in graph.findAllNodes(kind)]:
+            inputs = list(node.inputs())
+            p, train = (value.toIValue() if value.node().kind() == "prim::Constant" else None
+                        for value in inputs[1:3])
+            if p == 0 or train is False:
+                node.output().replaceAllUsesWith(inputs[0])
+                node.destroy()
+
+
 def _trace(module, example, what):
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _static_shapes():
             # Shape checks and shape arithmetic become constants: the graph is specialized to these shapes.
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            return torch.jit.trace(module, tuple(example), check_trace=False)
+            warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript's, in 2.x: docs/export.md
+            traced = torch.jit.trace(module, tuple(example), check_trace=False)
     except Exception as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CaptureError(f"{what}: torch.jit.trace failed: {type(error).__name__}: {first}") from None
+    _remove_identity_dropout(traced)
+    return traced
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -416,15 +533,17 @@ def _pieces(chunk_nodes, names_to_layer, recompute, offload):
 # ---------------------------------------------------------------------------------------------------
 # export()
 
-def export(graph, plan, out_dir, *, dtype=None, model=None, check=True):
+def export(graph, plan, out_dir, *, dtype=None, model=None, check=True, tolerance=None):
     """Cuts the captured model of `graph` (a cost graph written by capture: a path or the dict) at the
     stage boundaries of `plan` (a partition plan: a path or the dict) into TorchScript modules written
     to `out_dir` with `manifest.json` (docs/export.md), and returns the manifest.
 
     `dtype` ("float64", ...) converts the model and its floating inputs before tracing (default: as
     captured). `model` exports that instance (copied) instead of rebuilding it from the capture record's
-    FILE.py:FACTORY after torch.manual_seed(0). `check` runs the saved chunks once, chained, against
-    the model and raises when they disagree. Bad input raises one CaptureError."""
+    FILE.py:FACTORY after torch.manual_seed(0). `check` runs the saved chunks, chained, against the
+    model and raises when they disagree by more than `tolerance` (relative to the larger of 1 and the
+    output's largest magnitude; default: CHECK_EPSILONS machine epsilons of the type, at most 1e-2).
+    Bad input raises one CaptureError."""
     graph, graph_origin = _read_json(graph, "graph")
     _check_graph(graph, graph_origin, need_source=model is None)
     plan, plan_origin = _read_json(plan, "plan")
@@ -433,11 +552,20 @@ def export(graph, plan, out_dir, *, dtype=None, model=None, check=True):
     if dtype is not None and (dtype not in DTYPES or not DTYPES[dtype].is_floating_point):
         raise CaptureError(f"unknown floating-point data type '{dtype}'; known: "
                            f"{', '.join(n for n, t in DTYPES.items() if t.is_floating_point)}")
-    with torch.random.fork_rng(devices=[]):
-        return _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, model, check)
+    with torch.random.fork_rng(devices=[]), _torchscript():
+        return _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, model, check, tolerance)
 
 
-def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, model, check):
+@contextlib.contextmanager
+def _torchscript():
+    """TorchScript warns that it is deprecated at every call in PyTorch 2.x; the export uses it on purpose
+    (docs/export.md, "Why TorchScript")."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=DeprecationWarning)
+        yield
+
+
+def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, model, check, tolerance):
     torch.manual_seed(SEED)
     model_given = model
     if model is None:
@@ -457,7 +585,9 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
 
     graph_module, tracer, kept_whole = trace(model, inputs)
     loss = record.get("loss", "none")
-    operators = [n for n in graph_module.graph.nodes if n.op not in ("placeholder", "output")]
+    # The cost graph's operators: the model's inputs (capture.model_input_nodes), then every other node.
+    operators = model_input_nodes(graph_module, inputs) + [n for n in graph_module.graph.nodes
+                                                           if n.op not in ("placeholder", "output")]
     traced_names = [n.name for n in operators] + ([LOSS_NODE] if loss != "none" else [])
     graph_names = [n["name"] for n in graph["nodes"]]
     if traced_names != graph_names:
@@ -597,7 +727,7 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
     if kept_whole:
         manifest["scripted"] = sorted(kept_whole)
     if check:
-        _check_against_model(manifest, out_dir, inputs, model, initial)
+        _check_against_model(manifest, out_dir, inputs, model, initial, tolerance)
     for stale in os.listdir(out_dir):  # modules of an earlier export into the same directory
         if _EXPORTED_FILE.fullmatch(stale) and stale not in files:
             os.remove(os.path.join(out_dir, stale))
@@ -627,7 +757,7 @@ def _json_text(value, indent=""):
 def _export_pieces(cutter, members, chunk_outputs, layer_of, recompute, offload, k, what, modules_state, files):
     """The chunk as runs of one memory decision, each its own module: inputs from the chunk's inputs or
     earlier pieces, outputs what later pieces or the chunk's outputs read."""
-    runs = _pieces(members, layer_of, recompute, offload)
+    runs = _pieces([n for n in members if n.op != "placeholder"], layer_of, recompute, offload)
     pieces = []
     member_sets = [set(nodes) for _, nodes in runs]
     for index, ((decision, layer), nodes) in enumerate(runs):
@@ -678,38 +808,71 @@ def load_modules(manifest, out_dir, origin=MANIFEST):
         path = os.path.join(out_dir, file)
         if not os.path.isfile(path):
             raise CaptureError(f"{path}: no such file (named by {origin})")
-        modules[file] = torch.jit.load(path)
+        with _torchscript():
+            modules[file] = torch.jit.load(path)
     return modules
 
 
 def run_chunks(manifest, modules, inputs):
-    """The model's outputs computed by the chunks in order, each fed its inputs by name."""
+    """The model's outputs computed by the chunks in order, each fed its inputs by name, contiguous: as a
+    runtime's transport delivers what another rank sent, whatever its strides were there."""
     values = {entry["name"]: x for entry, x in zip(manifest["inputs"], inputs)}
     for chunk in manifest["chunks"]:
-        outputs = modules[chunk["file"]](*[values[entry["name"]] for entry in chunk["inputs"]])
+        outputs = modules[chunk["file"]](*[values[entry["name"]].contiguous() for entry in chunk["inputs"]])
         values = {entry["name"]: y for entry, y in zip(chunk["outputs"], outputs)}
     return [values[entry["name"]] for entry in manifest["outputs"]]
 
 
-def _check_against_model(manifest, out_dir, inputs, model, initial):
+# The check's default tolerance, in machine epsilons of the exported type, relative to the scale of the
+# model's output (the larger of 1 and its largest magnitude): 2.3e-13 in float64, 1.2e-4 in float32.
+# The chunks run the model's operators in the model's order with the same kernels, so a faithful export
+# agrees exactly or to the last bits (0 on the eleven torchvision models docs/export.md names, cut in 4
+# at 32x32, in float64, float32 and bfloat16); what may differ is a rounding TorchScript does otherwise
+# (autodiff's dropout scales after multiplying), half an epsilon of the values involved, which later
+# layers may amplify by orders of magnitude, not by a thousand. A wrong cut (a tensor missing, stale or
+# swapped) differs by the order of the outputs themselves, far above it. In float16 and bfloat16, whose
+# epsilons are 1e-3 and 8e-3, the product is capped at 1e-2 (the output's second digit).
+CHECK_EPSILONS = 1024
+_CHECK_CAP = 1e-2
+
+
+def _check_against_model(manifest, out_dir, inputs, model, initial, tolerance=None):
+    """The saved chunks, loaded and chained, against the model on the example inputs (the same seed, so
+    the same dropout masks): twice, with gradients on, since TorchScript runs a module's first call as it
+    was traced and optimizes it for the later ones, which are what the runtime runs."""
     modules = load_modules(manifest, out_dir)
-    with torch.no_grad():
+    for call in range(2):
         torch.manual_seed(SEED)
-        expected = [leaf for _, leaf in _leaves(model(*inputs)) if isinstance(leaf, torch.Tensor)]
+        expected = [leaf.detach() for _, leaf in _leaves(model(*inputs)) if isinstance(leaf, torch.Tensor)]
         torch.manual_seed(SEED)
-        got = run_chunks(manifest, modules, inputs)
-        for name, tensor in model.state_dict(keep_vars=True).items():
-            tensor.copy_(initial[name])
-    for entry, a, b in zip(manifest["outputs"], got, expected):
-        if a.shape != b.shape or a.dtype != b.dtype:
-            difference = f"{_dtype_name(a.dtype)}{list(a.shape)} against {_dtype_name(b.dtype)}{list(b.shape)}"
-        elif a.numel() == 0:
-            continue
-        else:
-            largest = float((a - b).abs().max())
-            scale = max(1.0, float(b.abs().max())) if b.is_floating_point() else 0.0
-            if largest <= _CHECK_TOLERANCE.get(b.dtype, 0.0) * scale:
+        got = [y.detach() for y in run_chunks(manifest, modules, inputs)]
+        with torch.no_grad():
+            for name, tensor in model.state_dict(keep_vars=True).items():
+                tensor.copy_(initial[name])
+        for entry, a, b in zip(manifest["outputs"], got, expected):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                difference = f"{_dtype_name(a.dtype)}{list(a.shape)} against {_dtype_name(b.dtype)}{list(b.shape)}"
+            elif a.numel() == 0:
                 continue
-            difference = f"largest difference {largest:.3g}"
-        raise CaptureError(f"the exported chunks compute '{entry['name']}' differently from the model ({difference}); "
-                           "please report this model")
+            elif not b.is_floating_point():
+                if torch.equal(a, b):
+                    continue
+                difference = f"{int((a != b).sum())} of {a.numel()} elements differ"
+            else:
+                largest = float((a.double() - b.double()).abs().nan_to_num(nan=float("inf")).max())
+                finite = b[b.isfinite()]
+                scale = max(1.0, float(finite.abs().max()) if finite.numel() else 1.0)
+                epsilon = torch.finfo(b.dtype).eps
+                relative = tolerance if tolerance is not None else min(CHECK_EPSILONS * epsilon, _CHECK_CAP)
+                allowed = relative * scale
+                if largest <= allowed and bool((a.isnan() == b.isnan()).all()):
+                    continue
+                how = ("--export-tolerance" if tolerance is not None else
+                       f"{CHECK_EPSILONS} x {_dtype_name(b.dtype)}'s epsilon {epsilon:.3g}"
+                       + (f", at most {_CHECK_CAP:g}" if CHECK_EPSILONS * epsilon > _CHECK_CAP else ""))
+                difference = (f"largest difference {largest:.3g}, tolerance {allowed:.3g}: {relative:.3g} ({how}) x "
+                              f"the output's scale {scale:.3g}")
+            when = "" if call == 0 else " from the second call on, once TorchScript optimized the chunks"
+            raise CaptureError(f"the exported chunks compute '{entry['name']}' differently from the model{when} "
+                               f"({difference}); if that is rounding, export with a larger --export-tolerance "
+                               "(relative to the output's scale); otherwise please report this model")

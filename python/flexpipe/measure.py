@@ -3,6 +3,7 @@ the backward, attributed to the operator that saved them, and the median times o
 input-gradient and weight-gradient passes of every operator."""
 import statistics
 import time
+import weakref
 
 import torch
 import torch.fx as fx
@@ -15,7 +16,7 @@ LOSS_NODE = "loss"
 def _storage_of(tensor):
     """(key, bytes) of the memory a tensor keeps alive: its whole storage, which views share."""
     try:
-        storage = tensor.storage()
+        storage = tensor.untyped_storage()
     except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
         return None
     return storage.data_ptr(), storage.nbytes()
@@ -56,15 +57,32 @@ class _SavedTensorRecorder(fx.Interpreter):
             self.saved.setdefault(self.current, {})[found[0]] = found[1]
             if tensor.dtype != self.floating:
                 self.unscaled.add(found[0])
-        return tensor
+        # What is kept is the same storage, so that it lives as long as the graph does (a freed storage's
+        # address could name another later), but not the tensor itself: an operator that saves its output
+        # (a ReLU) would then hold the output through its saved variable, and the output its grad_fn, a
+        # cycle no garbage collector sees, since the record never runs the backward that breaks it
+        # (PyTorch 2.11 leaked every such output, and the model with the hook).
+        return tensor.detach()
 
     def record(self, inputs, loss):
-        with torch.autograd.graph.saved_tensors_hooks(self.pack, lambda tensor: tensor):
+        # The hooks are kept by the autograd graph, which the interpreter's values reach: through a bound
+        # method the graph would reach the recorder back, a cycle through C++ that no collector sees.
+        recorder = weakref.ref(self)
+
+        def pack(tensor):
+            return recorder().pack(tensor)
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
             output = self.run(*inputs)
             self.current = LOSS_NODE
             result = apply_loss(loss, output)
             self.current = None
+        self.env.clear()
         return output, result
+
+
+def _unpack(tensor):
+    return tensor
 
 
 def saved_storages(graph_module, inputs, loss):

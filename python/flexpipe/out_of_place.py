@@ -53,7 +53,7 @@ def _out_of_place(node):
 
 def _storage(value):
     try:
-        return value.storage().data_ptr() if isinstance(value, torch.Tensor) else None
+        return value.untyped_storage().data_ptr() if isinstance(value, torch.Tensor) else None
     except (RuntimeError, NotImplementedError):
         return None
 

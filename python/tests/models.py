@@ -4,6 +4,16 @@ import torch
 import torchvision
 
 
+def scaled_by_heads(x, heads):
+    """As torchvision's Swin attention computes its scale: from the input's shape, in a function the capture
+    keeps as one operator (torch.fx.wrap)."""
+    width = x.shape[-1]
+    return x * (width // heads) ** -0.5
+
+
+torch.fx.wrap("scaled_by_heads")
+
+
 def resnet50():
     return torchvision.models.resnet50(num_classes=10)
 
@@ -123,3 +133,123 @@ class TiedLanguageModel(torch.nn.Module):
 
 def tied_language_model():
     return TiedLanguageModel()
+
+
+class CausalLanguageModel(torch.nn.Module):
+    """A GPT-like language model on nn.TransformerEncoder: token and position embeddings, the positions an
+    index held as a buffer, a causal mask built in forward from the sequence length (or held as a
+    non-persistent buffer, `mask_buffer`), which the encoder recognizes as causal by comparing values
+    (static: no training step can change them), a linear head over the vocabulary."""
+
+    def __init__(self, vocabulary=11, width=16, heads=2, layers=2, context=8, mask_buffer=False):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocabulary, width)
+        self.position = torch.nn.Embedding(context, width)
+        self.register_buffer("positions", torch.arange(context))
+        if mask_buffer:
+            self.register_buffer("mask", torch.nn.Transformer.generate_square_subsequent_mask(context),
+                                 persistent=False)
+        else:
+            self.mask = None
+        layer = torch.nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(width, vocabulary)
+
+    def forward(self, tokens):
+        n = tokens.shape[1]
+        if self.mask is None:
+            mask = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)
+        else:
+            mask = self.mask[:n, :n]
+        h = self.embed(tokens) + self.position(self.positions[:n])
+        return self.head(self.encoder(h, mask=mask))
+
+
+def causal_language_model():
+    return CausalLanguageModel()
+
+
+def causal_language_model_mask_buffer():
+    return CausalLanguageModel(mask_buffer=True)
+
+
+class Seq2Seq(torch.nn.Module):
+    """nn.Transformer as an encoder-decoder: source and target sequences of vectors, the decoder's causal
+    mask made once for the target length the model is built for (a tensor constant of the forward),
+    the decoder's output regressed (mse)."""
+
+    def __init__(self, width=16, heads=2, target_length=4):
+        super().__init__()
+        self.target_length = target_length
+        self.transformer = torch.nn.Transformer(width, heads, num_encoder_layers=2, num_decoder_layers=2,
+                                                dim_feedforward=2 * width, dropout=0.0, batch_first=True)
+
+    def forward(self, source, target):
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(self.target_length)
+        return self.transformer(source, target, tgt_mask=mask, tgt_is_causal=True)
+
+
+def seq2seq():
+    return Seq2Seq()
+
+
+class WhatTorchScriptDoesOtherwise(torch.nn.Module):
+    """Two things TorchScript computes otherwise than eager PyTorch unless the export sees to them: a scale
+    from a shape, inside a function kept as one operator (torch.jit.trace made it a float32 tensor), and a
+    dropout of probability 0 (eager draws no random numbers for it, TorchScript's autodiff did) before
+    stochastic depth, which draws some."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(6, 6)
+        self.second = torch.nn.Linear(6, 6)
+        self.dropout = torch.nn.Dropout(0.0)
+
+    def forward(self, x):
+        h = self.dropout(scaled_by_heads(self.first(x), 2))
+        h = torch.nn.functional.dropout(torch.tanh(h), 0.0, self.training)
+        return self.second(torchvision.ops.stochastic_depth(h, 0.5, "row", self.training))
+
+
+def what_torchscript_does_otherwise():
+    return WhatTorchScriptDoesOtherwise()
+
+
+class BuffersAndConstants(torch.nn.Module):
+    """A mask and an index held as buffers (the mask not in the state_dict), a tensor constant built in
+    forward: read by operators, never trained."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 6)
+        self.register_buffer("order", torch.tensor([5, 4, 3, 2, 1, 0]))
+        self.register_buffer("mask", torch.tril(torch.ones(6, 6)), persistent=False)
+
+    def forward(self, x):
+        h = self.linear(x)[:, self.order]
+        weights = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])  # made from constants alone
+        return (h.unsqueeze(1) * self.mask).sum(-1) * weights
+
+
+def buffers_and_constants():
+    return BuffersAndConstants()
+
+
+class TransposedDropout(torch.nn.Module):
+    """A transposed view handed to dropout, as nn.MultiheadAttention's output (a transposed view with
+    batch_first) reaches the dropout after it in nn.TransformerEncoderLayer: dropout draws its mask in the
+    memory order of its input, so a cut between them must hand the dropout its input laid out as in the
+    model."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(4, 6)
+        self.second = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.first(x).transpose(0, 1)
+        return self.second(torch.nn.functional.dropout(h, 0.5, self.training)).transpose(0, 1)
+
+
+def transposed_dropout():
+    return TransposedDropout()

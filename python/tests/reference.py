@@ -10,7 +10,7 @@ def saved_activation_bytes(model, inputs, loss):
     model.train()
     torch.manual_seed(0)
     result = apply_loss(loss, model(*inputs))
-    weights = {t.storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())}
+    weights = {t.untyped_storage().data_ptr() for t in list(model.parameters()) + list(model.buffers())}
     storages, seen, pending = {}, set(), [result.grad_fn]
     while pending:
         function = pending.pop()
@@ -25,8 +25,8 @@ def saved_activation_bytes(model, inputs, loss):
             except RuntimeError:  # freed, or not a tensor
                 continue
             for tensor in value if isinstance(value, (tuple, list)) else [value]:
-                if isinstance(tensor, torch.Tensor) and tensor.storage().data_ptr() not in weights:
-                    storages[tensor.storage().data_ptr()] = tensor.storage().nbytes()
+                if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().data_ptr() not in weights:
+                    storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
         pending.extend(next_function for next_function, _ in function.next_functions)
     return sum(storages.values())
 

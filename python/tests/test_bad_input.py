@@ -1,5 +1,8 @@
 """Bad input to a capture: one clear message naming the file, the function, the module or the line."""
 import os
+import subprocess
+import sys
+import tempfile
 import unittest
 
 import torch
@@ -81,6 +84,55 @@ class UnknownOperators(unittest.TestCase):
         with self.assertRaisesRegex(CaptureError, r"--loss cross_entropy needs class scores in the output's last "
                                                   r"dimension, the output has shape \[2\]"):
             capture(torch.nn.Flatten(0), [torch.randn(2)], "cross_entropy")
+
+
+class TheCommand(unittest.TestCase):
+    """`python3 -m flexpipe capture` (what `flexpipe capture` runs): one `error:` line and exit code 2 for bad
+    input, one line and exit code 1 for a failure of the package itself, saying what to do; `--debug` adds
+    the Python traceback."""
+
+    def run_capture(self, directory, factory, *extra):
+        path = os.path.join(directory, "model.py")
+        with open(path, "w") as f:
+            f.write("import sys\n"
+                    "import torch\n\n\n"
+                    "def broken():\n"
+                    "    def trace(*arguments):\n"
+                    "        raise KeyError('index')\n"
+                    "    sys.modules['flexpipe.capture'].trace = trace  # a bug in the package (a KeyError was)\n"
+                    "    return torch.nn.Linear(4, 4)\n\n\n"
+                    "def data_dependent():\n"
+                    "    class Model(torch.nn.Module):\n"
+                    "        def forward(self, x):\n"
+                    "            return x if x.sum() > 0 else -x\n"
+                    "    return Model()\n")
+        environment = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+        return subprocess.run([sys.executable, "-m", "flexpipe", "capture", f"{path}:{factory}", "--input", "2x4",
+                               "-o", os.path.join(directory, "out.json"), *extra], capture_output=True, text=True,
+                              env=environment)
+
+    def test_a_failure_inside_the_package_is_one_line(self):
+        with tempfile.TemporaryDirectory() as directory:
+            done = self.run_capture(directory, "broken")
+            self.assertEqual(done.returncode, 3)
+            self.assertRegex(done.stderr, r"^error: capture failed inside flexpipe: KeyError: 'index' at model\.py:7; "
+                                          r"run it again with --debug for the Python traceback, and please report "
+                                          r"it\n$")
+            done = self.run_capture(directory, "broken", "--debug")
+            self.assertEqual(done.returncode, 3)
+            self.assertIn("Traceback (most recent call last):", done.stderr)
+            self.assertIn("KeyError: 'index'", done.stderr)
+
+    def test_bad_input_is_one_line_and_debug_shows_where(self):
+        with tempfile.TemporaryDirectory() as directory:
+            done = self.run_capture(directory, "data_dependent")
+            self.assertEqual(done.returncode, 2)
+            self.assertEqual(done.stderr.count("\n"), 1, done.stderr)
+            self.assertTrue(done.stderr.startswith("error: cannot trace the model (Model): control flow"), done.stderr)
+            done = self.run_capture(directory, "data_dependent", "--debug")
+            self.assertEqual(done.returncode, 2)
+            self.assertIn("DataDependentControlFlow", done.stderr)  # the exception the error was raised for
+            self.assertTrue(done.stderr.splitlines()[-1].startswith("error: cannot trace the model"), done.stderr)
 
 
 if __name__ == "__main__":

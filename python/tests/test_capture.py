@@ -218,5 +218,76 @@ class WhatAReaderSavesOfItsInput(unittest.TestCase):
         self.assertNotIn("unscaled_saved_bytes", nodes["second"])
 
 
+class BuffersAndConstants(unittest.TestCase):
+    """Buffers and tensor constants are not parameters: every operator that reads one lists it, with its
+    bytes (static memory, never trained), where a chunk of the export holding the operator holds it."""
+
+    def test_listed_by_the_operators_that_read_them(self):
+        torch.manual_seed(0)
+        model = models.buffers_and_constants()
+        graph = capture(model, [torch.randn(2, 6)], "mse", warmup=0, repeats=1)
+        nodes = {n["name"]: n for n in graph["nodes"]}
+        self.assertEqual(sum(n.get("parameters", 0) for n in graph["nodes"]), 42)  # the linear layer's alone
+        self.assertEqual(nodes["getitem"]["buffers"], [{"name": "order", "bytes": 6 * 8, "unscaled": True}])
+        self.assertEqual(nodes["mul"]["buffers"], [{"name": "mask", "bytes": 6 * 6 * 4}])
+        self.assertEqual(nodes["mul_1"]["buffers"], [{"name": "_tensor_constant0", "bytes": 6 * 4}])
+        self.assertEqual([nodes[name]["kind"] for name in ("order", "mask", "_tensor_constant0")], ["buffer"] * 3)
+        self.assertEqual([name for name, node in nodes.items() if "buffers" in node], ["getitem", "mul", "mul_1"])
+        self.assertFalse(hasattr(model, "_tensor_constant0"))  # the user's model is left as it was
+
+    def test_batch_norm_holds_its_running_statistics(self):
+        c = captured("resnet50")
+        bn1 = next(n for n in c.graph["nodes"] if n["name"] == "bn1")
+        self.assertEqual(bn1["buffers"], [{"name": "bn1.running_mean", "bytes": 64 * 4},
+                                          {"name": "bn1.running_var", "bytes": 64 * 4},
+                                          {"name": "bn1.num_batches_tracked", "bytes": 8, "unscaled": True}])
+        listed = {b["name"]: b["bytes"] for n in c.graph["nodes"] for b in n.get("buffers", [])}
+        self.assertEqual(listed, {name: b.numel() * b.element_size() for name, b in c.model.named_buffers()})
+
+
+class CausalMasksAndEncoderDecoders(unittest.TestCase):
+    """A GPT-like nn.TransformerEncoder with a causal mask (built in forward, or held as a buffer) and an
+    nn.Transformer encoder-decoder with a tensor constant for the decoder's mask: traced through, every
+    parameter counted, the masks read as what they are."""
+
+    def test_causal_language_models(self):
+        tokens = torch.tensor([[1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1]])
+        for factory, buffers in ((models.causal_language_model, {"positions"}),
+                                 (models.causal_language_model_mask_buffer, {"positions", "mask"})):
+            with self.subTest(factory.__name__):
+                torch.manual_seed(0)
+                model = factory()
+                graph = capture(model, [tokens], "cross_entropy", warmup=0, repeats=1)
+                self.assertNotIn("kept_whole", graph["capture"])
+                self.assertEqual(sum(n.get("parameters", 0) for n in graph["nodes"]),
+                                 sum(p.numel() for p in model.parameters()))
+                self.assertEqual(len(_nodes_of_kind(graph, "multiheadattention")), 2)
+                self.assertEqual({b["name"] for n in graph["nodes"] for b in n.get("buffers", [])}, buffers)
+                self.assertEqual([layer["name"] for layer in graph["layers"]],
+                                 ["stem", "encoder.layers.0", "encoder.layers.1", "head", "loss"])
+
+    def test_encoder_decoder(self):
+        torch.manual_seed(0)
+        model = models.seq2seq()
+        graph = capture(model, [torch.randn(2, 5, 16), torch.randn(2, 4, 16)], "mse", warmup=0, repeats=1)
+        self.assertNotIn("kept_whole", graph["capture"])
+        self.assertEqual(sum(n.get("parameters", 0) for n in graph["nodes"]),
+                         sum(p.numel() for p in model.parameters()))
+        self.assertEqual(len(_nodes_of_kind(graph, "multiheadattention")), 6)  # 2 + 2 x 2
+        constants = [b for n in graph["nodes"] for b in n.get("buffers", [])]
+        self.assertEqual(constants, [{"name": "_tensor_constant0", "bytes": 4 * 4 * 4}] * 2)  # a decoder layer each
+        self.assertEqual(graph["capture"]["inputs"], [{"shape": [2, 5, 16], "dtype": "float32"},
+                                                      {"shape": [2, 4, 16], "dtype": "float32"}])
+        # The inputs are the first nodes: a cut inside the encoder hands the target on to the decoder.
+        source, target = graph["nodes"][:2]
+        self.assertEqual([(source["name"], source["kind"]), (target["name"], target["kind"])],
+                         [("source", "input"), ("target", "input")])
+        self.assertEqual(target["output_bytes"], {"per_sample": 4 * 16 * 4})
+        self.assertEqual([target[p]["time"] for p in ("forward", "backward_input", "backward_weight")], [0, 0, 0])
+        readers = [e["to"] for e in graph["edges"] if e["from"] == "target"]
+        self.assertIn("transformer_decoder_layers_0_self_attn", readers)
+        self.assertTrue(all(not r.startswith("transformer_encoder") for r in readers))
+
+
 if __name__ == "__main__":
     unittest.main()

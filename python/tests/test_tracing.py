@@ -38,6 +38,67 @@ class TracedGraphEqualsTheModel(unittest.TestCase):
     def test_unet(self):
         self.check(models.tiny_unet, (2, 3, 8, 8))
 
+    def test_causal_masks_and_encoder_decoders_are_traced_through(self):
+        # nn.TransformerEncoder checks its mask's type with isinstance (F._none_or_dtype: a proxy answers as
+        # its value) and whether it is causal by comparing values (static: built from the sequence length,
+        # or a buffer), nn.Transformer takes the decoder's mask as a tensor constant.
+        tokens = torch.tensor([[1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1]])
+        for factory, inputs in ((models.causal_language_model, [tokens]),
+                                (models.causal_language_model_mask_buffer, [tokens]),
+                                (models.seq2seq, [torch.randn(2, 5, 16), torch.randn(2, 4, 16)])):
+            with self.subTest(factory.__name__):
+                torch.manual_seed(0)
+                model = factory()
+                graph_module, tracer, kept_whole = trace(model, inputs)
+                self.assertEqual(kept_whole, {})
+                self.assertTrue(torch.equal(graph_module(*inputs), model(*inputs)))
+                attention = [n for n in graph_module.graph.nodes if n.op == "call_module" and "attn" in n.target]
+                self.assertEqual(len(attention), 2 if factory is not models.seq2seq else 6)
+        self.assertFalse(hasattr(model, "_tensor_constant0"))  # the constant is the traced module's alone
+        self.assertIn("_tensor_constant0", dict(graph_module.named_buffers()))
+
+    def test_buffers_read_in_forward_are_get_attr_nodes_with_values(self):
+        torch.manual_seed(0)
+        model = models.buffers_and_constants()
+        x = torch.randn(2, 6)
+        graph_module, tracer, _ = trace(model, [x])
+        reads = {n.target: tracer.values[n] for n in graph_module.graph.nodes if n.op == "get_attr"}
+        self.assertEqual(sorted(reads), ["_tensor_constant0", "mask", "order"])
+        self.assertIs(reads["mask"], model.mask)
+        self.assertTrue(torch.equal(graph_module(x), model(x)))
+
+
+class StaticValues(unittest.TestCase):
+    """Control flow on what no training step changes is decided at capture: shapes, buffers, constants and
+    what is computed from them without random numbers. On parameters, inputs and random numbers it is
+    data-dependent."""
+
+    class Branches(torch.nn.Module):
+        def __init__(self, on):
+            super().__init__()
+            self.on = on
+            self.linear = torch.nn.Linear(4, 4)
+            self.register_buffer("scale", torch.tensor(2.0))
+
+        def forward(self, x):
+            value = {"buffer": lambda: self.scale * 3, "shape": lambda: torch.full((x.shape[0],), 1.0).sum(),
+                     "parameter": lambda: self.linear.weight.sum(), "random": lambda: torch.rand(1),
+                     "input": lambda: x.mean()}[self.on]()
+            return self.linear(x) if value > -10 else x
+
+    def test_decided_on_buffers_and_shapes(self):
+        for on in ("buffer", "shape"):
+            with self.subTest(on):
+                graph_module, _, kept_whole = trace(self.Branches(on), [torch.randn(2, 4)])
+                self.assertEqual(kept_whole, {})
+                self.assertIn("linear", [n.target for n in graph_module.graph.nodes if n.op == "call_module"])
+
+    def test_refused_on_parameters_inputs_and_random_numbers(self):
+        for on in ("parameter", "input", "random"):
+            with self.subTest(on), self.assertRaisesRegex(CaptureError, r"control flow .* on a value computed from "
+                                                                         r"tensor data"):
+                trace(self.Branches(on), [torch.randn(2, 4)])
+
 
 class DataDependentControlFlow(unittest.TestCase):
     def test_a_module_that_branches_on_data_is_kept_whole(self):

@@ -44,7 +44,24 @@ CASES = {
                  ["layer2_0_conv1", "layer2_0_bn1", "layer2_0_relu"], ["layer3_1_conv1", "layer3_1_bn1"]),
     # The embedding's weight is also the output layer's: every cut below puts its readers in two chunks.
     "tied_language_model": ((2, 5), "cross_entropy", ["hidden"], ["embedding", "hidden", "linear"], [], []),
+    # GPT-like: the positions an index buffer, the causal mask built in forward from the sequence length,
+    # which crosses every cut to the later layers' attention.
+    "causal_language_model": ((2, 6), "cross_entropy", ["encoder_layers_0_self_attn"],
+                              ["position", "encoder_layers_0_norm1", "encoder_layers_1_self_attn"],
+                              ["encoder_layers_0_linear1", "relu", "encoder_layers_0_dropout",
+                               "encoder_layers_0_linear2"], ["encoder_layers_1_linear1"]),
+    # nn.Transformer: source and target (MORE_INPUTS), the decoder's mask a tensor constant.
+    "seq2seq": ((2, 5, 16), "mse", ["transformer_encoder_layers_1_linear1"],
+                ["transformer_encoder_layers_0_norm2", "transformer_encoder_norm",
+                 "transformer_decoder_layers_0_norm3"],
+                ["transformer_decoder_layers_1_linear1", "relu_3", "transformer_decoder_layers_1_dropout",
+                 "transformer_decoder_layers_1_linear2"], ["transformer_encoder_layers_1_linear1"]),
 }
+MORE_INPUTS = {"seq2seq": [(2, 4, 16)]}
+# Dropout on a transposed view that crosses the cut (as after nn.MultiheadAttention): its mask follows the
+# memory order the model had, not the contiguous one the tensor arrives in.
+# The 4-chunk plan's first stage is the input alone (a chunk that only hands it on).
+CASES["transposed_dropout"] = ((2, 5, 4), "mse", ["transpose"], ["x", "first", "transpose"], [], [])  # the shapes of forward's later arguments (floats)
 # Interleaved 1F1B and ZB-V on 4 ranks: 8 chunks (cuts, recomputed and offloaded operators).
 EIGHT_CHUNKS = {
     "tiny_unet": (["down1", "relu", "down2", "relu_1", "bottom", "add", "cat"], ["bottom"], ["up1"]),
@@ -55,7 +72,20 @@ EIGHT_CHUNKS = {
                   "layer3_0_downsample_0", "layer3_1_conv2"],
                  ["layer2_0_conv2", "layer2_0_bn2"], ["layer3_1_conv1", "layer3_1_bn1"]),
 }
-VOCABULARY = {"tied_language_model": 10}  # models fed token ids rather than floats
+VOCABULARY = {"tied_language_model": 10, "causal_language_model": 11}  # models fed token ids rather than floats
+
+
+def load_weights(path):
+    """The file `--export-weights` writes (torch::pickle_save of a dict, tagged with its type): since
+    PyTorch 2.6 torch.load reads only weights unless told which other globals to allow."""
+    import torch.jit._pickle
+    with torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]):
+        return torch.load(path)
+
+
+def as_list(inputs):
+    """The data's inputs: a tensor, or a list of them in forward's order."""
+    return list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
 
 
 def loss_of(kind, output, target):
@@ -94,7 +124,7 @@ def train_reference(factory, data, microbatches, rates, optimizer, clip):
         for j in range(microbatches):
             rows = torch.tensor([(step * microbatches * b + j * b + i) % SAMPLES for i in range(b)])
             torch.manual_seed(SEED * 1000003 + step * 65537 + j)  # dropout's masks: the runtime's seed
-            loss = loss_of(kind, model(inputs[rows]), targets[rows])
+            loss = loss_of(kind, model(*[x[rows] for x in as_list(inputs)]), targets[rows])
             (loss / microbatches).backward()
             total += loss.item() / microbatches
         if clip:
@@ -132,16 +162,20 @@ class CapturedTraining(unittest.TestCase):
             inputs = torch.randint(0, VOCABULARY[factory], [SAMPLES, *shape[1:]], generator=generator)
         else:
             inputs = torch.randn([SAMPLES, *shape[1:]], generator=generator, dtype=torch.float64)
-        zeros = torch.zeros(shape, dtype=torch.long if factory in VOCABULARY else torch.float32)
-        output = graph["outputs"] if "outputs" in graph else None
+        more = [torch.randn([SAMPLES, *more_shape[1:]], generator=generator, dtype=torch.float64)
+                for more_shape in MORE_INPUTS.get(factory, [])]
+        zeros = [torch.zeros(shape, dtype=torch.long if factory in VOCABULARY else torch.float32)]
+        zeros += [torch.zeros(more_shape) for more_shape in MORE_INPUTS.get(factory, [])]
         if kind == "mse":
             torch.manual_seed(0)
-            out_shape = getattr(models, factory)()(zeros).shape
+            out_shape = getattr(models, factory)()(*zeros).shape
             targets = torch.randn([SAMPLES, *out_shape[1:]], generator=generator, dtype=torch.float64)
         else:
             torch.manual_seed(0)
-            out_shape = getattr(models, factory)().eval()(zeros).shape
+            out_shape = getattr(models, factory)().eval()(*zeros).shape
             targets = torch.randint(0, out_shape[-1], [SAMPLES, *out_shape[1:-1]], generator=generator)
+        if more:
+            inputs = [inputs, *more]
         data = {"inputs": inputs, "targets": targets}
         torch.save(data, self.path("data.pt"))
         return data
@@ -156,7 +190,7 @@ class CapturedTraining(unittest.TestCase):
             capture_output=True, text=True, timeout=600)
         self.assertEqual(done.returncode, 0, done.stdout[-2000:] + done.stderr[-3000:])
         report = json.loads(done.stdout[done.stdout.index("{"):])["runs"][0]
-        return report, torch.load(self.path("weights.pt"))
+        return report, load_weights(self.path("weights.pt"))
 
     def check(self, factory, chunks, schedule, devices, microbatches, optimizer="sgd", extra=(), clip=0, dp=1):
         data = self.prepare(factory, chunks, timed=schedule == "auto")
@@ -302,6 +336,25 @@ class TrainCaptured(CapturedTraining):
         for name, want in straight.items():
             self.assertTrue(torch.equal(resumed[name], want), name)
 
+    def test_a_causal_language_model_with_buffers_and_a_mask_built_in_forward(self):
+        # The positions' buffer and the causal mask (a tensor the first chunk builds from the sequence length
+        # and hands on, never a gradient), 2 chunks under 1F1B, and 4 under ZB-V with recompute and offload.
+        self.check("causal_language_model", 2, "1f1b", 2, 4, "adamw")
+        report = self.check("causal_language_model", 4, "zb-v", 2, 4, extra=["--verify"])
+        self.assertTrue(report["verify"]["passed"], report["verify"])
+
+    def test_an_encoder_decoder_with_two_inputs_and_a_mask_constant(self):
+        # nn.Transformer: the target relayed through the encoder's chunks, the decoder's mask a constant of
+        # every chunk that reads it; 2 chunks under ZB-H1 (split backward), 4 interleaved with recompute and
+        # offload.
+        self.check("seq2seq", 2, "zb-h1", 2, 4, "adamw")
+        self.check("seq2seq", 4, "interleaved-1f1b", 2, 4, extra=["-v", "2"])
+
+    def test_dropout_on_a_transposed_view_received_from_another_rank(self):
+        self.check("transposed_dropout", 2, "1f1b", 2, 4)
+        report = self.check("transposed_dropout", 4, "zb-v", 2, 4, extra=["--verify"])
+        self.assertTrue(report["verify"]["passed"], report["verify"])
+
     def test_resnet18_batchnorm_statistics(self):
         self.check("resnet18", 2, "1f1b", 2, 2)
         # 4 chunks under ZB-V: a recomputed convolution after a kept ReLU (the checkpoint is the tensor the
@@ -439,8 +492,11 @@ def graph_of_case(factory, timed=False):
         torch.manual_seed(0)
         model = getattr(models, factory)()
         dtype = "int64" if factory in VOCABULARY else "float32"
-        GRAPHS[factory, timed] = capture(model, [example_input(list(shape), dtype, 0)], kind,
-                                         time_operators=timed, source={"file": models.__file__, "factory": factory})
+        inputs = [example_input(list(shape), dtype, 0)]
+        inputs += [example_input(list(more), "float32", seed)
+                   for seed, more in enumerate(MORE_INPUTS.get(factory, []), 1)]
+        GRAPHS[factory, timed] = capture(model, inputs, kind, time_operators=timed,
+                                         source={"file": models.__file__, "factory": factory})
     return GRAPHS[factory, timed]
 
 

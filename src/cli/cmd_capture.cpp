@@ -17,6 +17,7 @@ struct CaptureOptions {
   int warmup = 2;
   int repeats = 5;
   std::string clock = "wall";
+  bool debug = false;
 };
 }  // namespace
 
@@ -44,12 +45,14 @@ void add_capture_command(CLI::App& app, int&) {
                    "wall, or cpu: the measuring thread's CPU time, which other processes on a shared machine do not "
                    "inflate (exact with one intra-op thread)")
       ->check(CLI::IsMember({"wall", "cpu"}));
+  command->add_flag("--debug", o->debug, "On an error, print the Python traceback as well as the error line");
   command->callback([o] {
     std::vector<std::string> arguments = {"capture", o->model};
     for (const std::string& input : o->inputs) arguments.insert(arguments.end(), {"--input", input});
     arguments.insert(arguments.end(), {"--loss", o->loss, "-o", o->output, "--warmup", std::to_string(o->warmup),
                                        "--repeats", std::to_string(o->repeats), "--clock", o->clock});
     if (!o->name.empty()) arguments.insert(arguments.end(), {"--name", o->name});
+    if (o->debug) arguments.push_back("--debug");
     exec_python_package(arguments);
   });
 }

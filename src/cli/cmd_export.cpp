@@ -15,6 +15,7 @@ struct ExportOptions {
   std::string dtype;
   bool no_check = false;
   std::string tolerance;  // empty: the check's own, from the dtype and the model's scale
+  bool debug = false;
 };
 }  // namespace
 
@@ -33,11 +34,13 @@ void add_export_command(CLI::App& app, int&) {
                    "The check's largest accepted difference from the model's outputs, relative to the largest "
                    "output [from the data type and the model's scale, docs/export.md]")
       ->check(non_negative_number());
+  command->add_flag("--debug", o->debug, "On an error, print the Python traceback as well as the error line");
   command->callback([o] {
     std::vector<std::string> arguments = {"export", o->graph, "--plan", o->plan, "-o", o->output};
     if (!o->dtype.empty()) arguments.insert(arguments.end(), {"--dtype", o->dtype});
     if (o->no_check) arguments.push_back("--no-check");
     if (!o->tolerance.empty()) arguments.insert(arguments.end(), {"--export-tolerance", o->tolerance});
+    if (o->debug) arguments.push_back("--debug");
     exec_python_package(arguments);
   });
 }

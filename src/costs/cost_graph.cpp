@@ -69,6 +69,8 @@ CostGraph with_activation_bytes_scaled(CostGraph graph, double factor) {
       node.saved_bytes += (1 - factor) * unscaled;
       if (frees_all) node.freed_by_input = node.saved_bytes;
     }
+    for (BufferUse& buffer : node.buffers)
+      if (!buffer.unscaled) buffer.bytes *= factor;
   }
   for (TensorEdge& edge : graph.edges) {
     edge.bytes = factor * edge.bytes;
@@ -84,6 +86,20 @@ double captured_element_bytes(const CaptureRecord& capture) {
     if (input.dtype == "float16" || input.dtype == "bfloat16") return 2;
   }
   return 4;
+}
+
+double buffer_bytes(const std::vector<const OperatorNode*>& nodes) {
+  std::vector<const std::string*> seen;
+  double total = 0;
+  for (const OperatorNode* node : nodes)
+    for (const BufferUse& buffer : node->buffers) {
+      if (std::find_if(seen.begin(), seen.end(), [&](const std::string* name) { return *name == buffer.name; }) !=
+          seen.end())
+        continue;
+      seen.push_back(&buffer.name);
+      total += buffer.bytes;
+    }
+  return total;
 }
 
 double total_parameters(const CostGraph& graph) {

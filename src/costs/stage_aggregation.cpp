@@ -185,9 +185,11 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
         !(segment_of[edge.from] >= 0 && segment_of[edge.from] == segment_of[edge.to]))
       checkpointed[edge.to] += edge.saved_bytes->at(b, s);
 
+  std::vector<std::vector<const OperatorNode*>> stage_nodes(stages);
   for (int i = 0; i < n; ++i) {
     const OperatorNode& node = graph.nodes[i];
     const int k = stage_of[i];
+    if (!node.buffers.empty()) stage_nodes[k].push_back(&node);
     StageCosts& stage = costs[k];
     StageDetails& details = result.details[k];
     const double forward = operator_time(graph, node, Pass::Forward, options.shape);
@@ -315,12 +317,14 @@ StageAggregate aggregate_stages(const CostGraph& graph, const Partition& partiti
       stage.freed_by_input = held_freed[k];
     }
     stage.workspace_bytes = details.workspace_bytes;
-    stage.parameter_bytes = details.parameters * options.parameter_bytes;
+    const double weights = details.parameters * options.parameter_bytes;
+    // A captured model's buffers and constants are held beside the weights, never trained.
+    stage.parameter_bytes = weights + buffer_bytes(stage_nodes[k]);
     stage.gradient_bytes = details.parameters * options.gradient_bytes;
     stage.optimizer_bytes = details.parameters * options.optimizer_bytes;
     // The step reads weights, gradients and optimizer state and writes weights and state back.
     if (optimizer_rate > 0)
-      stage.optimizer = (2 * stage.parameter_bytes + stage.gradient_bytes + 2 * stage.optimizer_bytes) / optimizer_rate;
+      stage.optimizer = (2 * weights + stage.gradient_bytes + 2 * stage.optimizer_bytes) / optimizer_rate;
     details.input_bytes = k > 0 ? costs[k - 1].output_bytes : 0;
     // OFFLOAD moves only what the operators decided Offload saved, and the checkpoints where the
     // stage offloads them; with none, the table keeps the simulator's default (everything the

@@ -65,7 +65,9 @@ constexpr std::string_view kNodeKeys[] = {"name",
                                           "saved_output_bytes",
                                           "output_bytes",
                                           "workspace_bytes",
+                                          "buffers",
                                           "note"};
+constexpr std::string_view kBufferKeys[] = {"name", "bytes", "unscaled"};
 constexpr std::string_view kPassKeys[] = {"time", "flops", "bytes"};
 constexpr std::string_view kPolynomialKeys[] = {"fixed", "per_sample", "per_token", "per_token_seq"};
 constexpr std::string_view kScalingKeys[] = {"rule", "batch_exponent", "sequence_exponent"};
@@ -358,6 +360,30 @@ class Reader : public detail::JsonPathReader {
                                      {"workspace_bytes", &result.workspace_bytes}})
       if (const auto it = entry.find(key); it != entry.end())
         *field = polynomial(*it, LazyPath(path, key), Amount::Bytes);
+    if (const auto it = entry.find("buffers"); it != entry.end()) {
+      const std::string list = LazyPath(path, "buffers").str();
+      const json& buffers = array(*it, list);
+      for (size_t i = 0; i < buffers.size(); ++i) {
+        const std::string at = json_element(list, i);
+        require_object(buffers[i], at);
+        only_known_keys(buffers[i], at, kBufferKeys);
+        BufferUse buffer;
+        if (!buffers[i].contains("name")) fail(at, "a buffer needs a name");
+        buffer.name = text(buffers[i]["name"], json_child(at, "name"));
+        if (!buffers[i].contains("bytes")) fail(at, "a buffer needs its bytes");
+        const LazyPath at_path(at);
+        buffer.bytes = amount_at(buffers[i]["bytes"], LazyPath(at_path, "bytes"), Amount::Bytes);
+        if (const auto flag = buffers[i].find("unscaled"); flag != buffers[i].end()) {
+          if (!flag->is_boolean())
+            fail(json_child(at, "unscaled"), "expected true or false, got " + describe_json(*flag));
+          buffer.unscaled = flag->get<bool>();
+        }
+        for (const BufferUse& other : result.buffers)
+          if (other.name == buffer.name)
+            fail(json_child(at, "name"), fmt::format("buffer '{}' is listed twice for this operator", buffer.name));
+        result.buffers.push_back(std::move(buffer));
+      }
+    }
     if (const auto it = entry.find("note"); it != entry.end()) result.note = text_at(*it, LazyPath(path, "note"));
     return result;
   }
@@ -540,6 +566,14 @@ ordered node_json(const CostGraph& graph, const OperatorNode& node) {
   if (!node.saved_output_bytes.is_zero()) out["saved_output_bytes"] = polynomial_json(node.saved_output_bytes);
   out["output_bytes"] = polynomial_json(node.output_bytes);
   if (!node.workspace_bytes.is_zero()) out["workspace_bytes"] = polynomial_json(node.workspace_bytes);
+  if (!node.buffers.empty()) {
+    out["buffers"] = ordered::array();
+    for (const BufferUse& buffer : node.buffers) {
+      ordered entry = {{"name", buffer.name}, {"bytes", number_json(buffer.bytes)}};
+      if (buffer.unscaled) entry["unscaled"] = true;
+      out["buffers"].push_back(entry);
+    }
+  }
   if (!node.note.empty()) out["note"] = node.note;
   return out;
 }

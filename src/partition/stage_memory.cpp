@@ -2,6 +2,8 @@
 #include "flexpipe/partition/stage_memory.h"
 
 #include <algorithm>
+#include <string>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -65,6 +67,7 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
   ops.layer.resize(n);
   ops.output.resize(n);
   bool shares = false;
+  std::unordered_map<std::string, int> buffer_ids;
   for (int i = 0; i < n; ++i) {
     const OperatorNode& node = graph.nodes[i];
     ops.forward[i] = operator_time(graph, node, Pass::Forward, shape);
@@ -73,6 +76,11 @@ OperatorTable make_operator_table(const CostGraph& graph, const Shape& shape) {
     ops.saved[i] = node.saved_bytes.at(shape.microbatch_size, shape.seq_len);
     ops.workspace[i] = node.workspace_bytes.at(shape.microbatch_size, shape.seq_len);
     ops.parameters[i] = node.parameters;
+    for (const BufferUse& buffer : node.buffers) {
+      const auto [it, added] = buffer_ids.try_emplace(buffer.name, static_cast<int>(buffer_ids.size()));
+      ops.buffers.resize(n);
+      ops.buffers[i].push_back({it->second, buffer.bytes});
+    }
     ops.tied_to[i] = node.tied_to;
     ops.layer[i] = node.layer;
     ops.output[i] = node.output_bytes.at(shape.microbatch_size, shape.seq_len);
@@ -247,6 +255,24 @@ double checkpointed_saved(const OperatorTable& ops, int v, int segment_start) {
   return bytes;
 }
 
+}  // namespace detail
+
+double OperatorTable::buffer_bytes(int begin, int end) const {
+  if (buffers.empty()) return 0;
+  // Held once per stage however many of its operators read it: the few buffers a range holds, by id.
+  std::vector<int> held;
+  double total = 0;
+  for (int v = begin; v < end; ++v)
+    for (const BufferRead& read : buffers[v])
+      if (std::find(held.begin(), held.end(), read.id) == held.end()) {
+        held.push_back(read.id);
+        total += read.bytes;
+      }
+  return total;
+}
+
+namespace detail {
+
 StageContext checked_stage_context(const OperatorTable& ops, int begin, int end, StageContext context) {
   if (begin < 0 || end > ops.size() || begin > end)
     throw Error(fmt::format("operator range [{}, {}) outside the graph's {} operators", begin, end, ops.size()));
@@ -265,7 +291,7 @@ FixedMemory fixed_memory(const OperatorTable& ops, int begin, int end, const Sta
     if (!(owner != kNotTied && owner >= begin && owner < end)) parameters += ops.parameters[v];
     fixed.workspace = std::max(fixed.workspace, ops.workspace[v]);
   }
-  fixed.static_memory = parameters * context.bytes_per_parameter;
+  fixed.static_memory = parameters * context.bytes_per_parameter + ops.buffer_bytes(begin, end);
   return fixed;
 }
 

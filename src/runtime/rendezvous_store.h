@@ -2,10 +2,10 @@
 // The key-value store the ranks meet through, served by rank 0 on exactly MASTER_ADDR:MASTER_PORT.
 //
 // c10d 1.13's TCPStore server listened on every interface of the machine whatever host it was given
-// (why this store exists; kept on 2.x, whose TCPStore the tests do not rely on); this one binds the address it is given (loopback by default), so a single-machine job is reachable
-// from nowhere else. It implements c10d::Store, so ProcessGroupGloo rendezvous through it unchanged.
-// Waiting for keys is done by the client, polling: the server never blocks, and a rank that gives up
-// leaves nothing behind on it.
+// (why this store exists; kept on 2.x, whose TCPStore the tests do not rely on); this one binds the address it is given
+// (loopback by default), so a single-machine job is reachable from nowhere else. It implements c10d::Store, so
+// ProcessGroupGloo rendezvous through it unchanged. Waiting for keys is done by the client, polling: the server never
+// blocks, and a rank that gives up leaves nothing behind on it.
 #include <chrono>
 #include <memory>
 #include <mutex>

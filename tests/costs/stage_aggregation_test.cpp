@@ -91,6 +91,27 @@ TEST(StageAggregation, HandComputedContiguousRanges) {
   EXPECT_EQ(result.table.time_unit, "ms");
 }
 
+// A captured model's buffers are static memory beside the weights, held once per stage however many
+// of its operators read them, on every stage that reads them; never trained, so no gradient, no
+// optimizer state and no optimizer time.
+TEST(StageAggregation, BuffersAreHeldOncePerStageThatReadsThem) {
+  CostGraph g = hand_graph();
+  g.nodes[0].buffers = {{"mask", 1000}};
+  g.nodes[1].buffers = {{"mask", 1000}, {"stats", 24}};
+  g.nodes[4].buffers = {{"mask", 1000}};
+  const std::vector<int> sizes{2, 2, 1};
+  const StageAggregate with = aggregate_stages(g, partition_from_sizes(g, sizes), options_at(2, 10));
+  const StageAggregate without = aggregate_stages(hand_graph(), partition_from_sizes(g, sizes), options_at(2, 10));
+  const std::vector<double> buffers = {1000 + 24, 0, 1000};
+  for (size_t k = 0; k < 3; ++k) {
+    const StageCosts &a = with.table.stages[k], &b = without.table.stages[k];
+    EXPECT_EQ(a.parameter_bytes, b.parameter_bytes + buffers[k]) << k;
+    EXPECT_EQ(a.gradient_bytes, b.gradient_bytes) << k;
+    EXPECT_EQ(a.optimizer_bytes, b.optimizer_bytes) << k;
+    EXPECT_EQ(a.optimizer, b.optimizer) << k;
+  }
+}
+
 TEST(StageAggregation, RecomputeKeepsCheckpointsAndOffloadCountsBytes) {
   const CostGraph g = hand_graph();
   AggregationOptions options = options_at(2, 10);

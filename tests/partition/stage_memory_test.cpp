@@ -60,6 +60,18 @@ TEST(StageMemory, KeepAllIsStaticPlusWorkspacePlusKTimesSaved) {
   EXPECT_DOUBLE_EQ(plan.added_time(), 0);
 }
 
+// Buffers (a capture's statistics, masks) are static memory once per stage, whatever the decisions.
+TEST(StageMemory, BuffersAreStaticOncePerStage) {
+  OperatorTable ops = chain();
+  ops.buffers = {{{0, 100}}, {}, {{0, 100}, {1, 6}}, {{1, 6}}};
+  EXPECT_DOUBLE_EQ(ops.buffer_bytes(0, 4), 106);
+  EXPECT_DOUBLE_EQ(ops.buffer_bytes(1, 2), 0);
+  EXPECT_DOUBLE_EQ(ops.buffer_bytes(3, 4), 6);
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 0, 4, context(3), {K, K, K, K}).static_memory, 3 * 16 + 106);
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 2, 4, context(2), {R, O}).static_memory, 2 * 16 + 106);
+  EXPECT_DOUBLE_EQ(evaluate_stage_memory(ops, 1, 2, context(2), {K}).static_memory, 0);
+}
+
 TEST(StageMemory, RecomputedChainKeepsOnlyItsOutsideInputs) {
   // b and c recomputed: b keeps a's output (8), c chains on b (free); d is kept and charges nothing.
   const StageMemoryPlan plan = evaluate_stage_memory(chain(), 0, 4, context(3), {K, R, R, K});

@@ -182,6 +182,14 @@ TEST(DevicePlacement, OffloadParksActivationsOnTheHostAndReloadBringsThemBack) {
 class CapturedModel : public ::testing::Test {
  protected:
   void SetUp() override {
+#ifdef FLEXPIPE_TORCH_CUDA
+    // A captured chunk's backward runs autograd's engine, which, where it accumulates a gradient (a
+    // residual, a skip), asks the process's accelerator for the stream of any non-CPU tensor: on a CUDA
+    // libtorch (the wheel's 2.11) that is CUDA, so the stand-in device reaches CUDA's runtime, which
+    // fails without a driver. The built-in model's device tests (explicit passes) still run; captured
+    // models train on the host in python/tests/test_train_captured.py.
+    GTEST_SKIP() << "the stand-in device cannot run autograd's accumulation under a CUDA libtorch";
+#endif
     dir_ = std::filesystem::temp_directory_path() / ("flexpipe-device-" + std::to_string(::getpid()) + "-" +
                                                      ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);

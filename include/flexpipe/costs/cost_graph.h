@@ -75,6 +75,16 @@ struct LayerInfo {
 inline constexpr int kNoLayer = -1;
 inline constexpr int kNotTied = -1;
 
+// A buffer or tensor constant an operator holds (a capture's BatchNorm statistics, a mask, an index):
+// static memory like parameters, but never trained (no gradient, no optimizer state). Operators list
+// the buffers they read; one read by several operators of a stage is held there once (by name).
+struct BufferUse {
+  std::string name;
+  double bytes = 0;       // at the captured types
+  bool unscaled = false;  // not of the captured floating type (an integer index): keeps its size
+  friend bool operator==(const BufferUse&, const BufferUse&) = default;
+};
+
 struct OperatorNode {
   std::string name;
   std::string kind;              // "linear", "layernorm", "softmax", ...: free text for reports
@@ -103,6 +113,7 @@ struct OperatorNode {
   ShapePolynomial saved_output_bytes;
   ShapePolynomial output_bytes;     // the operator's full output
   ShapePolynomial workspace_bytes;  // transient, during its own passes only
+  std::vector<BufferUse> buffers;   // the buffers and constants it reads, each name once
   std::string note;                 // free text for reports: why a cost is missing or approximate
   friend bool operator==(const OperatorNode&, const OperatorNode&) = default;
 };
@@ -194,8 +205,11 @@ double total_active_parameters(const CostGraph& graph);
 
 // The graph with every activation byte count (saved, shared, freed, output, workspace and edge bytes)
 // times `factor`, times and FLOPs unchanged: a model captured in float32 and trained in float64 holds
-// twice the bytes. Saved tensors of other types (unscaled_saved_bytes) keep their size.
+// twice the bytes. Saved tensors of other types (unscaled_saved_bytes) keep their size; buffers of
+// the captured floating type scale too.
 CostGraph with_activation_bytes_scaled(CostGraph graph, double factor);
+// The bytes of the buffers these operators hold, each name once.
+double buffer_bytes(const std::vector<const OperatorNode*>& nodes);
 // Bytes per element of the floating type a captured graph's activations were measured in: that of its
 // first floating-point input, else 4 (a model of float32 parameters fed integer tokens).
 double captured_element_bytes(const CaptureRecord& capture);

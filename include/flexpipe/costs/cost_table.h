@@ -22,7 +22,7 @@ struct StageCosts {
   double activation_bytes = 1;  // saved by F for the backward, held until the backward ends
   double freed_by_input = 0;    // part of activation_bytes released when I ends; the rest when W ends
   double checkpoint_bytes = 0;  // kept from F to R when the stage recomputes (its input)
-  double parameter_bytes = 0;
+  double parameter_bytes = 0;   // weights, and a captured model's buffers and constants (never trained)
   double gradient_bytes = 0;
   double optimizer_bytes = 0;
   double output_bytes = 0;  // forward output sent to the next stage (and its gradient sent back)

@@ -33,7 +33,14 @@ struct OperatorTable {
     double bytes = 0;
     double saved = -1;
   };
+  struct BufferRead {
+    int id = 0;  // the buffer's index among the graph's buffer names
+    double bytes = 0;
+  };
   std::vector<double> forward, backward, saved, workspace, parameters;
+  // Per node, the buffers and constants it holds (a capture's); empty: none in the graph. A stage holds
+  // each once: buffer_bytes.
+  std::vector<std::vector<BufferRead>> buffers;
   std::vector<double> shared;               // per node, saved bytes shared with node - 1; empty: none
   std::vector<double> output;               // per node, its output's bytes; empty: unbounded
   std::vector<std::vector<InEdge>> inputs;  // per node, its producers (an edge each)
@@ -46,6 +53,7 @@ struct OperatorTable {
   std::vector<std::vector<OutEdge>> consumers;
   std::vector<int> live_start, live;
   int size() const { return static_cast<int>(forward.size()); }
+  double buffer_bytes(int begin, int end) const;  // of the operators [begin, end), each buffer once
   bool indexed() const { return static_cast<int>(live_start.size()) == size() + 2; }
   bool same_layer(int u, int v) const { return layer.empty() || layer[u] == layer[v]; }
   // The saved bytes v shares with v - 1 when v - 1 is in the stage (v > begin).
