@@ -51,43 +51,19 @@ void exec_python_package(const std::vector<std::string>& arguments) {
 
 PythonVersions python_versions() {
   // One package a line, "-" where it is missing; metadata only, so that torch's 2 s import is not paid.
-  const std::string script =
-      "import importlib.metadata as m\n"
-      "for p in ('torch', 'torchvision', 'transformers'):\n"
-      "    try: print(m.version(p))\n"
-      "    except m.PackageNotFoundError: print('-')\n";
-  PythonVersions versions;
-  int pipe_ends[2];
-  if (pipe(pipe_ends) != 0) return versions;
+  const std::string command = "'" + python_interpreter() +
+                              "' -c 'import importlib.metadata as m\n"
+                              "for p in (\"torch\", \"torchvision\", \"transformers\"):\n"
+                              "    try: print(m.version(p))\n"
+                              "    except m.PackageNotFoundError: print(\"-\")' 2>/dev/null";
   std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t child = fork();
-  if (child < 0) {
-    close(pipe_ends[0]);
-    close(pipe_ends[1]);
-    return versions;
-  }
-  const std::string interpreter = python_interpreter();
-  if (child == 0) {
-    dup2(pipe_ends[1], STDOUT_FILENO);
-    close(pipe_ends[0]);
-    close(pipe_ends[1]);
-    execl(interpreter.c_str(), interpreter.c_str(), "-c", script.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(pipe_ends[1]);
+  PythonVersions versions;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return versions;
   std::string output;
   char buffer[256];
-  for (ssize_t n; (n = read(pipe_ends[0], buffer, sizeof buffer)) != 0;) {
-    if (n > 0)
-      output.append(buffer, static_cast<size_t>(n));
-    else if (errno != EINTR)
-      break;
-  }
-  close(pipe_ends[0]);
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return versions;
+  while (fgets(buffer, sizeof buffer, pipe) != nullptr) output += buffer;
+  if (pclose(pipe) != 0) return versions;  // no such interpreter, or it failed: nothing known
   std::optional<std::string>* fields[] = {&versions.torch, &versions.torchvision, &versions.transformers};
   size_t start = 0;
   for (std::optional<std::string>* field : fields) {
