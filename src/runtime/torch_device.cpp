@@ -17,7 +17,7 @@ c10::Device training_device(const std::string& text, const RankEnv& env) {
 #ifndef FLEXPIPE_TORCH_CUDA
   throw Error(
       fmt::format("{}: this runtime is built against libtorch {} without CUDA (CPU only); build FlexPipe "
-                  "against a CUDA libtorch: cmake -DTorch_DIR=<its share/cmake/Torch> (docs/runtime.md, "
+                  "against a CUDA libtorch: cmake -DFLEXPIPE_PYTHON=<a Python whose torch has CUDA> (docs/runtime.md, "
                   "\"Devices\")",
                   named, TORCH_VERSION));
 #else

@@ -184,7 +184,7 @@ TEST_F(Train, CudaWithoutAGpuIsOneErrorBeforeAnyRankTrains) {
 #else
   const std::string why = std::string(": this runtime is built against libtorch ") + TORCH_VERSION +
                           " without CUDA (CPU only); build FlexPipe against a CUDA libtorch: cmake "
-                          "-DTorch_DIR=<its share/cmake/Torch> (docs/runtime.md, \"Devices\")\n";
+                          "-DFLEXPIPE_PYTHON=<a Python whose torch has CUDA> (docs/runtime.md, \"Devices\")\n";
 #endif
   // Two ranks: the launcher checks once, as rank 0, which takes the GPU of its LOCAL_RANK.
   Outcome run = flexpipe("train --steps 1 " + kSmall + " --device cuda");
