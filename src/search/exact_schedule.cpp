@@ -159,6 +159,14 @@ class BranchAndBound {
   int cell(int stage, int microbatch) const { return stage * microbatches_ + microbatch; }
 
   void prepare(const CostTable& costs) {
+    prepare_stages(costs);
+    prepare_tails();
+    prepare_devices(costs);
+    prepare_search();
+  }
+
+  // Each stage's durations, releases, links and transfer times.
+  void prepare_stages(const CostTable& costs) {
     const int slots = stages_ * kinds_;
     device_of_.assign(skeleton_.stage_device.begin(), skeleton_.stage_device.end());
     duration_.assign(slots, 0);
@@ -207,7 +215,10 @@ class BranchAndBound {
         throw Error(fmt::format("exact schedule: a transfer at stage {} takes no finite time", s));
     }
     link_free_.assign(pairs.size(), 0);
+  }
 
+  void prepare_tails() {
+    const int slots = stages_ * kinds_;
     // Time from the start of one micro-batch's action to the end of that micro-batch's chain.
     tail_.assign(slots, 0);
     for (int s = 0; s < stages_; ++s) {
@@ -228,7 +239,10 @@ class BranchAndBound {
       for (int s = 0; s < stages_; ++s)
         if (s == 0 || device_of_[s - 1] != device_of_[s])
           end_tail_[s] = s == 0 ? 0.0 : backward_transfer_[s] + tail_[slot(s - 1, kBackward)];
+  }
 
+  // Each device's stages, its static memory and capacity, and the work it has left.
+  void prepare_devices(const CostTable& costs) {
     device_stage_begin_.assign(devices_ + 1, 0);
     for (int s = 0; s < stages_; ++s) ++device_stage_begin_[device_of_[s] + 1];
     for (int d = 0; d < devices_; ++d) device_stage_begin_[d + 1] += device_stage_begin_[d];
@@ -255,7 +269,11 @@ class BranchAndBound {
       remaining_actions_[d] += microbatches_ * kinds_;
     }
     for (int d = 0; d < devices_; ++d) static_memory_[d] += workspace[d];
+  }
 
+  // The search's state: counts, ready times, the path, the branches and the memo's hashing.
+  void prepare_search() {
+    const int slots = stages_ * kinds_;
     total_actions_ = stages_ * microbatches_ * kinds_;
     count_.assign(slots, 0);
     const size_t cells = static_cast<size_t>(stages_) * microbatches_;
