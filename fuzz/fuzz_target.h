@@ -1,7 +1,7 @@
-#pragma once
 // What every reader's fuzz target checks: an input is either read or refused with flexpipe::Error
 // (anything else escaping is a bug, and so are crashes, hangs, leaks and large allocations, which
 // libFuzzer and the sanitizers catch), and what is read survives its writer unchanged.
+#pragma once
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

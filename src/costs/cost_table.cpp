@@ -1,3 +1,4 @@
+// The stage cost table: the uniform shorthand, its command-line form, its checks, link lookup and capacities.
 #include "flexpipe/costs/cost_table.h"
 
 #include <charconv>

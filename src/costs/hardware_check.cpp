@@ -1,3 +1,4 @@
+// A measured cost graph set against a hardware profile's roofline times, pass by pass (flexpipe profile --check).
 #include "flexpipe/costs/hardware_check.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Reads and writes an export's manifest.json: chunks, their pieces, tensors by name, parameters and buffers.
 #include "flexpipe/interop/export_manifest.h"
 
 #include <algorithm>

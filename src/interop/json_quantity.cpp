@@ -1,3 +1,4 @@
+// Times, sizes and bandwidths in JSON files: a number in the file's unit or a string with a unit.
 #include "json_quantity.h"
 
 #include <optional>

@@ -1,8 +1,8 @@
-#pragma once
 // Times, sizes and bandwidths in the JSON files people write by hand: a plain number in the file's
 // declared unit, as always, or a string with a unit ("5us", "80GiB", "900GB/s") read by the same parser
 // as the command line's options and converted into that unit, so that a table can be copied from a
 // datasheet as written. Private to the core library.
+#pragma once
 #include <string>
 
 #include <nlohmann/json.hpp>

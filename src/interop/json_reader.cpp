@@ -1,3 +1,4 @@
+// Strict JSON reading shared by the file formats: syntax errors at FILE:LINE:COL, field errors by JSON path.
 #include "json_reader.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
-#pragma once
 // Strict reading shared by the JSON file formats: syntax errors at FILE:LINE:COL, and field errors
 // that name the file and the JSON path of the bad value. Private to the core library.
+#pragma once
 #include <cstddef>
 #include <span>
 #include <string>

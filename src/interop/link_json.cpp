@@ -1,3 +1,4 @@
+// Reads and writes a link object (latency, bandwidth, host times at either end) of cost tables and graphs.
 #include "link_json.h"
 
 #include <cmath>

@@ -1,7 +1,7 @@
-#pragma once
 // A link object, as cost tables and measured cost graphs write it: latency and bandwidth, which delay
 // the data, and the host time a message takes at either end (docs/cost-table.md, "Links"). Private to
 // the core library.
+#pragma once
 #include <string>
 
 #include <nlohmann/json.hpp>

@@ -1,3 +1,4 @@
+// Reads and writes torch.distributed.pipelining's schedule CSV, compute-only and with communication.
 #include "flexpipe/interop/pytorch_csv.h"
 
 #include <algorithm>

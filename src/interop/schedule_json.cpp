@@ -1,3 +1,4 @@
+// Reads and writes FlexPipe's lossless schedule JSON and the action cells it shares with the CSV.
 #include "flexpipe/interop/schedule_json.h"
 
 #include <array>

@@ -1,3 +1,4 @@
+// Action kinds' names and predicates, and an action's cell text ("0F3", "1SEND_B2").
 #include "flexpipe/ir/action.h"
 
 #include <fmt/format.h>

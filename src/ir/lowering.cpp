@@ -1,3 +1,4 @@
+// Lowering: a SEND after each producer whose output crosses devices, a RECV before each consumer.
 #include "flexpipe/ir/lowering.h"
 
 namespace flexpipe {

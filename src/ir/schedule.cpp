@@ -1,3 +1,4 @@
+// A schedule's counts and action names, placements (loop, V, bidirectional) and stages per device.
 #include "flexpipe/ir/schedule.h"
 
 #include <fmt/format.h>

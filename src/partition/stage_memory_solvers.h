@@ -1,5 +1,5 @@
-#pragma once
 // Internal: the solvers behind optimize_stage_memory and least_stage_memory, for one way of holding checkpoints.
+#pragma once
 #include <cstddef>
 
 #include "flexpipe/partition/stage_memory.h"

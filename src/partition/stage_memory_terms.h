@@ -1,5 +1,5 @@
-#pragma once
 // Internal: the terms of the stage memory model that both the model and its solvers price decisions with.
+#pragma once
 #include <algorithm>
 #include <cmath>
 #include <vector>

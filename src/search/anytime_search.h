@@ -1,7 +1,7 @@
-#pragma once
 // The anytime search's shared private declarations: its search space's types (structures,
 // placement kinds, memory rows), its candidates, and the AnytimeSearch class whose members the
 // files of src/search/ define one concept each (docs/search.md, "Code").
+#pragma once
 #include <array>
 #include <atomic>
 #include <chrono>

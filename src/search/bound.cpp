@@ -1,3 +1,4 @@
+// Lower bounds on every order of a placement: preemptive per-device bounds and micro-batch paths.
 #include "flexpipe/search/bound.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The list scheduler: every device's F, B (or I and W) order by running the pipeline in cost-table time.
 #include "flexpipe/search/list_scheduler.h"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
-#pragma once
 // Internal to the simulator (docs/simulator.md): the flat table of event times it keys by
 // (stage, column, slot), the structural checks that keep every index in range, the waits that
 // declared custom dependencies add, the memory curve, and the critical path lower_bound shares.
+#pragma once
 #include <cstdint>
 #include <span>
 #include <string>

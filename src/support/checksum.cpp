@@ -1,3 +1,4 @@
+// The 64-bit FNV-1a-style checksum, as 16 hex digits.
 #include "flexpipe/support/checksum.h"
 
 #include <cstdint>

@@ -1,3 +1,4 @@
+// Error messages located at FILE:LINE:COL, and the helpers that quote and join their parts.
 #include "flexpipe/support/error.h"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// The exit code of an exception, for every entry point (the binary and the runtime's).
 #include "flexpipe/support/exit_status.h"
 
 #include <cstdio>

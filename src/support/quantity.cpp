@@ -1,3 +1,4 @@
+// Reading, refusing and printing sizes, bandwidths and times with their units.
 #include "flexpipe/support/quantity.h"
 
 #include <array>

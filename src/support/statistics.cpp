@@ -1,3 +1,4 @@
+// Medians, quantiles and means of measured times.
 #include "flexpipe/support/statistics.h"
 
 #include <algorithm>

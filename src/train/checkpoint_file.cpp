@@ -1,3 +1,4 @@
+// A rank checkpoint's file layout: its records written and read back, torch-free.
 #include "flexpipe/train/checkpoint_file.h"
 
 #include <limits>

@@ -1,3 +1,4 @@
+// --device (cpu, cuda, cuda:N) read and each rank's GPU chosen, torch-free.
 #include "flexpipe/train/device.h"
 
 #include <charconv>

@@ -1,3 +1,4 @@
+// The learning rate of a step: linear warm-up, cosine decay to a floor.
 #include "flexpipe/train/lr_schedule.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// A run's recorded action times as the simulator's result, and the costs and transport read off them.
 #include "flexpipe/train/measured_timeline.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The models the runtime trains: their families and sizes as the zoo's ModelConfig.
 #include "flexpipe/train/trainable_model.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The link a measured transport behaves as, fitted to ping-pong timings at several sizes.
 #include "flexpipe/train/transport_fit.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The verifier: action counts, dependencies, placement, communication pairing and deadlock freedom.
 #include "flexpipe/validate/validator.h"
 
 #include <fmt/format.h>

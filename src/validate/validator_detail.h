@@ -1,4 +1,3 @@
-#pragma once
 // Internal to the validator: a flat table that locates every action by (slot, stage, micro-batch),
 // so the rules and the deadlock check find an action in O(1) without maps, and the entry point of
 // the deadlock check (src/validate/deadlock.cpp).
@@ -9,6 +8,7 @@
 // kinds) and one standing for "every action of this slot at this stage", used by dependencies
 // that cover all micro-batches. Only correctly placed actions are recorded, so every action of a
 // stage sits on that stage's device and a position alone locates it.
+#pragma once
 #include <array>
 #include <cstdint>
 #include <optional>

@@ -1,5 +1,5 @@
-#pragma once
 // Internal: what the views (grid, SVG, trace, report) share about reading a simulated schedule.
+#pragma once
 #include <cmath>
 #include <cstdint>
 #include <string>

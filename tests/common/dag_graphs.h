@@ -1,7 +1,7 @@
-#pragma once
 // Small DAG cost graphs with skip connections, the shapes a captured ResNet or U-Net has, for the
 // tests of the aggregation and the partitioner. Every amount is fixed (no shape dependence) and every
 // edge carries its producer's whole output, so per-stage figures can be worked out by hand.
+#pragma once
 #include <initializer_list>
 #include <string>
 #include <utility>

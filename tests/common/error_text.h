@@ -1,5 +1,5 @@
-#pragma once
 // The message of the flexpipe::Error an action throws, for tests that pin messages exactly.
+#pragma once
 #include <string>
 
 #include "flexpipe/support/error.h"

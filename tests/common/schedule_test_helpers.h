@@ -1,6 +1,6 @@
-#pragma once
 // Helpers shared by the built-in schedule family tests: building by name, reading a device's order,
 // and simulating with uniform costs.
+#pragma once
 #include <algorithm>
 #include <string>
 

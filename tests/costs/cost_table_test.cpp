@@ -1,3 +1,4 @@
+// Tests of the cost table: the uniform shorthand, its command-line form and its refusals.
 #include "flexpipe/costs/cost_table.h"
 
 #include <filesystem>

@@ -1,3 +1,4 @@
+// Tests of the PyTorch schedule CSV reader and writer against fixtures and round trips.
 #include "flexpipe/interop/pytorch_csv.h"
 
 #include <gtest/gtest.h>

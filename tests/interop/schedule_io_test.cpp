@@ -1,3 +1,4 @@
+// Tests of schedule files on disk: atomic writes, errors naming the path, what looks like a file.
 #include "flexpipe/interop/schedule_io.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// Tests of the schedule JSON format and its action cells: every kind, custom names, errors.
 #include "flexpipe/interop/schedule_json.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// Tests of lowering: where SENDs and RECVs go, split backwards, V placements' local turns.
 #include "flexpipe/ir/lowering.h"
 
 #include <gtest/gtest.h>

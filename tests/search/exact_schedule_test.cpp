@@ -1,3 +1,4 @@
+// Tests of exact branch and bound: brute force on tiny instances, hand-computed optima, memory.
 #include "flexpipe/search/exact_schedule.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// Tests of the simulator against hand timelines, bubble formulas, peak memory and link costs.
 #include "flexpipe/sim/simulator.h"
 
 #include <algorithm>

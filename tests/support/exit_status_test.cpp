@@ -1,3 +1,4 @@
+// Tests of the exit codes scripts rely on.
 #include "flexpipe/support/exit_status.h"
 
 #include <stdexcept>

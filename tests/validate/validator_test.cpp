@@ -1,3 +1,4 @@
+// Tests of the verifier: diagnostics' forms, valid hand-made schedules, every rule's violation.
 #include "flexpipe/validate/validator.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// Tests of the views: the text grid, the SVG timeline, the Perfetto trace and the reports.
 #include "flexpipe/views/views.h"
 
 #include <gtest/gtest.h>

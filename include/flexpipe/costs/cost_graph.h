@@ -1,8 +1,8 @@
-#pragma once
 // A fine-grained cost graph: operators (not layers) with forward, input-gradient and weight-gradient
 // costs, the bytes they save for the backward, and the tensors that flow between them. Stage cuts may
 // fall anywhere, inside a transformer block included, and memory decisions are taken per operator.
 // File format: docs/cost-graph.md (JSON, "format": "flexpipe-cost-graph", "version": 1).
+#pragma once
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -1,7 +1,7 @@
-#pragma once
 // The stage cost table the simulator reads: time and memory of each stage's actions, the bytes that
 // cross each stage boundary, the links between devices and the memory each device has.
 // File format: docs/cost-table.md (JSON, "format": "flexpipe-costs", "version": 1).
+#pragma once
 #include <algorithm>
 #include <limits>
 #include <string>

@@ -1,7 +1,7 @@
-#pragma once
 // Accelerator profiles that turn operator FLOPs and bytes into times, and their links into the cost
 // table's bandwidths. Figures and their sources: docs/hardware.md. All rates are per second here;
 // the cost graph and cost table work in milliseconds.
+#pragma once
 #include <span>
 #include <string>
 

@@ -1,9 +1,9 @@
-#pragma once
 // A cost graph whose times were measured on a device (`flexpipe profile`) set against what a hardware
 // profile predicts for the same operators: pass by pass, the measured time, the roofline time at the
 // profile's efficiency, and the fraction of the device's peak the pass reached; in sum, the
 // efficiencies that would make the profile predict the measured compute-bound and memory-bound
 // passes (`flexpipe model compare`, docs/hardware.md).
+#pragma once
 #include <string>
 #include <vector>
 

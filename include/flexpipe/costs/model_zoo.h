@@ -1,7 +1,7 @@
-#pragma once
 // Real architectures generated at operator granularity (docs/model-zoo.md): GPT-3, Llama-2/3, BERT,
 // T5, ViT and mixture-of-experts models, with embedding, final norm, head and loss, timed on a
 // hardware profile by max(FLOPs / (peak * eff), bytes / (HBM bandwidth * eff)).
+#pragma once
 #include <span>
 #include <string>
 

@@ -1,6 +1,6 @@
-#pragma once
 // From (cost graph, partition, per-operator memory decisions, shape, data types) to the stage cost
 // table the simulator reads. Semantics and formulas: docs/cost-graph.md, "Per-stage aggregation".
+#pragma once
 #include <cstdint>
 #include <span>
 #include <string>

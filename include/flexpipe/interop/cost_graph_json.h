@@ -1,5 +1,5 @@
-#pragma once
 // The cost graph's file format (docs/cost-graph.md).
+#pragma once
 #include <string>
 
 #include "flexpipe/costs/cost_graph.h"

@@ -1,5 +1,5 @@
-#pragma once
 // The stage cost table's file format (docs/cost-table.md: "format": "flexpipe-costs", "version": 1).
+#pragma once
 #include <string>
 #include <vector>
 

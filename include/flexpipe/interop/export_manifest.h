@@ -1,9 +1,9 @@
-#pragma once
 // An export's manifest (DIR/manifest.json, written by `flexpipe export`, docs/export.md): per chunk of
 // the plan, its TorchScript file, the pieces it runs in order (the whole chunk when the plan decides
 // nothing for it), the tensors each takes and returns by name, and the chunk's parameters and buffers
 // by their state_dict names. Read here, without torch, so that the reader is fuzzed like every other;
 // the runtime loads the modules it names.
+#pragma once
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -1,8 +1,8 @@
-#pragma once
 // Megatron-LM's --pipeline-model-parallel-layout string (anchors.md §2.2) as a partition of a cost graph:
 // E embedding, t transformer layer, m MTP layer, L loss (with the final norm and head); '|' separates
 // stages, '*k' repeats the symbol or parenthesised group before it, commas and spaces are cosmetic, and
 // stages may be empty: "Et*3|(tt|)*29,m|L".
+#pragma once
 #include <string>
 #include <vector>
 

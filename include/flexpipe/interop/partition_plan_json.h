@@ -1,5 +1,5 @@
-#pragma once
 // The partition plan's file format (docs/partition-plan.md: "format": "flexpipe-partition-plan").
+#pragma once
 #include <string>
 
 #include "flexpipe/partition/plan.h"

@@ -1,9 +1,9 @@
-#pragma once
 // Imports a PipeDream profile (profiler/.../graph.txt, msr-fiddle/pipedream) as a cost graph.
 // Node lines:  nodeN -- DESC -- forward_compute_time=MS, backward_compute_time=MS, activation_size=BYTES,
 //              parameter_size=BYTES[ -- stage_id=K]
 // Edge lines:  <TAB>nodeA -- nodeB
 // Mapping and limits: docs/cost-graph.md, "Importing a PipeDream profile".
+#pragma once
 #include <string>
 
 #include "flexpipe/costs/cost_graph.h"

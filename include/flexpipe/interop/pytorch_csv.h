@@ -1,7 +1,7 @@
-#pragma once
 // PyTorch torch.distributed.pipelining's schedule CSV: one row per rank, one cell per action
 // ("2F0", "1I3", "3SEND_F1", "(0F7;7B3)OVERLAP_F_B"), an empty cell is idle. Both the compute-only
 // and the compute+comms forms; the placement is inferred from the cells.
+#pragma once
 #include <string>
 
 #include "flexpipe/ir/schedule.h"

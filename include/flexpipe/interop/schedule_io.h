@@ -1,6 +1,6 @@
-#pragma once
 // Reads a schedule named on the command line: a built-in name or a file, by extension
 // (.csv: PyTorch's CSV, .json: FlexPipe schedule JSON).
+#pragma once
 #include <string>
 
 #include "flexpipe/interop/pytorch_csv.h"

@@ -1,6 +1,6 @@
-#pragma once
 // FlexPipe's own lossless schedule file: placement, pipelines, custom kinds and every device's
 // actions in cell form. Documented in docs/schedule-json.md ("format": "flexpipe-schedule", "version": 1).
+#pragma once
 #include <string>
 
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
-#pragma once
 // The unit of a schedule: one operation of one device on one (stage, micro-batch).
 // Kept small and trivially copyable: simulators and the search walk millions of them.
+#pragma once
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -1,8 +1,8 @@
-#pragma once
 // Lowering: make communication explicit. Inserts a SEND right after each action whose output
 // crosses to another device and a RECV right before each action that needs it; hand-offs between
 // stages on one device (a V placement's turn) stay local. Since receives are posted exactly where
 // a runtime would block anyway, a schedule that is deadlock-free before lowering stays so after.
+#pragma once
 #include "flexpipe/ir/schedule.h"
 
 namespace flexpipe {

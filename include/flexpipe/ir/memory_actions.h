@@ -1,8 +1,8 @@
-#pragma once
 // Makes per-stage memory decisions explicit in a schedule: inserts R (recompute), OFFLOAD and RELOAD
 // actions for every micro-batch of the flagged stages, at the positions a runtime wants them.
 // What an R or OFFLOAD then does per operator is the runtime's and the cost table's business
 // (docs/runtime.md, docs/simulator.md); this pass only places the actions.
+#pragma once
 #include <vector>
 
 #include "flexpipe/ir/schedule.h"

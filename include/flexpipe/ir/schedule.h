@@ -1,9 +1,9 @@
-#pragma once
 // A pipeline schedule as data: which device holds each stage, and the ordered actions of each device.
 //
 // Stages are numbered globally. A schedule may run several pipelines (replicas) at once, as DualPipe
 // and Chimera do: stage s belongs to pipeline s / stages_per_pipeline and computes model chunk
 // s % stages_per_pipeline; every micro-batch flows through exactly one pipeline.
+#pragma once
 #include <cstdint>
 #include <string>
 #include <vector>

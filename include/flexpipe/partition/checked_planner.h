@@ -1,7 +1,7 @@
-#pragma once
 // The simulation-checked planner behind `flexpipe partition`: partition plans that a simulation confirms fit.
 // Each plan is applied to the schedule (R / OFFLOAD / RELOAD where it recomputes or offloads) and simulated; where a
 // device ends up over the limit, its stages' budgets are lowered and the plan made again (docs/partitioner.md).
+#pragma once
 #include <functional>
 #include <string>
 

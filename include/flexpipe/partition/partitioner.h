@@ -1,8 +1,8 @@
-#pragma once
 // Memory-aware pipeline partitioning on the operator graph (DawnPiper) and the baselines it is
 // compared with. Stages are contiguous operator ranges in the graph's (topological) order; each
 // stage decides per operator whether to keep, recompute or offload what it saves for the backward.
 // Algorithm, theorem and assumptions: docs/partitioner.md.
+#pragma once
 #include <cstdint>
 #include <functional>
 #include <limits>

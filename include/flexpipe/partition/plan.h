@@ -1,7 +1,7 @@
-#pragma once
 // A partition plan: what `flexpipe partition` decided (operator ranges per stage and, per operator,
 // keep / recompute / offload) with the problem it was made for, so that `simulate`, `train` and
 // `search` can apply it. File format: docs/partition-plan.md ("format": "flexpipe-partition-plan").
+#pragma once
 #include <string>
 #include <vector>
 

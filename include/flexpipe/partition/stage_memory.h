@@ -1,7 +1,7 @@
-#pragma once
 // The memory model of one pipeline stage (a contiguous operator range) and the choice, per operator,
 // between keeping, recomputing and offloading what it saves for the backward (DawnPiper's memory
 // optimization). Formulas and assumptions: docs/partitioner.md, "Stage memory model".
+#pragma once
 #include <cstdint>
 #include <functional>
 #include <vector>

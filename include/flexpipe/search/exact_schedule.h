@@ -1,4 +1,3 @@
-#pragma once
 // An exact scheduler for small pipeline instances: depth-first branch and bound over every
 // per-device order of the compute actions, for measuring how far heuristics and the built-in
 // schedules are from the optimum on instances small enough to settle (a few devices, a handful of
@@ -21,6 +20,7 @@
 // the FIFO exactly, so its makespans are the simulator's; the returned makespan is nevertheless
 // re-simulated (simulate(lower(schedule), costs)), so it is the simulator's value by construction.
 // Only the lower bounds ignore link contention, which keeps them bounds.
+#pragma once
 #include <cstdint>
 
 #include "flexpipe/costs/cost_table.h"

@@ -1,9 +1,9 @@
-#pragma once
 // A list scheduler in real (cost-table) time: it writes every device's list of F, B (or I and W)
 // actions by running the pipeline forward in time and, whenever a device can start something,
 // starting the most urgent action its policy allows. Memory is accounted with the simulator's rules
 // (docs/simulator.md, "Memory"), so a forward waits until the device has room for it. The
 // automated scheduler (schedule_search.h) turns its knobs; the simulator has the last word on time.
+#pragma once
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,4 +1,3 @@
-#pragma once
 // The automated scheduler: given a model's cost graph, devices, a memory limit and a batch, find the
 // fastest schedule that fits, across placements (loop with 1-4 chunks per device, V-shape,
 // bidirectional), stage partitions (compute-balanced, DawnPiper's), whole or split
@@ -6,6 +5,7 @@
 // global batch allows, the micro-batch count. Every candidate is simulated with the model's costs;
 // candidates whose lower bound cannot beat the best so far are skipped. Anytime and multithreaded.
 // Method and measurements: docs/search.md.
+#pragma once
 #include <chrono>
 #include <cstdint>
 #include <functional>

@@ -1,9 +1,9 @@
-#pragma once
 // Zero Bubble's greedy heuristic for one stage per device (Qi et al., "Zero Bubble Pipeline
 // Parallelism", ICLR 2024, section 3.1; `manual_order` in the authors' auto_schedule.py): per-device
 // orders of F, I and W under a memory limit, built in the heuristic's own estimate of time, for any
 // number of micro-batches. The search offers its eight variants as candidates (docs/search.md,
 // "Method"), so that its answer is never slower than the heuristic's best.
+#pragma once
 #include <array>
 #include <optional>
 

@@ -1,7 +1,7 @@
-#pragma once
 // Event-driven, deterministic simulation of a lowered schedule with real costs and memory.
 // Each device runs its list in order on one compute stream; transfers run on their own links
 // (one FIFO per directed device pair, one per device to and from the host) and overlap compute.
+#pragma once
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
-#pragma once
 // One exception type for every user-facing failure. Its message is complete and printable as is:
 // it names the file, line and column, or the device, position and action, that went wrong.
+#pragma once
 #include <cstddef>
 #include <stdexcept>
 #include <string>

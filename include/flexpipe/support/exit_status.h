@@ -1,9 +1,9 @@
-#pragma once
 // The exit codes of every FlexPipe entry point: the `flexpipe` binary (src/cli/main.cpp) and the
 // runtime's entry points it calls across dlopen (include/flexpipe/runtime/entry.h), whose code the
 // process exits with. One table, so that a script can tell a failed check from bad input everywhere.
 // `flexpipe launch` is the exception: it exits with the code of the first rank that failed
 // (docs/launch.md).
+#pragma once
 #include <exception>
 #include <string_view>
 

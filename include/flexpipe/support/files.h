@@ -1,5 +1,5 @@
-#pragma once
 // Whole-file reads and atomic writes, with errors that name the file.
+#pragma once
 #include <string>
 
 namespace flexpipe {

@@ -1,7 +1,7 @@
-#pragma once
 // Quantities as people write them: a size (80GiB, 18.1GB, 80e9), a bandwidth (900GB/s, 64GiB/s, 9e11)
 // or a time (5ms, 2s, 30us), with or without a unit. One reader for the command line and the files,
 // one message shape for what it refuses, and one way back to text in the units the input used.
+#pragma once
 #include <optional>
 #include <string>
 #include <string_view>

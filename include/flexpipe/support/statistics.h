@@ -1,6 +1,6 @@
-#pragma once
 // Order statistics of measured times: what a report over many steps or repeats quotes, since a
 // shared machine's outliers would move a mean.
+#pragma once
 #include <vector>
 
 namespace flexpipe {

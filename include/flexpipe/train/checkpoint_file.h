@@ -1,10 +1,10 @@
-#pragma once
 // A rank checkpoint's file layout, without torch, so that its reader is tested and fuzzed with the
 // other readers (the runtime turns the records into tensors: src/runtime/checkpoint.cpp).
 //
 // Layout: a first line "flexpipe-checkpoint 1", a second line of JSON (step, optimizer steps, the
 // run's identity, and per tensor its name, dtype, shape, byte offset and length, plus a checksum
 // (flexpipe/support/checksum.h) of all data), then the raw little-endian tensor bytes.
+#pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>

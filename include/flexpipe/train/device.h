@@ -1,8 +1,8 @@
-#pragma once
 // Which device a rank trains on: `--device cpu|cuda|cuda:N` of run, train and profile. Torch-free,
 // so that a mistake is one error before any rank starts. Without an index, each rank of a job takes
 // the GPU of its LOCAL_RANK (one GPU per rank, as torchrun and srun lay them out); with one, every
 // rank shares that GPU.
+#pragma once
 #include <string>
 #include <string_view>
 

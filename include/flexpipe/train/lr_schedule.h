@@ -1,7 +1,7 @@
-#pragma once
 // The learning rate of a training step: linear warm-up to the peak, then cosine decay to a floor
 // (GPT-3, Megatron-LM, nanoGPT). Torch-free, so the single-process reference and every rank compute
 // the same value.
+#pragma once
 #include <string>
 
 namespace flexpipe {

@@ -1,8 +1,8 @@
-#pragma once
 // A schedule as it really ran: per-device action times recorded by the runtime, turned into the
 // simulator's result type so that the same views (grid, SVG, Perfetto trace, report) draw it, and
 // into a cost table of measured per-stage action times, so that the simulator's prediction for the
 // same costs can be printed next to the measurement.
+#pragma once
 #include <cstdint>
 #include <vector>
 

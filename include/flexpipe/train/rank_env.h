@@ -1,9 +1,9 @@
-#pragma once
 // Who this process is in a job, read from the variables of the launcher that started it: torchrun's
 // (and `flexpipe launch`'s) RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
 // MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE; or, when WORLD_SIZE is unset, Slurm's (srun's)
 // SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_TASKS_PER_NODE and
 // SLURM_JOB_NODELIST. Torch-free.
+#pragma once
 #include <string>
 
 namespace flexpipe::runtime {

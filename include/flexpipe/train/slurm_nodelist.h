@@ -1,6 +1,6 @@
-#pragma once
 // Slurm's compressed host lists (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE). Torch-free, and without
 // calling `scontrol show hostnames`, which a rank on a compute node may not have on its PATH.
+#pragma once
 #include <string>
 #include <vector>
 

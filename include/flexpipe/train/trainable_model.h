@@ -1,8 +1,8 @@
-#pragma once
 // The models the runtime trains, described by the same ModelConfig the zoo uses, so that one
 // description yields both the cost graph (for simulation and partitioning) and the executable
 // operator chain: the runtime instantiates exactly one operator per graph node, in graph order, and
 // a partition computed on the graph applies to the model one to one.
+#pragma once
 #include <string>
 #include <vector>
 

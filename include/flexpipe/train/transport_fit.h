@@ -1,8 +1,8 @@
-#pragma once
 // The link a measured transport behaves as (docs/fidelity.md, "Measuring the transport"): from
 // ping-pong timings at several message sizes, the simulator's Link, whose sender pays
 // `send_cpu + bytes / cpu_bandwidth` at SEND, the receiver `receive_cpu + bytes / cpu_bandwidth` at
 // RECV, and the data arrives `latency + bytes / bandwidth` after the sender's part.
+#pragma once
 #include <vector>
 
 #include "flexpipe/costs/cost_table.h"

@@ -1,8 +1,8 @@
-#pragma once
 // Checks a schedule against the rules every runtime relies on: counts of actions per
 // (stage, micro-batch), dependencies, placement, communication pairing and deadlock freedom under
 // the runtime's semantics (a device blocks on a receive right before the action that needs it;
 // sends are asynchronous). Reports every error, never stops at the first, never hangs.
+#pragma once
 #include <string>
 #include <vector>
 

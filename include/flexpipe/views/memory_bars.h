@@ -1,5 +1,5 @@
-#pragma once
 // Per-stage memory as stacked bars against each stage's budget: two partitions side by side, as SVG.
+#pragma once
 #include <string>
 #include <vector>
 

@@ -1,6 +1,6 @@
-#pragma once
 // Ways to look at a simulated schedule: a text grid, an SVG timeline with memory curves, a
 // Chrome/Perfetto trace and the JSON report.
+#pragma once
 #include <string>
 #include <vector>
 
