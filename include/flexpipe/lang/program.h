@@ -34,6 +34,7 @@ struct CompileOptions {
 struct CompiledProgram {
   Schedule schedule;
   SourceMap map;
+  std::string description;         // the program's `description "..."`; empty when it states none
   std::vector<std::string> trace;  // "FILE:LINE:COL: 1F3 -> device 1 #5", in emission order
 };
 
