@@ -1,3 +1,4 @@
+// The schedule language's syntax tree (internal).
 #pragma once
 // Internal to the schedule language: the syntax tree. Names are resolved in place by the checker
 // (variables to slots of one flat frame, calls to patterns, action names to kinds).

@@ -1,3 +1,4 @@
+// The checker: resolves a parsed program's names and checks it before it runs.
 #include "checker.h"
 
 #include <algorithm>

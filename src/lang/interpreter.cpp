@@ -1,3 +1,4 @@
+// The interpreter: runs a checked program, emitting actions and their source locations.
 #include "interpreter.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The schedule language's interpreter: a checked program run into a schedule (internal).
 #pragma once
 // Internal to the schedule language: runs a checked program and builds its schedule, recording
 // the statement behind every action.

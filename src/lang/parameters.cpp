@@ -1,3 +1,4 @@
+// program_parameters: a program's parameters, values, the bounds their conditions state, failures.
 #include "flexpipe/lang/parameters.h"
 
 #include <algorithm>

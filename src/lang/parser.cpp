@@ -1,3 +1,4 @@
+// The parser: tokens to a syntax tree, recovering after each syntax error at the next statement.
 #include "parser.h"
 
 #include <set>

@@ -1,3 +1,4 @@
+// A program's parameters with their values, bounds and conditions (program_parameters).
 #pragma once
 // A program's parameters, their values and the ranges their `where` conditions allow: what the
 // automated scheduler sweeps.

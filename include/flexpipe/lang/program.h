@@ -1,3 +1,4 @@
+// The schedule language's compiler: a .fps program to a Schedule with a source map.
 #pragma once
 // The FlexPipe schedule language (.fps, docs/language.md): compiles a program to a Schedule and
 // remembers, for every action, the statement that emitted it. Locations live beside the schedule,
