@@ -4,6 +4,7 @@ captured model cut into TorchScript chunks (docs/export.md). Exit codes follow t
 input, with one `error:` line; 3 for a failure of the package itself, also one line (`--debug` prints
 the Python traceback instead)."""
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -30,6 +31,7 @@ def _debug_traceback(error):
 
 
 def _arguments(argv):
+    from .options import CaptureOptions
     parser = argparse.ArgumentParser(prog="flexpipe capture",
                                      description="Capture a PyTorch model as an operator-level cost graph, measured "
                                                  "on this machine (docs/capture.md).")
@@ -37,16 +39,8 @@ def _arguments(argv):
     parser.add_argument("--input", action="append", required=True, metavar="SHAPE[:dtype]",
                         help="one per forward argument, e.g. 8x3x224x224 or 8x128:int64; the first dimension is "
                              "the micro-batch")
-    parser.add_argument("--loss", default="none", choices=["cross_entropy", "mse", "none"],
-                        help="the loss after the model's output (default: none, the model returns its loss)")
     parser.add_argument("-o", "--output", required=True, help="the cost graph JSON to write")
-    parser.add_argument("--name", help="the graph's name (default: the model's class)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed runs before each measurement (default 2)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per measurement; the median is kept "
-                                                                 "(default 5)")
-    parser.add_argument("--clock", default="wall", choices=["wall", "cpu"],
-                        help="wall (default), or cpu: this thread's CPU time, which other processes on a shared "
-                             "machine do not inflate (exact with one intra-op thread)")
+    CaptureOptions.add_arguments(parser)  # --loss, --name, --warmup, --repeats, --clock
     parser.add_argument("--debug", action="store_true",
                         help="on an error, print the Python traceback as well as the error line")
     return parser.parse_args(argv)
@@ -117,16 +111,16 @@ def main(argv=None):
     from .capture import capture
     from .errors import CaptureError
     from .loading import build_model, example_input, parse_input, split_model_spec
+    from .options import CaptureOptions
     try:
-        if options.repeats < 1 or options.warmup < 0:
-            raise CaptureError("--repeats must be at least 1 and --warmup at least 0")
+        capture_options = CaptureOptions.from_arguments(options)
+        capture_options.check_counts()
         path, factory = split_model_spec(options.model)
         inputs = [parse_input(text) for text in options.input]
         model = build_model(path, factory)
         tensors = [example_input(shape, dtype, seed) for seed, (shape, dtype) in enumerate(inputs)]
         source = {"file": os.path.abspath(path), "factory": factory}
-        graph = capture(model, tensors, options.loss, name=options.name, warmup=options.warmup,
-                        repeats=options.repeats, clock=options.clock, source=source)
+        graph = capture(model, tensors, source=source, **dataclasses.asdict(capture_options))
     except CaptureError as error:
         if options.debug:
             _debug_traceback(error)

@@ -8,8 +8,9 @@ import torch.fx as fx
 
 from . import formulas
 from .errors import CaptureError, where
-from .losses import LOSSES, apply_loss
-from .measure import LOSS_NODE, PassTimes, Timing, saved_storages, time_loss, time_operator
+from .losses import apply_loss
+from .measure import LOSS_NODE, PassTimes, saved_storages, time_loss, time_operator
+from .options import CaptureOptions
 from .out_of_place import make_out_of_place, mutated_input
 from .tracing import model_input_nodes, trace
 
@@ -222,235 +223,269 @@ def _check_runs(model, inputs, loss):
         raise CaptureError("the loss must be a scalar tensor")
 
 
-def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5, clock="wall", source=None,
-            time_operators=True):
+def capture(model, example_inputs, loss=None, *, source=None, time_operators=True, **options):
     """The cost graph (a JSON-ready dict) of `model` on `example_inputs` (tensors whose first dimension
     is the micro-batch), ending with `loss` ("cross_entropy", "mse", "none"/None, or a callable).
-    Times are medians of `repeats` runs after `warmup`, by the `clock` ("wall", or "cpu": this thread's
-    CPU time, for a shared machine); `source` (file, factory, inputs) is recorded
-    so that the model can be rebuilt. `time_operators=False` skips the timing (every time is 0, and the
-    capture record says so) for checks that need only the structure and the memory."""
-    loss = "none" if loss is None else loss
-    if clock not in ("wall", "cpu"):
-        raise CaptureError(f"unknown clock '{clock}'; known: wall, cpu")
-    timing = Timing(warmup, repeats, clock)
-    if not callable(loss) and loss not in LOSSES:
-        raise CaptureError(f"unknown loss '{loss}'; known: {', '.join(LOSSES)}")
+    `options` are CaptureOptions' other fields (options.py): `name`, and the timing: medians of `repeats`
+    runs after `warmup`, by the `clock` ("wall", or "cpu": this thread's CPU time, for a shared machine).
+    `source` (file, factory, inputs) is recorded so that the model can be rebuilt.
+    `time_operators=False` skips the timing (every time is 0, and the capture record says so) for checks
+    that need only the structure and the memory."""
+    options = CaptureOptions(loss="none" if loss is None else loss, **options)
+    loss = options.loss
+    timing = options.timing()
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"expected a torch.nn.Module, got {type(model).__name__}")
     inputs = list(example_inputs)
     model.train()
     _check_runs(model, inputs, loss)
-    batch = _batch_size(inputs)
-
-    graph_module, tracer, kept_whole = trace(model, inputs)
-    values = tracer.values
-    values1 = {n.name: v for n, v in values.items()}
-    # The model's inputs are nodes too (kind `input`, nothing to compute): a later stage that reads one (a
-    # decoder its target, a skip from the image) receives it across every cut in between, as the runtime
-    # relays it. The placeholders after them are arguments specialized to their defaults.
-    model_inputs = model_input_nodes(graph_module, inputs)
-    nodes = model_inputs + [n for n in graph_module.graph.nodes if n.op not in ("placeholder", "output")]
-    output_node = next(n for n in graph_module.graph.nodes if n.op == "output")
-
-    def produces(node):
-        """Whether a node an operator reads is one of the graph's: not an argument specialized away."""
-        return node.op != "placeholder" or node in model_inputs
-
-    # The same trace at twice the micro-batch turns every byte and FLOP count into a polynomial.
-    doubled = _doubled_batch(inputs)
-    try:
-        graph_module2, tracer2, _ = trace(model, doubled)
-        values2 = {n.name: tracer2.values[n] for n in graph_module2.graph.nodes if n in tracer2.values}
-        if [n.name for n in graph_module2.graph.nodes] != [n.name for n in graph_module.graph.nodes]:
-            raise CaptureError("the graph depends on the batch size")
-    except CaptureError:
-        graph_module2, values2 = None, None
-
-    order = [n.name for n in nodes] + ([LOSS_NODE] if loss != "none" else [])
-    module_of = {n: tracer.module_of.get(n, "") for n in nodes}
-    layer_names = _layers(model, nodes, module_of)
-    layer_of = {n.name: layer for n, layer in zip(nodes, layer_names)}
-    layer_of[LOSS_NODE] = "loss"
-    feeds = {n.name: {a.name for a in n.all_input_nodes if produces(a)} for n in nodes}
-    feeds[LOSS_NODE] = {a.name for a in output_node.all_input_nodes if produces(a)}
-
-    saved, outputs, unscaled = saved_storages(_as_exported(model, graph_module, inputs), inputs, loss)
-    attributed = _attribute_saved(order, saved, feeds, layer_of)
-    if graph_module2 is not None:
-        saved2, outputs2, unscaled2 = saved_storages(_as_exported(model, graph_module2, doubled), doubled, loss)
-        attributed2 = _attribute_saved(order, saved2, feeds, layer_of)
-    else:
-        outputs2, unscaled2 = None, set()
-        attributed2 = {k: (2 * a, 2 * s, {}) for k, (a, s, _) in attributed.items()}
-
-    def saved_output(name):
-        """The polynomial of what `name` counts in its saved bytes of its own output (a ReLU's)."""
-        at1 = _saved_of_inputs(name, [name], attributed, outputs, lambda a: formulas.tensor_bytes(values1[a]))[name]
-        at2 = (_saved_of_inputs(name, [name], attributed2, outputs2, lambda a: formulas.tensor_bytes(values2[a]))[name]
-               if outputs2 is not None else 2 * at1)
-        return _Polynomial(at1, at2, batch)
-
-    def unscaled_saved(name):
-        """The polynomial of what `name` counts in its saved bytes in tensors not of the captured floating
-        type, which keep their size when the model trains in another."""
-        at1 = sum(b for key, b in attributed.get(name, (0, 0, {}))[2].items() if key in unscaled)
-        at2 = (sum(b for key, b in attributed2.get(name, (0, 0, {}))[2].items() if key in unscaled2)
-               if outputs2 is not None else 2 * at1)
-        return _Polynomial(at1, at2, batch)
-
-    def edges_saved(reader, producers):
-        """Per producer, the polynomial of what `reader` saves of the tensor it reads from it."""
-        at1 = _saved_of_inputs(reader, producers, attributed, outputs,
-                               lambda a: formulas.tensor_bytes(values1[a]))
-        at2 = (_saved_of_inputs(reader, producers, attributed2, outputs2,
-                                lambda a: formulas.tensor_bytes(values2[a])) if outputs2 is not None else
-               {a: 2 * b for a, b in at1.items()})
-        return {a: _Polynomial(at1[a], at2[a], batch).json() for a in producers}
-
-    # Which values training needs gradients of: those that depend on a parameter.
-    needs_gradient = set()
-    for n in nodes:
-        if any(p.requires_grad for p in _node_parameters(graph_module, n, values)) or any(
-                a in needs_gradient for a in n.all_input_nodes):
-            needs_gradient.add(n)
-
-    def tensor_bytes_of(node):
-        """Bytes of a node's output as a polynomial in the micro-batch."""
-        q0 = formulas.tensor_bytes(values1[node.name])
-        q1 = formulas.tensor_bytes(values2[node.name]) if values2 is not None else 2 * q0
-        return _Polynomial(q0, q1, batch)
-
-    # Buffers of another type than the captured floating one keep their size when the model trains in
-    # another (as the saved tensors': measure.saved_storages).
-    floating = next((x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()),
-                    torch.float32)
+    traced = _Traced(model, inputs, loss)
     seen_parameters = {}
     json_nodes, edges = [], []
-    unknown = []
-    for n, layer in zip(nodes, layer_names):
-        module = _module_of_node(graph_module, n)
-        kind = "input" if n.op == "placeholder" else formulas.operator_name(n, module, values[n])
-        parameters = _node_parameters(graph_module, n, values)
-        new = [p for p in parameters if id(p) not in seen_parameters]
-        tied = None
-        if parameters and not new:
-            tied = seen_parameters[id(parameters[0])]
-        for p in new:
-            seen_parameters[id(p)] = n.name
-        parameter_bytes = sum(p.numel() * p.element_size() for p in parameters)
-        entry = {"name": n.name, "kind": kind, "layer": layer}
-        count = sum(p.numel() for p in new)
-        if count:
-            entry["parameters"] = count
-        if tied:
-            entry["tied_to"] = tied
-        buffers = _node_buffers(graph_module, n, values)
-        if buffers:
-            entry["buffers"] = [dict({"name": name, "bytes": tensor.numel() * tensor.element_size()},
-                                     **({"unscaled": True} if tensor.dtype != floating else {}))
-                                for name, tensor in buffers]
-        entry["scaling"] = {"rule": "power", "batch_exponent": 1, "sequence_exponent": 0}
-
-        def costs_at(vals, n=n, module=module, kind=kind, parameter_bytes=parameter_bytes):
-            node_inputs = [vals[a.name] for a in n.all_input_nodes if isinstance(vals.get(a.name), torch.Tensor)]
-            return formulas.costs(kind, n, module, node_inputs, vals[n.name], parameter_bytes)
-
-        known = costs_at(values1)
-        times = PassTimes()
-        if time_operators and n.op != "placeholder" and isinstance(values[n], (torch.Tensor, tuple, list)) and \
-                formulas.tensor_bytes(values[n]):
-            times = time_operator(n, module, values, parameters, lambda a: a in needs_gradient, timing)
-        if known is None:
-            note = f"FLOPs unknown ({kind}): measured time only"
-            if module_of[n] in kept_whole and n.op == "call_module":
-                note = f"kept whole, could not be traced: {kept_whole[module_of[n]]}; " + note
-            entry["note"] = note
-            unknown.append(n.name)
-        known2 = costs_at(values2) if values2 is not None and known is not None else None
-        for pass_name in PASSES:
-            pass_entry = {"time": round(getattr(times, pass_name), 6)}
-            if known is not None:
-                f1 = known2.flops[pass_name] if known2 else 2 * known.flops[pass_name]
-                b1 = known2.bytes[pass_name] if known2 else 2 * known.bytes[pass_name]
-                flops = _Polynomial(known.flops[pass_name], f1, batch).json()
-                moved = _Polynomial(known.bytes[pass_name], b1, batch).json()
-                if flops:
-                    pass_entry["flops"] = flops
-                if moved:
-                    pass_entry["bytes"] = moved
-            entry[pass_name] = pass_entry
-        own, shared, _ = attributed.get(n.name, (0, 0, {}))
-        own2, shared2, _ = attributed2.get(n.name, (0, 0, {}))
-        saved_poly = _Polynomial(own, own2, batch)
-        if own or own2:
-            entry["saved_bytes"] = saved_poly.json()
-            if not count and not tied:  # without weights, what I needs is all W would
-                entry["freed_by_input"] = saved_poly.json()
-        if shared or shared2:
-            entry["shared_saved_bytes"] = _Polynomial(shared, shared2, batch).json()
-        for key, part in (("unscaled_saved_bytes", unscaled_saved), ("saved_output_bytes", saved_output)):
-            if amount := part(n.name).json():
-                entry[key] = amount
-        output_bytes = tensor_bytes_of(n)
-        if output_bytes.fixed or output_bytes.per_sample:
-            entry["output_bytes"] = output_bytes.json()
-        json_nodes.append(entry)
-        producers = [a.name for a in n.all_input_nodes if produces(a)]
-        saved_of = edges_saved(n.name, producers)
-        for a in n.all_input_nodes:
-            if not produces(a):
-                continue
-            edges.append({"from": a.name, "to": n.name, "bytes": tensor_bytes_of(a).json(),
-                          "saved_bytes": saved_of[a.name]})
-
-    output_value = values[output_node.args[0]] if isinstance(output_node.args[0], fx.Node) else None
+    for n, layer in zip(traced.nodes, traced.layer_names):
+        json_nodes.append(_operator_entry(traced, n, layer, seen_parameters, timing if time_operators else None))
+        edges += traced.edges_into(n.name, n.all_input_nodes)
     if loss != "none":
-        loss_kind = loss if isinstance(loss, str) else getattr(loss, "__name__", "loss")
-        logits = output_value if isinstance(output_value, torch.Tensor) else None
-        times = time_loss(loss, output_value, timing) if time_operators else PassTimes()
-        entry = {"name": LOSS_NODE, "kind": loss_kind, "layer": "loss",
-                 "scaling": {"rule": "power", "batch_exponent": 1, "sequence_exponent": 0}}
-        known = formulas.loss_costs(loss_kind, logits) if logits is not None else None
-        for pass_name in PASSES:
-            pass_entry = {"time": round(getattr(times, pass_name), 6)}
-            if known is not None and known.flops[pass_name]:
-                pass_entry["flops"] = {"per_sample": known.flops[pass_name] / batch}
-                pass_entry["bytes"] = {"per_sample": known.bytes[pass_name] / batch}
-            entry[pass_name] = pass_entry
-        own, _, _ = attributed.get(LOSS_NODE, (0, 0, {}))
-        own2, _, _ = attributed2.get(LOSS_NODE, (0, 0, {}))
-        if own or own2:
-            entry["saved_bytes"] = _Polynomial(own, own2, batch).json()
-            entry["freed_by_input"] = entry["saved_bytes"]
-            if unscaled := unscaled_saved(LOSS_NODE).json():
-                entry["unscaled_saved_bytes"] = unscaled
-        entry["output_bytes"] = 4
-        json_nodes.append(entry)
-        producers = [a.name for a in output_node.all_input_nodes if produces(a)]
-        saved_of = edges_saved(LOSS_NODE, producers)
-        for a in output_node.all_input_nodes:
-            if produces(a):
-                edges.append({"from": a.name, "to": LOSS_NODE, "bytes": tensor_bytes_of(a).json(),
-                              "saved_bytes": saved_of[a.name]})
+        json_nodes.append(_loss_entry(traced, timing if time_operators else None))
+        edges += traced.edges_into(LOSS_NODE, traced.output_node.all_input_nodes)
+    return _document(traced, options, json_nodes, edges, source, time_operators)
 
+
+class _Traced:
+    """The model traced at the example micro-batch b and at 2b, and what the capture reads off the two:
+    operators and their layers, what each saves for the backward, and their outputs' sizes, each as a
+    polynomial in the micro-batch."""
+
+    def __init__(self, model, inputs, loss):
+        self.model, self.inputs, self.loss = model, inputs, loss
+        self.batch = _batch_size(inputs)
+        self.graph_module, self.tracer, self.kept_whole = trace(model, inputs)
+        self.values = self.tracer.values
+        self.values1 = {n.name: v for n, v in self.values.items()}
+        # The model's inputs are nodes too (kind `input`, nothing to compute): a later stage that reads one
+        # (a decoder its target, a skip from the image) receives it across every cut in between, as the
+        # runtime relays it. The placeholders after them are arguments specialized to their defaults.
+        self.model_inputs = model_input_nodes(self.graph_module, inputs)
+        self.nodes = self.model_inputs + [n for n in self.graph_module.graph.nodes
+                                          if n.op not in ("placeholder", "output")]
+        self.output_node = next(n for n in self.graph_module.graph.nodes if n.op == "output")
+        self._trace_doubled()
+        order = [n.name for n in self.nodes] + ([LOSS_NODE] if loss != "none" else [])
+        self.module_of = {n: self.tracer.module_of.get(n, "") for n in self.nodes}
+        self.layer_names = _layers(model, self.nodes, self.module_of)
+        layer_of = {n.name: layer for n, layer in zip(self.nodes, self.layer_names)}
+        layer_of[LOSS_NODE] = "loss"
+        feeds = {n.name: {a.name for a in n.all_input_nodes if self.produces(a)} for n in self.nodes}
+        feeds[LOSS_NODE] = {a.name for a in self.output_node.all_input_nodes if self.produces(a)}
+        self._attribute(order, feeds, layer_of, loss)
+        # Which values training needs gradients of: those that depend on a parameter.
+        self.needs_gradient = set()
+        for n in self.nodes:
+            if any(p.requires_grad for p in _node_parameters(self.graph_module, n, self.values)) or any(
+                    a in self.needs_gradient for a in n.all_input_nodes):
+                self.needs_gradient.add(n)
+        # Buffers of another type than the captured floating one keep their size when the model trains in
+        # another (as the saved tensors': measure.saved_storages).
+        self.floating = next((x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()),
+                             torch.float32)
+
+    def _trace_doubled(self):
+        """The same trace at twice the micro-batch turns every byte and FLOP count into a polynomial."""
+        self.doubled = _doubled_batch(self.inputs)
+        try:
+            self.graph_module2, tracer2, _ = trace(self.model, self.doubled)
+            self.values2 = {n.name: tracer2.values[n] for n in self.graph_module2.graph.nodes if n in tracer2.values}
+            if [n.name for n in self.graph_module2.graph.nodes] != [n.name for n in self.graph_module.graph.nodes]:
+                raise CaptureError("the graph depends on the batch size")
+        except CaptureError:
+            self.graph_module2, self.values2 = None, None
+
+    def _attribute(self, order, feeds, layer_of, loss):
+        """What each operator saves, at b and at 2b (or twice b's when the graph depends on the batch)."""
+        saved, self.outputs, self.unscaled = saved_storages(_as_exported(self.model, self.graph_module, self.inputs),
+                                                            self.inputs, loss)
+        self.attributed = _attribute_saved(order, saved, feeds, layer_of)
+        if self.graph_module2 is not None:
+            saved2, self.outputs2, self.unscaled2 = saved_storages(
+                _as_exported(self.model, self.graph_module2, self.doubled), self.doubled, loss)
+            self.attributed2 = _attribute_saved(order, saved2, feeds, layer_of)
+        else:
+            self.outputs2, self.unscaled2 = None, set()
+            self.attributed2 = {k: (2 * a, 2 * s, {}) for k, (a, s, _) in self.attributed.items()}
+
+    def produces(self, node):
+        """Whether a node an operator reads is one of the graph's: not an argument specialized away."""
+        return node.op != "placeholder" or node in self.model_inputs
+
+    def polynomial(self, at_reference, at_double):
+        return _Polynomial(at_reference, at_double, self.batch)
+
+    def saved(self, name):
+        """The saved bytes of `name` and their shared part, each as (at b, at 2b)."""
+        own, shared, _ = self.attributed.get(name, (0, 0, {}))
+        own2, shared2, _ = self.attributed2.get(name, (0, 0, {}))
+        return (own, own2), (shared, shared2)
+
+    def saved_output(self, name):
+        """The polynomial of what `name` counts in its saved bytes of its own output (a ReLU's)."""
+        at1 = _saved_of_inputs(name, [name], self.attributed, self.outputs,
+                               lambda a: formulas.tensor_bytes(self.values1[a]))[name]
+        at2 = (_saved_of_inputs(name, [name], self.attributed2, self.outputs2,
+                                lambda a: formulas.tensor_bytes(self.values2[a]))[name]
+               if self.outputs2 is not None else 2 * at1)
+        return self.polynomial(at1, at2)
+
+    def unscaled_saved(self, name):
+        """The polynomial of what `name` counts in its saved bytes in tensors not of the captured floating
+        type, which keep their size when the model trains in another."""
+        at1 = sum(b for key, b in self.attributed.get(name, (0, 0, {}))[2].items() if key in self.unscaled)
+        at2 = (sum(b for key, b in self.attributed2.get(name, (0, 0, {}))[2].items() if key in self.unscaled2)
+               if self.outputs2 is not None else 2 * at1)
+        return self.polynomial(at1, at2)
+
+    def tensor_bytes_of(self, node):
+        """Bytes of a node's output as a polynomial in the micro-batch."""
+        q0 = formulas.tensor_bytes(self.values1[node.name])
+        q1 = formulas.tensor_bytes(self.values2[node.name]) if self.values2 is not None else 2 * q0
+        return self.polynomial(q0, q1)
+
+    def edges_into(self, reader, input_nodes):
+        """The edges from what `reader` reads of the graph's nodes, each with the tensor's bytes and what
+        `reader` saves of it."""
+        producers = [a.name for a in input_nodes if self.produces(a)]
+        at1 = _saved_of_inputs(reader, producers, self.attributed, self.outputs,
+                               lambda a: formulas.tensor_bytes(self.values1[a]))
+        at2 = (_saved_of_inputs(reader, producers, self.attributed2, self.outputs2,
+                                lambda a: formulas.tensor_bytes(self.values2[a])) if self.outputs2 is not None else
+               {a: 2 * b for a, b in at1.items()})
+        return [{"from": a.name, "to": reader, "bytes": self.tensor_bytes_of(a).json(),
+                 "saved_bytes": self.polynomial(at1[a.name], at2[a.name]).json()}
+                for a in input_nodes if self.produces(a)]
+
+
+_POWER_SCALING = {"rule": "power", "batch_exponent": 1, "sequence_exponent": 0}
+
+
+def _operator_entry(traced, n, layer, seen_parameters, timing):
+    """The cost graph node of operator `n`: what it holds, its passes' times, FLOPs and bytes, what it
+    saves and outputs. `seen_parameters` maps the parameters earlier operators hold to their names (a
+    parameter held again is tied to the first); `timing` None: not timed."""
+    graph_module, values = traced.graph_module, traced.values
+    module = _module_of_node(graph_module, n)
+    kind = "input" if n.op == "placeholder" else formulas.operator_name(n, module, values[n])
+    parameters = _node_parameters(graph_module, n, values)
+    new = [p for p in parameters if id(p) not in seen_parameters]
+    tied = seen_parameters[id(parameters[0])] if parameters and not new else None
+    for p in new:
+        seen_parameters[id(p)] = n.name
+    entry = {"name": n.name, "kind": kind, "layer": layer}
+    count = sum(p.numel() for p in new)
+    if count:
+        entry["parameters"] = count
+    if tied:
+        entry["tied_to"] = tied
+    buffers = _node_buffers(graph_module, n, values)
+    if buffers:
+        entry["buffers"] = [dict({"name": name, "bytes": tensor.numel() * tensor.element_size()},
+                                 **({"unscaled": True} if tensor.dtype != traced.floating else {}))
+                            for name, tensor in buffers]
+    entry["scaling"] = dict(_POWER_SCALING)
+    parameter_bytes = sum(p.numel() * p.element_size() for p in parameters)
+
+    def costs_at(vals):
+        node_inputs = [vals[a.name] for a in n.all_input_nodes if isinstance(vals.get(a.name), torch.Tensor)]
+        return formulas.costs(kind, n, module, node_inputs, vals[n.name], parameter_bytes)
+
+    known = costs_at(traced.values1)
+    times = PassTimes()
+    if timing is not None and n.op != "placeholder" and isinstance(values[n], (torch.Tensor, tuple, list)) and \
+            formulas.tensor_bytes(values[n]):
+        times = time_operator(n, module, values, parameters, lambda a: a in traced.needs_gradient, timing)
+    if known is None:
+        note = f"FLOPs unknown ({kind}): measured time only"
+        if traced.module_of[n] in traced.kept_whole and n.op == "call_module":
+            note = f"kept whole, could not be traced: {traced.kept_whole[traced.module_of[n]]}; " + note
+        entry["note"] = note
+    known2 = costs_at(traced.values2) if traced.values2 is not None and known is not None else None
+    for pass_name in PASSES:
+        entry[pass_name] = _pass_entry(traced, times, pass_name, known, known2)
+    saved, shared = traced.saved(n.name)
+    if any(saved):
+        entry["saved_bytes"] = traced.polynomial(*saved).json()
+        if not count and not tied:  # without weights, what I needs is all W would
+            entry["freed_by_input"] = traced.polynomial(*saved).json()
+    if any(shared):
+        entry["shared_saved_bytes"] = traced.polynomial(*shared).json()
+    for key, part in (("unscaled_saved_bytes", traced.unscaled_saved), ("saved_output_bytes", traced.saved_output)):
+        if amount := part(n.name).json():
+            entry[key] = amount
+    output_bytes = traced.tensor_bytes_of(n)
+    if output_bytes.fixed or output_bytes.per_sample:
+        entry["output_bytes"] = output_bytes.json()
+    return entry
+
+
+def _pass_entry(traced, times, pass_name, known, known2):
+    """One pass of an operator: its time, and its FLOPs and bytes where the formulas know them."""
+    entry = {"time": round(getattr(times, pass_name), 6)}
+    if known is not None:
+        f1 = known2.flops[pass_name] if known2 else 2 * known.flops[pass_name]
+        b1 = known2.bytes[pass_name] if known2 else 2 * known.bytes[pass_name]
+        flops = traced.polynomial(known.flops[pass_name], f1).json()
+        moved = traced.polynomial(known.bytes[pass_name], b1).json()
+        if flops:
+            entry["flops"] = flops
+        if moved:
+            entry["bytes"] = moved
+    return entry
+
+
+def _loss_entry(traced, timing):
+    """The loss as the graph's last node; `timing` None: not timed."""
+    loss = traced.loss
+    output_arg = traced.output_node.args[0]
+    output_value = traced.values[output_arg] if isinstance(output_arg, fx.Node) else None
+    loss_kind = loss if isinstance(loss, str) else getattr(loss, "__name__", "loss")
+    logits = output_value if isinstance(output_value, torch.Tensor) else None
+    times = time_loss(loss, output_value, timing) if timing is not None else PassTimes()
+    entry = {"name": LOSS_NODE, "kind": loss_kind, "layer": "loss", "scaling": dict(_POWER_SCALING)}
+    known = formulas.loss_costs(loss_kind, logits) if logits is not None else None
+    for pass_name in PASSES:
+        pass_entry = {"time": round(getattr(times, pass_name), 6)}
+        if known is not None and known.flops[pass_name]:
+            pass_entry["flops"] = {"per_sample": known.flops[pass_name] / traced.batch}
+            pass_entry["bytes"] = {"per_sample": known.bytes[pass_name] / traced.batch}
+        entry[pass_name] = pass_entry
+    saved, _ = traced.saved(LOSS_NODE)
+    if any(saved):
+        entry["saved_bytes"] = traced.polynomial(*saved).json()
+        entry["freed_by_input"] = entry["saved_bytes"]
+        if unscaled := traced.unscaled_saved(LOSS_NODE).json():
+            entry["unscaled_saved_bytes"] = unscaled
+    entry["output_bytes"] = 4
+    return entry
+
+
+def _document(traced, options, json_nodes, edges, source, time_operators):
+    """The cost graph document around its nodes and edges: layers, hardware, the capture record."""
+    loss, inputs = options.loss, traced.inputs
     layer_list = []
-    for layer in layer_names + (["loss"] if loss != "none" else []):
+    for layer in traced.layer_names + (["loss"] if loss != "none" else []):
         if all(entry["name"] != layer for entry in layer_list):
             layer_list.append({"name": layer, "role": "loss" if layer == "loss" else "other"})
-
-    flop_rate, byte_rate = effective_rates(json_nodes, batch)
+    flop_rate, byte_rate = effective_rates(json_nodes, traced.batch)
     document = {
         "format": "flexpipe-cost-graph", "version": 1,
-        "name": name or type(model).__name__,
+        "name": options.name or type(traced.model).__name__,
         "time_unit": "ms",
-        "reference": {"microbatch_size": batch, "seq_len": 1},
+        "reference": {"microbatch_size": traced.batch, "seq_len": 1},
         "hardware": {"name": hardware_name(), "flop_rate": flop_rate, "byte_rate": byte_rate},
         "capture": {
             "inputs": [{"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")} for x in inputs],
             "loss": loss if isinstance(loss, str) else "custom",
-            "threads": torch.get_num_threads(), "warmup": warmup, "repeats": repeats if time_operators else 0,
-            "clock": clock,
+            "threads": torch.get_num_threads(), "warmup": options.warmup,
+            "repeats": options.repeats if time_operators else 0,
+            "clock": options.clock,
             "torch": torch.__version__,
         },
         "layers": layer_list,
@@ -459,6 +494,6 @@ def capture(model, example_inputs, loss=None, *, name=None, warmup=2, repeats=5,
     }
     if source:
         document["capture"].update(source)
-    if kept_whole:
-        document["capture"]["kept_whole"] = [{"module": m, "reason": r} for m, r in kept_whole.items()]
+    if traced.kept_whole:
+        document["capture"]["kept_whole"] = [{"module": m, "reason": r} for m, r in traced.kept_whole.items()]
     return document

@@ -9,54 +9,33 @@ operator ranges select fx nodes. A cut may fall anywhere in that order: every va
 handed over as tensors; numbers computed from shapes are baked in as constants (the graph is
 specialized to the captured shapes anyway); parameters are never handed over: a chunk that reads one
 holds it."""
-import contextlib
 import copy
-import json
 import operator
 import os
 import re
-import warnings
-from typing import List, Optional
 
 import torch
 import torch.fx as fx
-import torch.nn.functional as F
 
 from .errors import CaptureError
-from .loading import DTYPES, build_model, example_input
-from .losses import LOSSES
+# load and run_chunks are this module's too (`from flexpipe.export import load`); the check below calls
+# run_chunks through this module, as the tests replace it here.
+from .exported import FORMAT, MANIFEST, VERSION, load, load_modules, manifest_text, run_chunks, torchscript  # noqa: F401
+from .loading import DTYPES, build_model, example_input, read_json
+from .losses import LOSSES, loss_module, reduction, target_of
 from .measure import LOSS_NODE
 from .out_of_place import make_out_of_place
+from .scripting import script_draws_random_numbers, trace_script, updates_buffers
 from .tracing import draws_random_numbers, model_input_nodes, trace
 from .values import at as _at, leaves as _leaves
 
-FORMAT = "flexpipe-export"
-VERSION = 1
-MANIFEST = "manifest.json"
 STAMP = "made-from.checksum"  # written by `flexpipe train` after exporting, removed by every export
 _EXPORTED_FILE = re.compile(r"stage_\d+(_piece_\d+)?\.pt")
 SEED = 0  # torch.manual_seed before the factory runs: the exported weights are the seeded model's
 
 
-
 # ---------------------------------------------------------------------------------------------------
 # Reading the inputs
-
-def _read_json(source, what):
-    """(document, origin): a dict as it is, or a JSON file; origin names it in errors."""
-    if isinstance(source, dict):
-        return source, f"the {what}"
-    path = os.fspath(source)
-    try:
-        with open(path) as f:
-            return json.load(f), path
-    except FileNotFoundError:
-        raise CaptureError(f"{path}: no such file") from None
-    except OSError as error:
-        raise CaptureError(f"{path}: cannot read: {error.strerror}") from None
-    except json.JSONDecodeError as error:
-        raise CaptureError(f"{path}:{error.lineno}:{error.colno}: {error.msg}") from None
-
 
 def _check_graph(graph, origin, need_source=True):
     if not isinstance(graph, dict) or graph.get("format") != "flexpipe-cost-graph":
@@ -364,151 +343,6 @@ def _rebuild(value, path, placeholder):
     return value
 
 
-_RANDOM_KINDS = {"aten::dropout", "aten::dropout_", "aten::feature_dropout", "aten::feature_dropout_",
-                 "aten::alpha_dropout", "aten::alpha_dropout_", "aten::feature_alpha_dropout", "aten::bernoulli",
-                 "aten::bernoulli_", "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like",
-                 "aten::randint", "aten::randint_like", "aten::randperm", "aten::native_dropout", "aten::normal",
-                 "aten::multinomial", "aten::rrelu", "aten::rrelu_with_noise", "aten::uniform_", "aten::normal_",
-                 "aten::exponential_", "aten::geometric_", "aten::cauchy_", "aten::log_normal_", "aten::random_",
-                 "aten::poisson"}
-# Attention with dropout inside: nn.MultiheadAttention's, in PyTorch 2.x (dropout_p, its fifth argument).
-_ATTENTION_KINDS = {"aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math",
-                    "aten::_scaled_dot_product_flash_attention_for_cpu"}
-
-
-def _draws_random_numbers(script_module):
-    """Whether the traced code draws from the random number generator (dropout with p > 0 in training,
-    ...): a recompute of it must replay the generator's state."""
-    def random(node):
-        kind = node.kind()
-        if kind in _ATTENTION_KINDS:
-            inputs = list(node.inputs())
-            dropout = inputs[4].toIValue() if len(inputs) > 4 else 0.0
-            return dropout is None or dropout != 0  # not a constant: it may draw
-        if kind not in _RANDOM_KINDS:
-            return False
-        if "dropout" in kind and kind != "aten::native_dropout":
-            arguments = [value.toIValue() for value in list(node.inputs())[1:3]]
-            if arguments and (arguments[0] == 0 or (len(arguments) > 1 and arguments[1] is False)):
-                return False
-        return True
-
-    def walk(block):
-        return any(random(node) or any(walk(inner) for inner in node.blocks()) for node in block.nodes())
-    return walk(script_module.inlined_graph)
-
-
-def _updates_buffers(module):
-    """Whether running the module changes its buffers (BatchNorm's running statistics in training)."""
-    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training and m.track_running_stats
-               for m in module.modules())
-
-
-@contextlib.contextmanager
-def _static_shapes():
-    """While torch.jit.trace runs: a tensor's sizes are plain numbers, as in eager PyTorch. The tracer
-    otherwise hands them out as 0-dimensional tensors and records the arithmetic on them, so that
-    `(C // heads) ** -0.5` in a function the capture keeps as one operator (torchvision's Swin attention)
-    becomes a power of an int64 tensor, computed in float32 (the default type) where Python computes it
-    in double: a float64 chunk then differed from the model by 1e-9 relative. The chunks are specialized
-    to the captured shapes anyway (docs/export.md)."""
-    def untraced(function):
-        def call(*args, **kwargs):
-            state = torch._C._get_tracing_state()
-            torch._C._set_tracing_state(None)
-            try:
-                return function(*args, **kwargs)
-            finally:
-                torch._C._set_tracing_state(state)
-        return call
-
-    own = {name: torch.Tensor.__dict__[name] for name in ("size", "shape") if name in torch.Tensor.__dict__}
-    size, shape = torch.Tensor.size, torch.Tensor.shape
-    torch.Tensor.size = untraced(size)
-    torch.Tensor.shape = property(untraced(shape.__get__))
-    try:
-        yield
-    finally:
-        for name in ("size", "shape"):
-            if name in own:
-                setattr(torch.Tensor, name, own[name])
-            else:
-                delattr(torch.Tensor, name)
-
-
-_DROPOUT_KINDS = ("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout", "aten::feature_alpha_dropout",
-                  "aten::dropout_", "aten::feature_dropout_", "aten::alpha_dropout_", "aten::feature_alpha_dropout_")
-
-
-def _remove_identity_dropout(script_module):
-    """Dropout with p = 0 (or not training) is the identity in eager PyTorch, which draws no random
-    numbers for it; TorchScript's autodiff, which the profiling executor switches to after the first
-    calls, rewrites every aten::dropout as empty_like(x).bernoulli_(1 - p), drawing a number per element
-    even for p = 0. A model with such a dropout and a random operator after it (Swin's stochastic depth
-    after its attention's dropout of 0) then drew other masks than the single process from the second
-    call on. Such dropouts (in place or not) are removed from every method's graph."""
-    for module in script_module.modules():
-        if not module._c._has_method("forward"):  # a submodule that no traced code calls
-            continue
-        graph = module.graph
-        for node in [n for kind in _DROPOUT_KINDS for n in graph.findAllNodes(kind)]:
-            inputs = list(node.inputs())
-            p, train = (value.toIValue() if value.node().kind() == "prim::Constant" else None
-                        for value in inputs[1:3])
-            if p == 0 or train is False:
-                node.output().replaceAllUsesWith(inputs[0])
-                node.destroy()
-
-
-def _trace(module, example, what):
-    try:
-        with warnings.catch_warnings(), _static_shapes():
-            # Shape checks and shape arithmetic become constants: the graph is specialized to these shapes.
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript's, in 2.x: docs/export.md
-            traced = torch.jit.trace(module, tuple(example), check_trace=False)
-    except Exception as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CaptureError(f"{what}: torch.jit.trace failed: {type(error).__name__}: {first}") from None
-    _remove_identity_dropout(traced)
-    return traced
-
-
-# ---------------------------------------------------------------------------------------------------
-# The loss, as a scripted module: forward(outputs, target) -> scalar, as the capture applied it
-
-class CrossEntropyLoss(torch.nn.Module):
-    """Class scores in the output's last dimension, leading dimensions are samples; mean reduction."""
-
-    def forward(self, outputs: List[torch.Tensor], target: Optional[torch.Tensor] = None) -> torch.Tensor:
-        assert target is not None, "cross_entropy needs the target class indices"
-        output = outputs[0]
-        return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
-
-
-class MseLoss(torch.nn.Module):
-    """Mean squared error against a target of the output's shape."""
-
-    def forward(self, outputs: List[torch.Tensor], target: Optional[torch.Tensor] = None) -> torch.Tensor:
-        assert target is not None, "mse needs a target of the output's shape"
-        return F.mse_loss(outputs[0], target)
-
-
-class OutputIsLoss(torch.nn.Module):
-    """The model returns its loss: a scalar as it is, anything else summed."""
-
-    def forward(self, outputs: List[torch.Tensor], target: Optional[torch.Tensor] = None) -> torch.Tensor:
-        if len(outputs) == 1 and outputs[0].dim() == 0:
-            return outputs[0]
-        total = outputs[0].sum()
-        for i in range(1, len(outputs)):
-            total = total + outputs[i].sum()
-        return total
-
-
-_LOSS_MODULES = {"cross_entropy": CrossEntropyLoss, "mse": MseLoss, "none": OutputIsLoss}
-
-
 # ---------------------------------------------------------------------------------------------------
 # Pieces: runs of one memory decision
 
@@ -544,40 +378,22 @@ def export(graph, plan, out_dir, *, dtype=None, model=None, check=True, toleranc
     model and raises when they disagree by more than `tolerance` (relative to the larger of 1 and the
     output's largest magnitude; default: CHECK_EPSILONS machine epsilons of the type, at most 1e-2).
     Bad input raises one CaptureError."""
-    graph, graph_origin = _read_json(graph, "graph")
+    graph, graph_origin = read_json(graph, "graph")
     _check_graph(graph, graph_origin, need_source=model is None)
-    plan, plan_origin = _read_json(plan, "plan")
+    plan, plan_origin = read_json(plan, "plan")
     _check_plan(plan, plan_origin, graph)
     record = graph["capture"]
     if dtype is not None and (dtype not in DTYPES or not DTYPES[dtype].is_floating_point):
         raise CaptureError(f"unknown floating-point data type '{dtype}'; known: "
                            f"{', '.join(n for n, t in DTYPES.items() if t.is_floating_point)}")
-    with torch.random.fork_rng(devices=[]), _torchscript():
+    with torch.random.fork_rng(devices=[]), torchscript():
         return _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, model, check, tolerance)
-
-
-@contextlib.contextmanager
-def _torchscript():
-    """TorchScript warns that it is deprecated at every call in PyTorch 2.x; the export uses it on purpose
-    (docs/export.md, "Why TorchScript")."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=DeprecationWarning)
-        yield
 
 
 def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, model, check, tolerance):
     torch.manual_seed(SEED)
     model_given = model
-    if model is None:
-        model = build_model(record["file"], record["factory"])
-    else:
-        model = copy.deepcopy(model)  # its in-place flags and data type change
-    inputs = [example_input(entry["shape"], entry.get("dtype", "float32"), seed)
-              for seed, entry in enumerate(record["inputs"])]
-    if dtype is not None:
-        model = model.to(DTYPES[dtype])
-        inputs = [x.to(DTYPES[dtype]) if x.is_floating_point() else x for x in inputs]
-    model.train()
+    model, inputs = _model_and_inputs(record, model, dtype)
     initial = {name: tensor.detach().clone() for name, tensor in model.state_dict(keep_vars=True).items()}
     parameter_names = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
@@ -588,49 +404,120 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
     # The cost graph's operators: the model's inputs (capture.model_input_nodes), then every other node.
     operators = model_input_nodes(graph_module, inputs) + [n for n in graph_module.graph.nodes
                                                            if n.op not in ("placeholder", "output")]
-    traced_names = [n.name for n in operators] + ([LOSS_NODE] if loss != "none" else [])
-    graph_names = [n["name"] for n in graph["nodes"]]
-    if traced_names != graph_names:
-        where = next((i for i, (a, b) in enumerate(zip(graph_names, traced_names)) if a != b),
-                     min(len(graph_names), len(traced_names)))
-        captured = f"'{graph_names[where]}'" if where < len(graph_names) else "the end"
-        now = f"'{traced_names[where]}'" if where < len(traced_names) else "the end"
-        source = f"{record['file']}:{record['factory']}" if model_given is None else type(model).__name__
-        raise CaptureError(f"{graph_origin}: {source} traced now differs from the "
-                           f"captured graph at operator {where}: {captured} in the graph, {now} traced "
-                           f"({len(graph_names)} and {len(traced_names)} operators); capture it again")
+    source = f"{record['file']}:{record['factory']}" if model_given is None else type(model).__name__
+    _check_same_operators(graph, graph_origin, operators, loss, source)
     placeholders = [n for n in graph_module.graph.nodes if n.op == "placeholder"]
     model_inputs = {node: index for index, node in enumerate(placeholders[:len(inputs)])}
     inplace_nodes = make_out_of_place(graph_module, tracer.values)
     cutter = _Cutter(graph_module, tracer, model_inputs, set(kept_whole), inplace_nodes, parameter_names)
+    boundaries = _Boundaries(cutter, model_inputs, operators, plan, graph_origin)
 
-    # Stage k holds operators [starts[k], starts[k + 1]) of the graph's order (the loss is the last one).
-    starts = [0]
-    for stage in plan["stages"]:
-        starts.append(starts[-1] + stage["operators"])
-    count = len(plan["stages"])
-    input_keys = [key for node in model_inputs for key in cutter.keys(node)]
-    output_nodes = [leaf for _, leaf in _leaves(cutter.output.args[0]) if isinstance(leaf, fx.Node)]
-    output_keys = []
-    for node in output_nodes:
-        for key in cutter.keys(node):
-            if key not in output_keys:
-                output_keys.append(key)
-    if not output_keys:
-        raise CaptureError(f"{graph_origin}: the model returns no tensor")
+    _clear_earlier_export(out_dir)
+    chunks, modules_state, files = _export_chunks(cutter, boundaries, graph, plan, plan_origin)
+    _tie_shared_state(chunks)
+    _save_modules(model, initial, modules_state, files, out_dir)
+    torch.jit.save(torch.jit.script(loss_module(loss)), os.path.join(out_dir, "loss.pt"))
+    final = boundaries.output_keys
+    target = target_of(loss, cutter.tensor(final[0]))
+    floating = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    manifest = {
+        "format": FORMAT, "version": VERSION,
+        "graph": graph.get("name"), "graph_operators": len(graph["nodes"]),
+        "model": {"file": record.get("file"), "factory": record.get("factory"),
+                  "seed": SEED if model_given is None else None},
+        "dtype": _dtype_name(floating),
+        "inputs": [cutter.describe(key) for key in boundaries.input_keys],
+        "outputs": [cutter.describe(key) for key in final],
+        "chunks": chunks,
+        "loss": {"kind": loss, "file": "loss.pt", "chunk": boundaries.count - 1,
+                 "inputs": [_key_name(k) for k in final],
+                 "target": {"shape": target[0], "dtype": _dtype_name(target[1])} if target else None,
+                 "reduction": reduction(loss)},
+    }
+    if kept_whole:
+        manifest["scripted"] = sorted(kept_whole)
+    if check:
+        _check_against_model(manifest, out_dir, inputs, model, initial, tolerance)
+    for stale in os.listdir(out_dir):  # modules of an earlier export into the same directory
+        if _EXPORTED_FILE.fullmatch(stale) and stale not in files:
+            os.remove(os.path.join(out_dir, stale))
+    manifest_path = os.path.join(out_dir, MANIFEST)
+    with open(manifest_path + ".partial", "w") as out:
+        out.write(manifest_text(manifest) + "\n")
+    os.replace(manifest_path + ".partial", manifest_path)
+    return manifest
 
-    def crossing(k):
-        """Tensors produced at or before stage k and read after it (by a later stage or as an output)."""
-        end = starts[k + 1]
-        found = set()
-        for node in list(model_inputs) + operators:
-            if cutter.position[node] >= end:
-                continue
+
+def _model_and_inputs(record, model, dtype):
+    """The model (rebuilt from the capture record, or a copy of the one given) and the example inputs, in
+    `dtype` when one is asked for, in training mode."""
+    if model is None:
+        model = build_model(record["file"], record["factory"])
+    else:
+        model = copy.deepcopy(model)  # its in-place flags and data type change
+    inputs = [example_input(entry["shape"], entry.get("dtype", "float32"), seed)
+              for seed, entry in enumerate(record["inputs"])]
+    if dtype is not None:
+        model = model.to(DTYPES[dtype])
+        inputs = [x.to(DTYPES[dtype]) if x.is_floating_point() else x for x in inputs]
+    model.train()
+    return model, inputs
+
+
+def _check_same_operators(graph, graph_origin, operators, loss, source):
+    """The model traced now must have the captured graph's operators, in its order."""
+    traced_names = [n.name for n in operators] + ([LOSS_NODE] if loss != "none" else [])
+    graph_names = [n["name"] for n in graph["nodes"]]
+    if traced_names == graph_names:
+        return
+    where = next((i for i, (a, b) in enumerate(zip(graph_names, traced_names)) if a != b),
+                 min(len(graph_names), len(traced_names)))
+    captured = f"'{graph_names[where]}'" if where < len(graph_names) else "the end"
+    now = f"'{traced_names[where]}'" if where < len(traced_names) else "the end"
+    raise CaptureError(f"{graph_origin}: {source} traced now differs from the "
+                       f"captured graph at operator {where}: {captured} in the graph, {now} traced "
+                       f"({len(graph_names)} and {len(traced_names)} operators); capture it again")
+
+
+class _Boundaries:
+    """Where the plan cuts: stage k holds operators [starts[k], starts[k + 1]) of the graph's order (the
+    loss is the last one); the model's input and output tensors, and those that cross each cut."""
+
+    def __init__(self, cutter, model_inputs, operators, plan, graph_origin):
+        self.cutter, self.model_inputs, self.operators = cutter, model_inputs, operators
+        self.starts = [0]
+        for stage in plan["stages"]:
+            self.starts.append(self.starts[-1] + stage["operators"])
+        self.count = len(plan["stages"])
+        self.input_keys = [key for node in model_inputs for key in cutter.keys(node)]
+        output_nodes = [leaf for _, leaf in _leaves(cutter.output.args[0]) if isinstance(leaf, fx.Node)]
+        self.output_keys = []
+        for node in output_nodes:
             for key in cutter.keys(node):
-                if key in output_keys or any(cutter.position[user] >= end for user in node.users):
-                    found.add(key)
-        return sorted(found, key=cutter.order)
+                if key not in self.output_keys:
+                    self.output_keys.append(key)
+        if not self.output_keys:
+            raise CaptureError(f"{graph_origin}: the model returns no tensor")
 
+    def members(self, k):
+        return self.operators[self.starts[k]:min(self.starts[k + 1], len(self.operators))]
+
+    def crossing(self, k):
+        """Tensors produced at or before stage k and read after it (by a later stage or as an output)."""
+        if k == self.count - 1:
+            return self.output_keys
+        end = self.starts[k + 1]
+        found = set()
+        for node in list(self.model_inputs) + self.operators:
+            if self.cutter.position[node] >= end:
+                continue
+            for key in self.cutter.keys(node):
+                if key in self.output_keys or any(self.cutter.position[user] >= end for user in node.users):
+                    found.add(key)
+        return sorted(found, key=self.cutter.order)
+
+
+def _clear_earlier_export(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     manifest_path = os.path.join(out_dir, MANIFEST)
     if os.path.exists(manifest_path):  # never a manifest next to modules it does not describe
@@ -638,16 +525,22 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
     stamp_path = os.path.join(out_dir, STAMP)
     if os.path.exists(stamp_path):  # what `flexpipe train` made the earlier export from (export_stamp.h)
         os.remove(stamp_path)
+
+
+def _export_chunks(cutter, boundaries, graph, plan, plan_origin):
+    """The manifest's chunks, each traced (with its pieces where the plan recomputes or offloads), with
+    (traced module, parameters, buffers) and the file of each module, in the order they are written."""
     layer_of = {n["name"]: n.get("layer") for n in graph["nodes"]}
+    starts = boundaries.starts
     chunks, modules_state, files = [], [], []
-    boundary_in = input_keys
+    boundary_in = boundaries.input_keys
     for k, stage in enumerate(plan["stages"]):
         what = f"{plan_origin}: stage {k}"
-        members = operators[starts[k]:min(starts[k + 1], len(operators))]
-        boundary_out = crossing(k) if k < count - 1 else output_keys
+        members = boundaries.members(k)
+        boundary_out = boundaries.crossing(k)
         module = cutter.build(members, boundary_in, boundary_out, what)
         example = [cutter.tensor(key) for key in boundary_in]
-        traced = _trace(module, example, what)
+        traced = trace_script(module, example, what)
         file = f"stage_{k}.pt"
         parameters, buffers = cutter.state(module)
         modules_state.append((traced, parameters, buffers))
@@ -659,7 +552,7 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
                  "outputs": [cutter.describe(key) for key in boundary_out],
                  "relays": [_key_name(key) for key in relays],
                  "parameters": parameters, "buffers": buffers,
-                 "random": _draws_random_numbers(traced), "updates_buffers": _updates_buffers(module),
+                 "random": script_draws_random_numbers(traced), "updates_buffers": updates_buffers(module),
                  "recompute": list(stage.get("recompute", [])), "offload": list(stage.get("offload", []))}
         if stage.get("offload_checkpoints"):
             chunk["offload_checkpoints"] = True
@@ -671,8 +564,11 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
                                              modules_state, files)
         chunks.append(chunk)
         boundary_in = boundary_out
+    return chunks, modules_state, files
 
-    # Parameters (buffers) held by several chunks are tied: their gradients add up (both move them).
+
+def _tie_shared_state(chunks):
+    """Parameters (buffers) held by several chunks are tied: their gradients add up (both move them)."""
     holders = {}
     for chunk in chunks:
         for entry in chunk["parameters"] + chunk["buffers"]:
@@ -682,10 +578,15 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
             others = sorted(holders.get(entry["_id"], set()) - {chunk["index"]})
             if others:
                 entry["tied_chunks"] = others
-        for piece in chunk.get("pieces", []):
-            for entry in piece["parameters"] + piece["buffers"]:
-                entry.pop("_id", None)
-    # The saved modules hold the model as built: tracing ran their forwards (BatchNorm statistics moved).
+    for chunk in chunks:  # the ids were the tensors': nothing a manifest states
+        for entry in chunk["parameters"] + chunk["buffers"] + [e for piece in chunk.get("pieces", [])
+                                                               for e in piece["parameters"] + piece["buffers"]]:
+            entry.pop("_id", None)
+
+
+def _save_modules(model, initial, modules_state, files, out_dir):
+    """The traced modules written with the model's state as built: tracing ran their forwards (BatchNorm
+    statistics moved)."""
     with torch.no_grad():
         for name, tensor in model.state_dict(keep_vars=True).items():
             tensor.copy_(initial[name])
@@ -697,61 +598,6 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
                     own[entry["name"]].copy_(initial[entry["state_dict"][0]])
     for (traced, _, _), file in zip(modules_state, files):
         torch.jit.save(traced, os.path.join(out_dir, file))
-    for chunk in chunks:
-        for entry in chunk["parameters"] + chunk["buffers"]:
-            entry.pop("_id", None)
-
-    loss_module = torch.jit.script(_LOSS_MODULES[loss]())
-    torch.jit.save(loss_module, os.path.join(out_dir, "loss.pt"))
-    final = output_keys
-    target = None
-    if loss == "cross_entropy":
-        logits = cutter.tensor(final[0])
-        target = {"shape": list(logits.shape[:-1]), "dtype": "int64"}
-    elif loss == "mse":
-        value = cutter.tensor(final[0])
-        target = {"shape": list(value.shape), "dtype": _dtype_name(value.dtype)}
-    floating = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-    manifest = {
-        "format": FORMAT, "version": VERSION,
-        "graph": graph.get("name"), "graph_operators": len(graph["nodes"]),
-        "model": {"file": record.get("file"), "factory": record.get("factory"),
-                  "seed": SEED if model_given is None else None},
-        "dtype": _dtype_name(floating),
-        "inputs": [cutter.describe(key) for key in input_keys],
-        "outputs": [cutter.describe(key) for key in output_keys],
-        "chunks": chunks,
-        "loss": {"kind": loss, "file": "loss.pt", "chunk": count - 1, "inputs": [_key_name(k) for k in final],
-                 "target": target, "reduction": "mean" if loss in ("cross_entropy", "mse") else "sum"},
-    }
-    if kept_whole:
-        manifest["scripted"] = sorted(kept_whole)
-    if check:
-        _check_against_model(manifest, out_dir, inputs, model, initial, tolerance)
-    for stale in os.listdir(out_dir):  # modules of an earlier export into the same directory
-        if _EXPORTED_FILE.fullmatch(stale) and stale not in files:
-            os.remove(os.path.join(out_dir, stale))
-    text = _json_text(manifest) + "\n"
-    with open(manifest_path + ".partial", "w") as out:
-        out.write(text)
-    os.replace(manifest_path + ".partial", manifest_path)
-    return manifest
-
-
-def _json_text(value, indent=""):
-    """JSON with every object or array that holds no object on one line: a tensor, a parameter per line."""
-    def flat(v):
-        return not isinstance(v, (dict, list)) or (
-            all(flat(x) for x in (v.values() if isinstance(v, dict) else v))
-            and not any(isinstance(x, dict) for x in (v.values() if isinstance(v, dict) else v)))
-    if not isinstance(value, (dict, list)) or flat(value) or (
-            isinstance(value, dict) and all(flat(x) for x in value.values()) and len(json.dumps(value)) <= 120):
-        return json.dumps(value)
-    inner = indent + " "
-    if isinstance(value, list):
-        return "[\n" + ",\n".join(inner + _json_text(x, inner) for x in value) + "\n" + indent + "]"
-    return "{\n" + ",\n".join(f"{inner}{json.dumps(k)}: {_json_text(v, inner)}" for k, v in value.items()) + \
-        "\n" + indent + "}"
 
 
 def _export_pieces(cutter, members, chunk_outputs, layer_of, recompute, offload, k, what, modules_state, files):
@@ -771,7 +617,7 @@ def _export_pieces(cutter, members, chunk_outputs, layer_of, recompute, offload,
             continue  # only parameters, shape arithmetic or dead code: nothing to hand on
         piece_what = f"{what}, piece {len(pieces)}"
         module = cutter.build(nodes, inputs, outputs, piece_what)
-        traced = _trace(module, [cutter.tensor(key) for key in inputs], piece_what)
+        traced = trace_script(module, [cutter.tensor(key) for key in inputs], piece_what)
         file = f"stage_{k}_piece_{len(pieces)}.pt"
         parameters, buffers = cutter.state(module)
         modules_state.append((traced, parameters, buffers))
@@ -783,45 +629,13 @@ def _export_pieces(cutter, members, chunk_outputs, layer_of, recompute, offload,
         piece.update({"inputs": [cutter.describe(key) for key in inputs],
                       "outputs": [cutter.describe(key) for key in outputs],
                       "parameters": parameters, "buffers": buffers,
-                      "random": _draws_random_numbers(traced), "updates_buffers": _updates_buffers(module)})
+                      "random": script_draws_random_numbers(traced), "updates_buffers": updates_buffers(module)})
         pieces.append(piece)
     return pieces
 
 
 # ---------------------------------------------------------------------------------------------------
 # Running the saved modules (export's own check, and the tests)
-
-def load(out_dir):
-    """(manifest, {file: ScriptModule}) of an export directory."""
-    manifest, origin = _read_json(os.path.join(out_dir, MANIFEST), "manifest")
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CaptureError(f"{origin}: not an export manifest (\"format\": \"{FORMAT}\")")
-    return manifest, load_modules(manifest, out_dir, origin)
-
-
-def load_modules(manifest, out_dir, origin=MANIFEST):
-    """{file: ScriptModule} of every module a manifest names."""
-    files = [chunk["file"] for chunk in manifest["chunks"]] + [manifest["loss"]["file"]]
-    files += [piece["file"] for chunk in manifest["chunks"] for piece in chunk.get("pieces", [])]
-    modules = {}
-    for file in files:
-        path = os.path.join(out_dir, file)
-        if not os.path.isfile(path):
-            raise CaptureError(f"{path}: no such file (named by {origin})")
-        with _torchscript():
-            modules[file] = torch.jit.load(path)
-    return modules
-
-
-def run_chunks(manifest, modules, inputs):
-    """The model's outputs computed by the chunks in order, each fed its inputs by name, contiguous: as a
-    runtime's transport delivers what another rank sent, whatever its strides were there."""
-    values = {entry["name"]: x for entry, x in zip(manifest["inputs"], inputs)}
-    for chunk in manifest["chunks"]:
-        outputs = modules[chunk["file"]](*[values[entry["name"]].contiguous() for entry in chunk["inputs"]])
-        values = {entry["name"]: y for entry, y in zip(chunk["outputs"], outputs)}
-    return [values[entry["name"]] for entry in manifest["outputs"]]
-
 
 # The check's default tolerance, in machine epsilons of the exported type, relative to the scale of the
 # model's output (the larger of 1 and its largest magnitude): 2.3e-13 in float64, 1.2e-4 in float32.

@@ -1,5 +1,7 @@
-"""What the command line names: a model factory in a Python file, and input shapes."""
+"""What the command line names: a model factory in a Python file, input shapes, and the JSON documents
+(cost graphs, partition plans, manifests) the package reads."""
 import importlib.util
+import json
 import os
 import sys
 
@@ -97,3 +99,19 @@ def example_input(shape, dtype_name, seed):
         return torch.randn(shape, generator=generator, dtype=torch.float64 if dtype == torch.float64 else torch.float32
                            ).to(dtype)
     return torch.randint(0, 2, shape, generator=generator).to(dtype)
+
+
+def read_json(source, what):
+    """(document, origin): a dict as it is, or a JSON file; origin names it in errors."""
+    if isinstance(source, dict):
+        return source, f"the {what}"
+    path = os.fspath(source)
+    try:
+        with open(path) as f:
+            return json.load(f), path
+    except FileNotFoundError:
+        raise CaptureError(f"{path}: no such file") from None
+    except OSError as error:
+        raise CaptureError(f"{path}: cannot read: {error.strerror}") from None
+    except json.JSONDecodeError as error:
+        raise CaptureError(f"{path}:{error.lineno}:{error.colno}: {error.msg}") from None

@@ -110,7 +110,7 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 class Timing:
     """How each time is taken: `warmup` untimed runs, then the median of `repeats` timed ones."""
 
-    def __init__(self, warmup=2, repeats=5, clock="wall"):
+    def __init__(self, warmup, repeats, clock):  # the defaults are CaptureOptions' (options.py)
         if clock not in CLOCKS:
             raise ValueError(f"unknown clock '{clock}'; known: {', '.join(CLOCKS)}")
         self.warmup, self.repeats, self.clock = warmup, repeats, clock

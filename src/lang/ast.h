@@ -1,3 +1,4 @@
+// The schedule language's syntax tree (internal).
 #pragma once
 // Internal to the schedule language: the syntax tree. Names are resolved in place by the checker
 // (variables to slots of one flat frame, calls to patterns, action names to kinds).
@@ -74,9 +75,14 @@ struct GreedyDecl {
 
 enum class PlacementForm : uint8_t { Loop, VShape, List, Expression };
 
+// `where CONDITION "MESSAGE"`. A message may show values: each `{EXPR}` in it is evaluated with the
+// parameters when the condition fails ("needs m >= 2p = {2 * p}"); `text` holds the pieces around
+// them, one more than `shown`.
 struct Where {
   ExprPtr condition;
-  std::string message;
+  std::string message;  // as written, braces included
+  std::vector<std::string> text;
+  std::vector<ExprPtr> shown;
 };
 
 struct Stmt;
@@ -90,6 +96,7 @@ enum class ArrayForm : uint8_t { None, Create, Copy };
 enum class StmtKind : uint8_t {
   Param,
   Name,
+  Description,
   Devices,
   Microbatches,
   Stages,
@@ -111,7 +118,8 @@ enum class StmtKind : uint8_t {
 struct Stmt {
   StmtKind kind = StmtKind::Let;
   SourceLocation location;
-  std::string name;  // Param, Let, Assign, For: variable; Pattern, Call, Op: name; Name: the schedule name
+  std::string name;  // Param, Let, Assign, For: variable; Pattern, Call, Op: name; Name: the schedule name;
+                     // Description: the description
   SourceLocation name_location;
   Op assign_op = Op::Eq;                          // Assign: Eq for `=`, Add for `+=`, Sub for `-=`
   std::vector<ExprPtr> exprs;                     // see parser: the statement's expressions in source order

@@ -1,3 +1,4 @@
+// The checker: resolves a parsed program's names and checks it before it runs.
 #include "checker.h"
 
 #include <algorithm>
@@ -74,6 +75,7 @@ bool is_declaration(StmtKind kind) {
   switch (kind) {
     case StmtKind::Param:
     case StmtKind::Name:
+    case StmtKind::Description:
     case StmtKind::Devices:
     case StmtKind::Microbatches:
     case StmtKind::Stages:
@@ -88,6 +90,7 @@ const char* keyword(StmtKind kind) {
   switch (kind) {
     case StmtKind::Param: return "param";
     case StmtKind::Name: return "name";
+    case StmtKind::Description: return "description";
     case StmtKind::Devices: return "devices";
     case StmtKind::Microbatches: return "microbatches";
     case StmtKind::Stages: return "stages";
@@ -121,7 +124,8 @@ class Checker {
                           first_other->location.line, first_other->location.column),
               "move every param to the top of the program");
       }
-      if (stmt->kind != StmtKind::Param && stmt->kind != StmtKind::Name && first_other == nullptr)
+      if (stmt->kind != StmtKind::Param && stmt->kind != StmtKind::Name && stmt->kind != StmtKind::Description &&
+          first_other == nullptr)
         first_other = stmt.get();
       if (is_declaration(stmt->kind) && stmt->kind != StmtKind::Param && stmt->kind != StmtKind::Op) {
         auto [it, fresh] = declared.emplace(stmt->kind, stmt->location);
@@ -212,9 +216,13 @@ class Checker {
       case StmtKind::Param:
         expression(*s.exprs[0]);
         s.slot = define(s.name, NameKind::Parameter, s.name_location);
-        for (Where& w : s.wheres) expression(*w.condition);
+        for (Where& w : s.wheres) {
+          expression(*w.condition);
+          for (ExprPtr& value : w.shown) expression(*value);
+        }
         break;
-      case StmtKind::Name: break;
+      case StmtKind::Name:
+      case StmtKind::Description: break;
       case StmtKind::Devices:
       case StmtKind::Microbatches:
       case StmtKind::Repeat:

@@ -1,3 +1,4 @@
+// The schedule language's checker: name resolution and the checks before a run (internal).
 #pragma once
 // Internal to the schedule language: resolves every name of a parsed program (variables to slots,
 // calls to patterns or action kinds) and checks what can be checked before running it: unknown

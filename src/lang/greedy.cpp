@@ -1,3 +1,4 @@
+// The `greedy` policy: a list scheduler in simulated integer time over the program's lists.
 #include "greedy.h"
 
 #include <algorithm>

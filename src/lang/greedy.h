@@ -1,3 +1,4 @@
+// The schedule language's `greedy` ordering policy (internal).
 #pragma once
 // Internal to the schedule language: the `greedy` ordering policy, a list scheduler in simulated
 // integer time that writes every device's list, or reorders the lists the program wrote.

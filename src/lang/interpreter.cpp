@@ -1,3 +1,4 @@
+// The interpreter: runs a checked program, emitting actions and their source locations.
 #include "interpreter.h"
 
 #include <algorithm>
@@ -234,6 +235,7 @@ class Interpreter final : public Evaluator::State {
         name_ = s.name;
         named_ = true;
         return;
+      case StmtKind::Description: out_->description = s.name; return;
       case StmtKind::Devices: devices(s); return;
       case StmtKind::Microbatches: microbatches(s); return;
       case StmtKind::Stages: stages(s); return;
@@ -660,6 +662,13 @@ int64_t evaluate_constant(const Expr& expr, std::vector<int64_t>& slots) {
   return Evaluator(slots, nullptr).eval(expr);
 }
 
+std::string where_message(const Where& where, std::vector<int64_t>& slots) {
+  std::string message = where.text.front();
+  for (size_t i = 0; i < where.shown.size(); ++i)
+    message += std::to_string(evaluate_constant(*where.shown[i], slots)) + where.text[i + 1];
+  return message;
+}
+
 ParameterValues evaluate_parameters(const Program& program, const std::map<std::string, int64_t>& defines,
                                     std::vector<LangDiagnostic>& diagnostics) {
   ParameterValues out;
@@ -686,7 +695,8 @@ ParameterValues evaluate_parameters(const Program& program, const std::map<std::
       out.values.emplace_back(s.get(), value);
       for (const Where& w : s->wheres)
         if (eval.eval(*w.condition) == 0)
-          diagnostics.push_back({w.condition->start, fmt::format("{} = {}: {}", s->name, value, w.message), {}});
+          diagnostics.push_back(
+              {w.condition->start, fmt::format("{} = {}: {}", s->name, value, where_message(w, out.slots)), {}});
     } catch (const RunError& e) {
       diagnostics.push_back({e.location, e.message, e.hint});
       return out;

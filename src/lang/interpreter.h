@@ -1,3 +1,4 @@
+// The schedule language's interpreter: a checked program run into a schedule (internal).
 #pragma once
 // Internal to the schedule language: runs a checked program and builds its schedule, recording
 // the statement behind every action.
@@ -23,6 +24,9 @@ ParameterValues evaluate_parameters(const Program& program, const std::map<std::
 
 // Evaluates an expression of parameters only (no count, no device); throws RunError.
 int64_t evaluate_constant(const Expr& expr, std::vector<int64_t>& slots);
+
+// A `where` message with its `{EXPR}` values evaluated (parameters only); throws RunError.
+std::string where_message(const Where& where, std::vector<int64_t>& slots);
 
 // Runs the whole program. Appends diagnostics (and returns an incomplete result) when it fails.
 CompiledProgram run_program(const Program& program, const SourceText& source,

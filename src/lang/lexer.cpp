@@ -1,3 +1,4 @@
+// The lexer: program text to tokens, with a diagnostic for every bad character or literal.
 #include "lexer.h"
 
 #include <cctype>

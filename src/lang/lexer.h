@@ -1,3 +1,4 @@
+// The schedule language's lexer: program text to tokens (internal).
 #pragma once
 // Internal to the schedule language: the tokens of a program.
 #include <cstdint>

@@ -1,3 +1,4 @@
+// program_parameters: a program's parameters, values, the bounds their conditions state, failures.
 #include "flexpipe/lang/parameters.h"
 
 #include <algorithm>
@@ -88,13 +89,19 @@ std::vector<ProgramParameter> program_parameters(const std::string& text, const 
     p.location = stmt->location;
     for (const Where& w : stmt->wheres) {
       const Expr& c = *w.condition;
-      p.conditions.push_back(fmt::format("{}: {}", text.substr(c.begin, c.end - c.begin), w.message));
-      bound(c, stmt->slot, values.slots, p);
+      std::string message = w.message;
       try {
-        p.satisfied = p.satisfied && evaluate_constant(c, values.slots) != 0;
-      } catch (const RunError&) {
-        p.satisfied = false;
+        message = where_message(w, values.slots);
+      } catch (const RunError&) {  // a value it cannot show: the message as written
       }
+      p.conditions.push_back(fmt::format("{}: {}", text.substr(c.begin, c.end - c.begin), message));
+      bound(c, stmt->slot, values.slots, p);
+      bool holds = false;
+      try {
+        holds = evaluate_constant(c, values.slots) != 0;
+      } catch (const RunError&) {}
+      if (!holds) p.failures.push_back(message);
+      p.satisfied = p.satisfied && holds;
     }
     out.push_back(std::move(p));
   }

@@ -1,3 +1,4 @@
+// The parser: tokens to a syntax tree, recovering after each syntax error at the next statement.
 #include "parser.h"
 
 #include <set>
@@ -153,15 +154,10 @@ class Parser {
            "a statement starts with a keyword (let, for, if, ...), an action such as F(s, mb), or a pattern call");
     const std::string& w = first.text;
     if (w == "param") return param();
-    if (w == "name") {
-      next();
-      StmtPtr s = make(StmtKind::Name, first);
-      if (peek().kind != TokenKind::String)
-        fail(peek(), fmt::format("expected the schedule's name as a string, found {}", describe(peek())),
-             "write name \"my-schedule\"");
-      s->name = next().text;
-      return s;
-    }
+    if (w == "name") return string_declaration(StmtKind::Name, "the schedule's name", "write name \"my-schedule\"");
+    if (w == "description")
+      return string_declaration(StmtKind::Description, "the schedule's description",
+                                "write description \"1F1B: one forward and one backward in turn\"");
     if (w == "devices") return with_exprs(StmtKind::Devices, 1);
     if (w == "microbatches") {
       StmtPtr s = with_exprs(StmtKind::Microbatches, 1);
@@ -269,10 +265,66 @@ class Parser {
       if (peek().kind != TokenKind::String)
         fail(peek(), fmt::format("expected the message shown when the condition fails, found {}", describe(peek())),
              "write: where p >= 2 \"needs at least 2 devices\"");
-      where.message = next().text;
+      split_message(next(), where);
       s->wheres.push_back(std::move(where));
     }
     return s;
+  }
+
+  // `name "..."`, `description "..."`.
+  StmtPtr string_declaration(StmtKind kind, const char* what, const char* hint) {
+    StmtPtr s = make(kind, next());
+    if (peek().kind != TokenKind::String)
+      fail(peek(), fmt::format("expected {} as a string, found {}", what, describe(peek())), hint);
+    s->name = next().text;
+    return s;
+  }
+
+  // A `where` message's pieces around its `{EXPR}` values, each value parsed as an expression and
+  // located where it stands in the string.
+  void split_message(const Token& message, Where& where) {
+    const std::string& text = message.text;
+    where.message = text;
+    where.text.emplace_back();
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] != '{') {
+        where.text.back() += text[i];
+        continue;
+      }
+      const size_t close = text.find('}', i);
+      if (close == std::string::npos)
+        fail(message, "'{' opens a value in the message, but no '}' closes it",
+             "a message shows a value as {EXPR}: \"needs m >= 2p = {2 * p}\"");
+      where.shown.push_back(shown_value(text.substr(i + 1, close - i - 1), message.location, static_cast<int>(i) + 1));
+      where.text.emplace_back();
+      i = close;
+    }
+  }
+
+  // The expression `inner`, which starts `offset` characters into the string at `at`.
+  ExprPtr shown_value(const std::string& inner, SourceLocation at, int offset) {
+    auto relocate = [&](SourceLocation l) { return SourceLocation{at.line, at.column + offset + l.column}; };
+    std::vector<LangDiagnostic> diagnostics;
+    const std::vector<Token> tokens = tokenize(SourceText("", inner), diagnostics);
+    if (!diagnostics.empty()) throw SyntaxError{relocate(diagnostics[0].location), diagnostics[0].message, {}};
+    Parser value(tokens, diagnostics_);
+    value.depth_ = depth_;
+    try {
+      ExprPtr e = value.expression();
+      if (!value.at_end())
+        value.fail(value.peek(), fmt::format("expected '}}' after the value, found {}", describe(value.peek())));
+      relocate_expression(*e, relocate);
+      return e;
+    } catch (const SyntaxError& e) {
+      throw SyntaxError{relocate(e.location), e.message, e.hint};
+    }
+  }
+
+  template <class Relocate>
+  static void relocate_expression(Expr& e, const Relocate& relocate) {
+    e.location = relocate(e.location);
+    e.start = relocate(e.start);
+    for (ExprPtr& arg : e.args) relocate_expression(*arg, relocate);
   }
 
   StmtPtr stages() {
@@ -618,7 +670,8 @@ class Parser {
       return finish(std::move(e));
     }
     if (t.kind == TokenKind::String)
-      fail(t, fmt::format("unexpected {}", describe(t)), "strings are only messages of `where` and the `name`");
+      fail(t, fmt::format("unexpected {}", describe(t)),
+           "strings are only messages of `where`, the `name` and the `description`");
     fail(t, fmt::format("expected an expression, found {}", describe(t)));
   }
 
@@ -632,14 +685,14 @@ class Parser {
 
 bool is_reserved(const std::string& name) {
   static const std::set<std::string> reserved =
-      {"param",    "where",  "name",     "devices",   "microbatches", "padded",    "to",      "stages",
-       "placed",   "loop",   "vshape",   "pipelines", "route",        "let",       "for",     "in",
-       "reversed", "repeat", "while",    "if",        "else",         "on",        "pattern", "op",
-       "after",    "before", "duration", "memory",    "communicates", "stagewide", "all",     "greedy",
-       "prefer",   "time",   "inflight", "written",   "cooldown",     "and",       "or",      "not",
-       "count",    "min",    "max",      "abs",       "device",       "array",     "F",       "B",
-       "I",        "W",      "R",        "OFFLOAD",   "RELOAD",       "OPT",       "SEND_F",  "RECV_F",
-       "SEND_B",   "RECV_B"};
+      {"param",  "where",    "name",   "description", "devices",   "microbatches", "padded",    "to",
+       "stages", "placed",   "loop",   "vshape",      "pipelines", "route",        "let",       "for",
+       "in",     "reversed", "repeat", "while",       "if",        "else",         "on",        "pattern",
+       "op",     "after",    "before", "duration",    "memory",    "communicates", "stagewide", "all",
+       "greedy", "prefer",   "time",   "inflight",    "written",   "cooldown",     "and",       "or",
+       "not",    "count",    "min",    "max",         "abs",       "device",       "array",     "F",
+       "B",      "I",        "W",      "R",           "OFFLOAD",   "RELOAD",       "OPT",       "SEND_F",
+       "RECV_F", "SEND_B",   "RECV_B"};
   return reserved.count(name) > 0;
 }
 

@@ -1,3 +1,4 @@
+// The schedule language's parser: tokens to a syntax tree (internal).
 #pragma once
 // Internal to the schedule language: tokens to a syntax tree. Reports every syntax error: after
 // one it resumes at the next statement on a later line.

@@ -1,3 +1,4 @@
+// compile_program and load_program: the front end, the interpreter, and located diagnostics.
 #include "flexpipe/lang/program.h"
 
 #include <fmt/format.h>

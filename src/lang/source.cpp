@@ -1,3 +1,4 @@
+// Program text split into lines, and diagnostics rendered with the source line and a caret.
 #include "source.h"
 
 #include <algorithm>

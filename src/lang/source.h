@@ -1,3 +1,4 @@
+// Program text with its origin, and located diagnostics (internal to the schedule language).
 #pragma once
 // Internal to the schedule language: program text with its origin, and located diagnostics
 // rendered as "FILE:LINE:COL: error: MESSAGE", the source line, a caret and a hint.

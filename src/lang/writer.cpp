@@ -1,3 +1,4 @@
+// write_program: a schedule's declarations and each device's actions as program text.
 #include "flexpipe/lang/writer.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The schedule library: built-in names compiled from their embedded programs, and kept per parameters.
 #include "flexpipe/schedules/library.h"
 
 #include <map>
@@ -40,19 +41,30 @@ CompiledProgram compile_builtin(std::string_view name, ScheduleParams params,
 }
 
 Schedule library_schedule(std::string_view name, ScheduleParams params) {
-  const BuiltinSchedule& builtin = resolve_builtin(name, params);  // defaults filled: m = 0 and m = 2p share a key
   using Key = std::tuple<std::string, int, int, int>;
   static std::mutex mutex;
   static std::map<Key, Schedule> compiled;
+  // Looked up as asked before resolve_builtin, which reads the program's parameters: the search asks
+  // for the same few built-ins again and again. Only parameters that passed the checks are kept.
+  const BuiltinSchedule* known = find_builtin(name);
+  Key asked{known != nullptr ? known->name : std::string(name), params.devices, params.microbatches,
+            params.chunks != 0 || known == nullptr ? params.chunks : known->default_chunks};
+  {
+    std::lock_guard lock(mutex);
+    if (auto found = compiled.find(asked); found != compiled.end()) return found->second;
+  }
+  const BuiltinSchedule& builtin = resolve_builtin(name, params);  // defaults filled: m = 0 and m = 2p share a key
   Key key{builtin.name, params.devices, params.microbatches, params.chunks};
   {
     std::lock_guard lock(mutex);
-    if (auto found = compiled.find(key); found != compiled.end()) return found->second;
+    if (auto found = compiled.find(key); found != compiled.end())
+      return compiled.try_emplace(std::move(asked), found->second).first->second;
   }
   // Compiled outside the lock: two workers may both compile a new key, and the first to finish is kept.
   Schedule schedule = compile_builtin(builtin.name, params).schedule;
   std::lock_guard lock(mutex);
-  return compiled.try_emplace(std::move(key), std::move(schedule)).first->second;
+  const Schedule& kept = compiled.try_emplace(std::move(key), std::move(schedule)).first->second;
+  return compiled.try_emplace(std::move(asked), kept).first->second;
 }
 
 }  // namespace flexpipe

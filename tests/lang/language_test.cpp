@@ -115,6 +115,17 @@ TEST(Language, PlacementsPipelinesAndName) {
   EXPECT_EQ(cells(p.schedule, 1), (Cells{"2F1", "2F3"}));  // the next form walks stage 2's pipeline only
 }
 
+// A description is what a catalog lists; it may stand before the parameters and changes nothing
+// in the schedule.
+TEST(Language, DescriptionIsKeptBesideTheSchedule) {
+  const std::string body = "param p = 2\ndevices p\nmicrobatches 1\nstages p\nF(0)\n";
+  const CompiledProgram described = compile_program("description \"one forward\"\n" + body, "x.fps");
+  EXPECT_EQ(described.description, "one forward");
+  const CompiledProgram plain = compile_program("\n" + body, "x.fps");
+  EXPECT_EQ(plain.description, "");
+  EXPECT_EQ(described.schedule, plain.schedule);
+}
+
 TEST(Language, PaddingDropsMicrobatchesPastM) {
   const CompiledProgram p =
       compile_program("devices 1\nmicrobatches 2 padded to 4\nstages 1\nrepeat 4 { F(0) }\nrepeat 4 { B(0) }\n",

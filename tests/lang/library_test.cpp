@@ -1,7 +1,7 @@
 // The schedule library in the language (examples/schedules/*.fps) compiles to exactly the per-device
 // lists of the C++ generators, which serve as test oracles, over p in {2,3,4,8}, m from 1 to 4p
-// and v in {1,2,3} where v is adjustable. Parameter sets a generator refuses must fail in the
-// program too.
+// and v in {1,2,3} where v is adjustable. Parameter sets make_builtin refuses (the catalog's checks,
+// read from the same program) must fail when the file is compiled too.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>

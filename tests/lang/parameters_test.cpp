@@ -42,6 +42,18 @@ TEST(Parameters, DefinesMoveDefaultsAndDependentBounds) {
   EXPECT_FALSE(params[2].satisfied);  // 9 is not a multiple of 6: reported, not thrown
 }
 
+TEST(Parameters, FailuresAreTheFailingConditionsMessagesWithTheirValuesShown) {
+  const std::string text =
+      "param p = 4\nparam m = 2 * p where m >= 2 * p \"needs m >= 2p = {2 * p}\" where m % 2 == 0 \"needs an even m\"\n"
+      "devices p\nmicrobatches m\nstages p\n";
+  EXPECT_TRUE(program_parameters(text, "x.fps")[1].failures.empty());
+  const std::vector<ProgramParameter> params = program_parameters(text, "x.fps", {{"m", 7}});
+  EXPECT_EQ(params[1].failures, (std::vector<std::string>{"needs m >= 2p = 8", "needs an even m"}));
+  EXPECT_EQ(params[1].conditions,
+            (std::vector<std::string>{"m >= 2 * p: needs m >= 2p = 8", "m % 2 == 0: needs an even m"}));
+  EXPECT_FALSE(params[1].satisfied);
+}
+
 TEST(Parameters, UnknownDefineAndSyntaxErrorsThrow) {
   EXPECT_THROW(program_parameters(kProgram, "x.fps", {{"q", 1}}), Error);
   EXPECT_THROW(program_parameters("param p = \n", "x.fps"), Error);

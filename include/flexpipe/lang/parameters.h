@@ -1,3 +1,4 @@
+// A program's parameters with their values, bounds and conditions (program_parameters).
 #pragma once
 // A program's parameters, their values and the ranges their `where` conditions allow: what the
 // automated scheduler sweeps.
@@ -18,6 +19,7 @@ struct ProgramParameter {
   std::optional<int64_t> max;           //   the earlier parameters' values ("where m >= p" with p = 4: min 4)
   std::vector<std::string> conditions;  // each `where`: "m % p == 0: needs m to be a multiple of p"
   bool satisfied = true;                // every condition holds at `value`
+  std::vector<std::string> failures;    // the message of each condition that fails at `value`, values shown
   SourceLocation location;
 };
 

@@ -1,3 +1,4 @@
+// The schedule language's compiler: a .fps program to a Schedule with a source map.
 #pragma once
 // The FlexPipe schedule language (.fps, docs/language.md): compiles a program to a Schedule and
 // remembers, for every action, the statement that emitted it. Locations live beside the schedule,
@@ -34,6 +35,7 @@ struct CompileOptions {
 struct CompiledProgram {
   Schedule schedule;
   SourceMap map;
+  std::string description;         // the program's `description "..."`; empty when it states none
   std::vector<std::string> trace;  // "FILE:LINE:COL: 1F3 -> device 1 #5", in emission order
 };
 

@@ -1,3 +1,4 @@
+// write_program: any schedule as a program of the schedule language.
 #pragma once
 // Any schedule written back as a program of the schedule language: its placement, routing and
 // custom kinds as declarations, and each device's actions in order. Compiling the program gives a

@@ -1,8 +1,9 @@
+// The schedule library: built-in names compiled from their embedded programs (compile_builtin).
 #pragma once
-// The schedule library: every built-in schedule as a program of the language
-// (examples/schedules/NAME.fps, compiled into the binary). Built-in names are served from these
-// programs, to the CLI, load_schedule and the search alike; the C++ generators (builtin.h) check
-// parameters and are the oracle the programs are tested against, never what a caller is served.
+// Every built-in schedule is a program of the language (examples/schedules/NAME.fps, compiled into
+// the binary). Built-in names are served from these programs, to the CLI, load_schedule and the
+// search alike, after the catalog's parameter checks (builtin.h, read from the same programs); the
+// C++ generators are the oracle the programs are tested against, never what a caller is served.
 #include <cstdint>
 #include <map>
 #include <string>

@@ -28,14 +28,8 @@ Schedule build(const ScheduleParams& params) {
   return schedule;
 }
 
-std::string check(const ScheduleParams&) { return {}; }
-
 }  // namespace
 
-BuiltinSchedule one_f_one_b_schedule() {
-  return {"1f1b", "1F1B / PipeDream-Flush: warm-up forwards, then one forward and one backward in turn",
-          1,      false,
-          build,  check};
-}
+Schedule generate_1f1b(const ScheduleParams& params) { return build(params); }
 
 }  // namespace flexpipe::detail

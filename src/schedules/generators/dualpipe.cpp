@@ -132,35 +132,9 @@ Schedule build_bidirectional(const ScheduleParams& params) {
   return schedule;
 }
 
-std::string check_v(const ScheduleParams& params) {
-  if (params.microbatches < 2 * params.devices)
-    return fmt::format("needs m >= 2p = {} micro-batches (one per stage of the V)", 2 * params.devices);
-  return {};
-}
-
-std::string check_bidirectional(const ScheduleParams& params) {
-  if (params.devices % 2 != 0) return "needs an even number of devices (the two directions meet in the middle)";
-  if (params.microbatches % 2 != 0) return "needs an even m (half of the micro-batches run in each direction)";
-  if (params.microbatches < 2 * params.devices)
-    return fmt::format("needs m >= 2p = {} micro-batches (p per direction)", 2 * params.devices);
-  return {};
-}
-
 }  // namespace
 
-BuiltinSchedule dualpipev_schedule() {
-  return {"dualpipev", "DualPipeV: DualPipe cut in half onto a V of 2p stages, F&B overlapped, split backward",
-          2,           false,
-          build_v,     check_v};
-}
-
-BuiltinSchedule dualpipe_schedule() {
-  return {"dualpipe",
-          "DualPipe: two pipelines in opposite directions, F&B overlapped, split backward",
-          1,
-          false,
-          build_bidirectional,
-          check_bidirectional};
-}
+Schedule generate_dualpipev(const ScheduleParams& params) { return build_v(params); }
+Schedule generate_dualpipe(const ScheduleParams& params) { return build_bidirectional(params); }
 
 }  // namespace flexpipe::detail

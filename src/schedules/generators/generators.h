@@ -1,32 +1,27 @@
+// Internal: the C++ generators, one per built-in, which the library's programs are tested against.
 #pragma once
-// Internal: each family of built-in generators registers its schedules here.
 #include <vector>
 
 #include "flexpipe/schedules/builtin.h"
 
 namespace flexpipe::detail {
 
-// GPipe, 1F1B, Interleaved 1F1B, Looped BFS, ZB-H1, ZB-H2 (src/schedules/generators/1f1b_family.cpp).
-void register_1f1b_family(std::vector<BuiltinSchedule>& registry);
-// ZB-V, ZB-V adaptive, V-Half, V-Min, DualPipeV, DualPipe (src/schedules/generators/v_family.cpp).
-void register_v_family(std::vector<BuiltinSchedule>& registry);
-
-// The 1F1B family's registry entries, one generator per file (src/schedules/generators/<name>.cpp).
-BuiltinSchedule gpipe_schedule();
-BuiltinSchedule one_f_one_b_schedule();
-BuiltinSchedule interleaved_1f1b_schedule();
-BuiltinSchedule looped_bfs_schedule();
-BuiltinSchedule zb_h1_schedule();
-BuiltinSchedule zb_h2_schedule();
-
-// The V family's registry entries: ZB-V (src/schedules/generators/zb_v.cpp), V-Half and V-Min
-// (src/schedules/generators/v_controllable_memory.cpp), DualPipeV and DualPipe (src/schedules/generators/dualpipe.cpp).
-BuiltinSchedule zb_v_schedule();
-BuiltinSchedule zb_v_adaptive_schedule();
-BuiltinSchedule v_half_schedule();
-BuiltinSchedule v_min_schedule();
-BuiltinSchedule dualpipev_schedule();
-BuiltinSchedule dualpipe_schedule();
+// Each takes parameters resolve_builtin has filled in and checked against the built-in's program.
+// 1F1B family, one per file (src/schedules/generators/<name>.cpp).
+Schedule generate_gpipe(const ScheduleParams& params);
+Schedule generate_1f1b(const ScheduleParams& params);
+Schedule generate_interleaved_1f1b(const ScheduleParams& params);
+Schedule generate_looped_bfs(const ScheduleParams& params);
+Schedule generate_zb_h1(const ScheduleParams& params);
+Schedule generate_zb_h2(const ScheduleParams& params);
+// V family: ZB-V (zb_v.cpp), ZB-V adaptive (zb_v_adaptive.cpp), V-Half and V-Min
+// (v_controllable_memory.cpp), DualPipeV and DualPipe (dualpipe.cpp).
+Schedule generate_zb_v(const ScheduleParams& params);
+Schedule generate_zb_v_adaptive(const ScheduleParams& params);
+Schedule generate_v_half(const ScheduleParams& params);
+Schedule generate_v_min(const ScheduleParams& params);
+Schedule generate_dualpipev(const ScheduleParams& params);
+Schedule generate_dualpipe(const ScheduleParams& params);
 
 // The inputs of the Zero Bubble authors' V construction (src/schedules/generators/zb_v_adaptive.cpp);
 // the built-in `zb-v-adaptive` takes the defaults. Times are per chunk (one stage of the V); memory

@@ -19,12 +19,8 @@ Schedule build(const ScheduleParams& params) {
   return schedule;
 }
 
-std::string check(const ScheduleParams&) { return {}; }
-
 }  // namespace
 
-BuiltinSchedule gpipe_schedule() {
-  return {"gpipe", "GPipe: all forwards, then all backwards (PyTorch ScheduleGPipe)", 1, false, build, check};
-}
+Schedule generate_gpipe(const ScheduleParams& params) { return build(params); }
 
 }  // namespace flexpipe::detail

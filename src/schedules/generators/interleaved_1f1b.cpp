@@ -4,6 +4,9 @@
 // micro-batches through chunk 0, the same p through chunk 1, ..., then the next p micro-batches;
 // its backwards walk the same table with the chunks reversed. It runs (p-r-1)*2 + (v-1)*p warm-up
 // forwards (capped at m*v), then one forward and one backward in turn, then the remaining backwards.
+// m is a multiple of p (interleaved-1f1b.fps's condition): Megatron needs p <= group size <= m and
+// m % group either 0 or >= p; with groups of p that is m a multiple of p, which is also where
+// PyTorch's rounds coincide with Megatron's groups.
 #include <algorithm>
 #include <string>
 
@@ -49,22 +52,8 @@ Schedule build(const ScheduleParams& params) {
   return schedule;
 }
 
-// Megatron needs p <= group size <= m and m % group either 0 or >= p; with groups of p that is
-// m a multiple of p, which is also where PyTorch's rounds coincide with Megatron's groups.
-std::string check(const ScheduleParams& params) {
-  return params.microbatches % params.devices != 0 ? "needs m to be a multiple of p" : "";
-}
-
 }  // namespace
 
-BuiltinSchedule interleaved_1f1b_schedule() {
-  return {"interleaved-1f1b",
-          "Interleaved 1F1B (Megatron virtual pipeline): v chunks per device, depth-first in groups of p "
-          "micro-batches",
-          2,
-          true,
-          build,
-          check};
-}
+Schedule generate_interleaved_1f1b(const ScheduleParams& params) { return build(params); }
 
 }  // namespace flexpipe::detail

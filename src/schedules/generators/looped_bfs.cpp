@@ -23,17 +23,8 @@ Schedule build(const ScheduleParams& params) {
   return schedule;
 }
 
-std::string check(const ScheduleParams&) { return {}; }
-
 }  // namespace
 
-BuiltinSchedule looped_bfs_schedule() {
-  return {"looped-bfs",
-          "Looped BFS: v chunks per device, each chunk's forwards in one sweep (PyTorch ScheduleLoopedBFS)",
-          2,
-          true,
-          build,
-          check};
-}
+Schedule generate_looped_bfs(const ScheduleParams& params) { return build(params); }
 
 }  // namespace flexpipe::detail

@@ -191,20 +191,9 @@ Schedule build(const ScheduleParams& params, VMemory memory, const char* name) {
 Schedule build_half(const ScheduleParams& params) { return build(params, VMemory::Half, "v-half"); }
 Schedule build_min(const ScheduleParams& params) { return build(params, VMemory::Min, "v-min"); }
 
-std::string check(const ScheduleParams&) { return {}; }
-
 }  // namespace
 
-BuiltinSchedule v_half_schedule() {
-  return {"v-half",   "V-Half: V placement, split backward, half of 1F1B's activation memory and about half its bubble",
-          2,          false,
-          build_half, check};
-}
-
-BuiltinSchedule v_min_schedule() {
-  return {"v-min",   "V-Min: V placement, split backward, a third of 1F1B's activation memory, about 2/3 of its bubble",
-          2,         false,
-          build_min, check};
-}
+Schedule generate_v_half(const ScheduleParams& params) { return build_half(params); }
+Schedule generate_v_min(const ScheduleParams& params) { return build_min(params); }
 
 }  // namespace flexpipe::detail

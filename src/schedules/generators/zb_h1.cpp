@@ -33,13 +33,8 @@ Schedule build(const ScheduleParams& params) {
   return schedule;
 }
 
-std::string check(const ScheduleParams&) { return {}; }
-
 }  // namespace
 
-BuiltinSchedule zb_h1_schedule() {
-  return {"zb-h1", "ZB-H1 (ZB1P): 1F1B with split backward, weight gradients delayed to fill the tail", 1, false, build,
-          check};
-}
+Schedule generate_zb_h1(const ScheduleParams& params) { return build(params); }
 
 }  // namespace flexpipe::detail

@@ -46,17 +46,8 @@ Schedule build(const ScheduleParams& params) {
   return schedule;
 }
 
-std::string check(const ScheduleParams&) { return {}; }
-
 }  // namespace
 
-BuiltinSchedule zb_h2_schedule() {
-  return {"zb-h2",
-          "ZB-H2 (ZB2P): 2(p-r)-1 warm-up forwards and tail-reordered weight gradients; no bubble if F=I=W, m>=2p-1",
-          1,
-          false,
-          build,
-          check};
-}
+Schedule generate_zb_h2(const ScheduleParams& params) { return build(params); }
 
 }  // namespace flexpipe::detail

@@ -78,18 +78,8 @@ Schedule build(const ScheduleParams& params) {
   return schedule;
 }
 
-std::string check(const ScheduleParams&) { return {}; }
-
 }  // namespace
 
-BuiltinSchedule zb_v_schedule() {
-  return {"zb-v",
-          "ZB-V in PyTorch's fixed order: V placement, split backward, zero bubble when F = I = W and m >= 2p-1, "
-          "1F1B's activation memory",
-          2,
-          false,
-          build,
-          check};
-}
+Schedule generate_zb_v(const ScheduleParams& params) { return build(params); }
 
 }  // namespace flexpipe::detail

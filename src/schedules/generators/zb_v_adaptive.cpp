@@ -276,9 +276,9 @@ Attempt refined(int p, int m, const VConstructionInputs& in, bool fill_forward, 
 
 Schedule build(const ScheduleParams& params) { return zb_v_adaptive(params.devices, params.microbatches, {}); }
 
-std::string check(const ScheduleParams&) { return {}; }
-
 }  // namespace
+
+Schedule generate_zb_v_adaptive(const ScheduleParams& params) { return build(params); }
 
 Schedule zb_v_adaptive(int p, int m, const VConstructionInputs& inputs) {
   const int n = std::max(m, p);
@@ -304,16 +304,6 @@ Schedule zb_v_adaptive(int p, int m, const VConstructionInputs& inputs) {
     }
   }
   return schedule;
-}
-
-BuiltinSchedule zb_v_adaptive_schedule() {
-  return {"zb-v-adaptive",
-          "ZB-V as its authors construct it: passes placed in simulated time, zero bubble from m = p at F = I = W, "
-          "1F1B's activation memory",
-          2,
-          false,
-          build,
-          check};
 }
 
 }  // namespace flexpipe::detail
