@@ -78,32 +78,9 @@ double time_to_one_percent(const SearchResult& r) {
   return r.seconds;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  double budget = 10;
-  int threads = 1, only = -1;
-  const char* usage = "usage: search_bench [--budget SECONDS] [--threads T] [--only N]\n";
-  for (int i = 1; i < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      fmt::print("{}", usage);
-      return 0;
-    }
-    const bool known = flag == "--budget" || flag == "--threads" || flag == "--only";
-    if (!known || i + 1 == argc) {
-      fmt::print(stderr, "search_bench: {} '{}'\n{}", known ? "no value after" : "unknown option", flag, usage);
-      return 2;
-    }
-    if (flag == "--budget")
-      budget = std::atof(argv[i + 1]);
-    else if (flag == "--threads")
-      threads = std::atoi(argv[i + 1]);
-    else
-      only = std::atoi(argv[i + 1]);
-  }
-  const HardwareProfile& hardware = find_hardware("H100-80GB");
-  fmt::print("budget {} s, {} thread(s), {}\n\n", budget, threads, hardware.name);
+// The zoo's configurations: the built-ins and the search at each memory level and transfer share,
+// and the geometric-mean speedup over Megatron's schedules.
+void print_zoo_table(const HardwareProfile& hardware, double budget, int threads, int only) {
   fmt::print(
       "| # | model | p | m | memory | comm | 1F1B | interleaved | best built-in | search | speedup vs Megatron "
       "| vs best built-in | vs space bound | vs own bound | within 1% at | schedules |\n");
@@ -171,11 +148,12 @@ int main(int argc, char** argv) {
   if (counted > 0)
     fmt::print("\ngeometric-mean speedup over the better of 1F1B and interleaved 1F1B: {:.3f}x\n",
                std::exp(log_speedup / counted));
+}
 
-  // Small instances, the space restricted to one stage per device, the balanced partition and
-  // everything kept: the search's heuristic phases alone against the search with its branch and bound
-  // (the exact optimum over every per-device order when it proves it).
-  if (only >= 0) return 0;
+// Small instances, the space restricted to one stage per device, the balanced partition and
+// everything kept: the search's heuristic phases alone against the search with its branch and bound
+// (the exact optimum over every per-device order when it proves it).
+void print_small_instances(const HardwareProfile& hardware, double budget, int threads) {
   fmt::print(
       "\n| model | p | m | memory | comm | heuristic phases | with branch and bound | proven optimal | heuristic gap |\n");
   fmt::print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
@@ -216,11 +194,13 @@ int main(int argc, char** argv) {
                100 * (heuristic.best.makespan / exact.best.makespan - 1));
     std::fflush(stdout);
   }
+}
 
-  // How far the lower bound lies below the true optimum, where the optimum is known: random
-  // transformer-like stages (F in [0.8, 1.2], I = 1.07 F x [0.8, 1.2], W = 0.45 F, transfers 0.02),
-  // loops of v chunks per device, branch and bound to optimality. At m = p filling and draining the
-  // pipeline is most of the step and the bound sees only part of it; at m = 2p it is nearly exact.
+// How far the lower bound lies below the true optimum, where the optimum is known: random
+// transformer-like stages (F in [0.8, 1.2], I = 1.07 F x [0.8, 1.2], W = 0.45 F, transfers 0.02),
+// loops of v chunks per device, branch and bound to optimality. At m = p filling and draining the
+// pipeline is most of the step and the bound sees only part of it; at m = 2p it is nearly exact.
+void print_bound_gaps(double budget) {
   fmt::print("\n| p | chunks | m | instances proven | mean gap of the optimum above the bound | largest |\n");
   fmt::print("| --- | --- | --- | --- | --- | --- |\n");
   std::mt19937 rng(3);
@@ -252,5 +232,37 @@ int main(int argc, char** argv) {
         fmt::print("| {} | {} | {} | {} | {:+.2f}% | {:+.2f}% |\n", p, v, m, proven, 100 * sum / proven, 100 * largest);
         std::fflush(stdout);
       }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double budget = 10;
+  int threads = 1, only = -1;
+  const char* usage = "usage: search_bench [--budget SECONDS] [--threads T] [--only N]\n";
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--help" || flag == "-h") {
+      fmt::print("{}", usage);
+      return 0;
+    }
+    const bool known = flag == "--budget" || flag == "--threads" || flag == "--only";
+    if (!known || i + 1 == argc) {
+      fmt::print(stderr, "search_bench: {} '{}'\n{}", known ? "no value after" : "unknown option", flag, usage);
+      return 2;
+    }
+    if (flag == "--budget")
+      budget = std::atof(argv[i + 1]);
+    else if (flag == "--threads")
+      threads = std::atoi(argv[i + 1]);
+    else
+      only = std::atoi(argv[i + 1]);
+  }
+  const HardwareProfile& hardware = find_hardware("H100-80GB");
+  fmt::print("budget {} s, {} thread(s), {}\n\n", budget, threads, hardware.name);
+  print_zoo_table(hardware, budget, threads, only);
+  if (only >= 0) return 0;
+  print_small_instances(hardware, budget, threads);
+  print_bound_gaps(budget);
   return 0;
 }
