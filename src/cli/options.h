@@ -20,14 +20,13 @@ namespace flexpipe::cli {
 void add_schedule_options(CLI::App* command, ScheduleOptions& options);
 // --costs, --uniform-costs, --memory-limit, --model, --partition, the model's shape and the topology.
 void add_cost_options(CLI::App* command, CostOptions& options);
-// Adds --hardware, --microbatch-size, --seq-len and --flash-attention (cmd_model.cpp).
+// Adds --hardware, --microbatch-size, --seq-len and --flash-attention.
 void add_model_shape_options(CLI::App* command, NamedModel& options);
 // A progress line on stderr, "[  1.25 s] TEXT" with the seconds since `start`: the form of search's
 // and partition's.
 void print_progress_line(std::chrono::steady_clock::time_point start, const std::string& text);
 
-// What `flexpipe run` and `flexpipe train` share.
-// --device's help, for run, train and profile.
+// What `flexpipe run` and `flexpipe train` share, and --device's help for them and profile.
 inline constexpr const char* kDeviceHelp =
     "Where each rank trains: cpu, cuda (each rank the GPU of its LOCAL_RANK) or cuda:N (every rank GPU N) [cpu]";
 
