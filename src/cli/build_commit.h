@@ -1,6 +1,6 @@
-#pragma once
 // The commit the binary was built from, "0123abcd4567" or "0123abcd4567-dirty" (uncommitted changes)
 // or "unknown" (not built from a git checkout). Generated at every build (cmake/write_build_commit.cmake).
+#pragma once
 
 namespace flexpipe::cli {
 

@@ -1,9 +1,9 @@
 // flexpipe capture FILE.py:FACTORY --input SHAPE ... -o model.graph.json: a user's PyTorch model as an
 // operator-level cost graph (docs/capture.md). Tracing and measuring run in the Python package; this
 // command is its front door, with the same options as `python3 -m flexpipe capture`.
+#include "flexpipe/launch/python_package.h"
 #include "number_checks.h"
 #include "options.h"
-#include "python_package.h"
 
 namespace flexpipe::cli {
 

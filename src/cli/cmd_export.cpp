@@ -1,9 +1,9 @@
 // flexpipe export GRAPH.json --plan PLAN.json -o DIR: a captured model cut at a plan's stage
 // boundaries into TorchScript modules with a manifest (docs/export.md). The cutting runs in the
 // Python package; this command is its front door, with the same options as `python3 -m flexpipe export`.
+#include "flexpipe/launch/python_package.h"
 #include "number_checks.h"
 #include "options.h"
-#include "python_package.h"
 
 namespace flexpipe::cli {
 

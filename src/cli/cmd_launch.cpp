@@ -3,8 +3,8 @@
 // is behind launcher.h; this file only turns the command line into validated LaunchOptions.
 #include <fmt/format.h>
 
+#include "flexpipe/launch/launcher.h"
 #include "flexpipe/support/error.h"
-#include "launcher.h"
 #include "number_checks.h"
 #include "options.h"
 

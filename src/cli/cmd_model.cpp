@@ -1,5 +1,4 @@
-// flexpipe model: the model zoo and cost graphs (list, show, export), and the model-to-cost-table step
-// that `flexpipe simulate --model` uses.
+// flexpipe model: the model zoo and cost graphs (list, show, compare, export).
 #include <filesystem>
 #include <map>
 
@@ -28,30 +27,8 @@ std::string billions(double count) {
   return fmt::format("{:.1f}M", count / 1e6);
 }
 
-// "4,8,6,6" after a prefix; names the bad field.
-std::vector<int> counts(const std::string& text, const std::string& what) {
-  std::vector<int> result;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = std::min(text.find(',', start), text.size());
-    const std::string field = text.substr(start, comma - start);
-    size_t used = 0;
-    int value = -1;
-    try {
-      value = std::stoi(field, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != field.size() || field.empty() || value < 0)
-      throw Error(fmt::format("--partition {}: '{}' is not a count (field {})", what, field, result.size() + 1));
-    result.push_back(value);
-    start = comma + 1;
-  }
-  return result;
-}
-
 struct ModelShowOptions {
-  ModelOptions model;
+  NamedModel model;
   bool layers = false;
   bool json = false;
 };
@@ -193,70 +170,6 @@ void show(const ModelShowOptions& o) {
 
 }  // namespace
 
-Partition parse_partition(const CostGraph& graph, const std::string& spec, int stages) {
-  Partition partition;
-  if (spec.empty())
-    partition = partition_evenly(graph, stages);
-  else if (spec.rfind("layers:", 0) == 0)
-    partition = partition_from_layer_counts(graph, counts(spec.substr(7), "layers:"));
-  else if (spec.rfind("ops:", 0) == 0)
-    partition = partition_from_sizes(graph, counts(spec.substr(4), "ops:"));
-  else
-    partition = partition_from_megatron_layout(graph, spec);
-  if (partition.num_stages != stages)
-    throw Error(fmt::format("--partition makes {} stages but the schedule has {}", partition.num_stages, stages));
-  return partition;
-}
-
-void add_model_shape_options(CLI::App* command, ModelOptions& options) {
-  command
-      ->add_option("--hardware", options.hardware,
-                   "Hardware profile timing a zoo model: A100-80GB, H100-80GB, H200-141GB")
-      ->capture_default_str();
-  command->add_option("--microbatch-size", options.microbatch_size, "Micro-batch size [1]")->check(positive_number());
-  command->add_option("--seq-len", options.seq_len, "Sequence length [the model's]")->check(positive_number());
-  command->add_flag("--flash-attention", options.flash_attention,
-                    "Zoo models with fused attention (no s^2 activations)");
-}
-
-CostGraph load_model_graph(const ModelOptions& options, const std::function<void(const std::string&)>& progress) {
-  const HardwareProfile& hardware = find_hardware(options.hardware);
-  // Zoo names contain dots ("gpt3-1.3b"): a name the zoo knows wins, then an existing file.
-  bool in_zoo = false;
-  for (const ModelConfig& config : model_zoo()) in_zoo |= config.name == options.model;
-  if (!in_zoo && (std::filesystem::exists(options.model) || options.model.ends_with(".json"))) {
-    if (progress) progress(fmt::format("reading {}", options.model));
-    CostGraph graph = load_cost_graph(options.model);
-    if (progress)
-      progress(fmt::format("read {}: {} operators, {} edges", options.model, graph.nodes.size(), graph.edges.size()));
-    return graph;
-  }
-  return build_model_graph(find_model(options.model), hardware,
-                           {.flash_attention = options.flash_attention,
-                            .microbatch_size = options.microbatch_size,
-                            .seq_len = options.seq_len});
-}
-
-double per_time_unit(const CostGraph& graph, double per_second) {
-  if (graph.time_unit == "ms") return per_second / 1e3;
-  if (graph.time_unit == "us") return per_second / 1e6;
-  if (graph.time_unit == "s") return per_second;
-  throw Error(fmt::format("the graph '{}' measures time in '{}'; rates can be converted for s, ms and us", graph.name,
-                          graph.time_unit));
-}
-
-CostTable model_cost_table(const ModelOptions& options, const std::string& partition, int stages) {
-  const CostGraph graph = load_model_graph(options);
-  const HardwareProfile& hardware = find_hardware(options.hardware);
-  AggregationOptions aggregation;
-  aggregation.shape = {options.microbatch_size, options.seq_len > 0 ? options.seq_len : graph.reference.seq_len};
-  // A graph that measured its transport (`flexpipe profile --transport`) brings the link it was measured on.
-  aggregation.device_link = graph.link ? *graph.link : Link{0, link_bandwidth_per_ms(hardware, Interconnect::NvLink)};
-  aggregation.host_link = {0, link_bandwidth_per_ms(hardware, Interconnect::Pcie)};
-  aggregation.memory_capacity = {hardware.memory_bytes};
-  return aggregate_stages(graph, parse_partition(graph, partition, stages), aggregation).table;
-}
-
 void add_model_command(CLI::App& app, int&) {
   auto* command = app.add_subcommand("model", "The model zoo and cost graphs: list, show, compare, export");
   command->require_subcommand(1);
@@ -313,7 +226,7 @@ void add_model_command(CLI::App& app, int&) {
   compare_command->callback([compare_options] { compare_with_hardware(*compare_options); });
 
   auto* export_command = command->add_subcommand("export", "Write a zoo model's cost graph (docs/cost-graph.md)");
-  auto export_options = std::make_shared<std::pair<ModelOptions, std::string>>();
+  auto export_options = std::make_shared<std::pair<NamedModel, std::string>>();
   export_command->add_option("model", export_options->first.model, "Zoo name or cost-graph file")->required();
   export_command->add_option("-o,--output", export_options->second, "Output file (.json)")->required();
   add_model_shape_options(export_command, export_options->first);

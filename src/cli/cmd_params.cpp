@@ -25,7 +25,7 @@ void run(const ParamsOptions& o) {
   const std::string& spec = o.schedule.spec;
   const std::map<std::string, int64_t> defines = parse_defines(o.schedule.defines);
   std::vector<ProgramParameter> parameters;
-  if (is_program(spec)) {
+  if (schedule_source(spec) == ScheduleSource::Program) {
     parameters = program_parameters(read_text_file(spec), spec, defines);
   } else if (const LibraryProgram* builtin = find_library_program(spec)) {
     parameters = program_parameters(std::string(builtin->text), fmt::format("{}.fps", builtin->name), defines);

@@ -11,7 +11,6 @@
 #include "flexpipe/costs/hardware.h"
 #include "flexpipe/interop/partition_plan_json.h"
 #include "flexpipe/interop/schedule_io.h"
-#include "flexpipe/partition/checked_planner.h"
 #include "flexpipe/partition/partitioner.h"
 #include "flexpipe/partition/plan.h"
 #include "flexpipe/sim/simulator.h"
@@ -19,6 +18,7 @@
 #include "flexpipe/support/exit_status.h"
 #include "flexpipe/support/files.h"
 #include "flexpipe/views/memory_bars.h"
+#include "flexpipe/workflow/partition_request.h"
 #include "number_checks.h"
 #include "options.h"
 
@@ -27,24 +27,16 @@ namespace flexpipe::cli {
 namespace {
 
 struct PartitionOptions {
-  ModelOptions model;
-  ScheduleOptions schedule;
-  Quantity memory_limit;
-  double host_bandwidth = -1;  // bytes per second; -1: the hardware's PCIe
-  std::string method = "dawn";
-  std::string solver = "auto";
-  bool max_batch = false;
-  int max_batch_limit = 4096;
+  PartitionRequest request;
   bool compare = false;
   std::string output;
   std::string svg;
   bool json = false;
-  double time_budget = 0;  // seconds, reading included; 0: none
   bool quiet = false;
 };
 
 // Sizes print in the units the limit was written in: GiB for 80GiB, GB for 80e9.
-ByteUnits bytes_of(const PartitionOptions& o) { return byte_units_of(o.memory_limit); }
+ByteUnits bytes_of(const PartitionOptions& o) { return byte_units_of(o.request.memory_limit); }
 
 // Progress lines on stderr for the long phases: what the planner is doing, at most one a second,
 // so that a partition done within a second prints none (-q: none at all).
@@ -68,69 +60,16 @@ class ProgressLines {
   std::string now_;
 };
 
-// The planner for the options, once they are checked: the model built and the schedule loaded. Its
-// progress goes to `lines`; past the time budget (counted from `start`) its searches answer with the
-// best plan found by then.
-CheckedPlanner make_planner(const PartitionOptions& o, std::chrono::steady_clock::time_point start,
-                            ProgressLines& lines) {
-  if (o.model.microbatch_size != std::floor(o.model.microbatch_size))
-    throw Error(fmt::format("--microbatch-size {}: the partitioner plans whole samples", o.model.microbatch_size));
-  CostGraph graph = load_model_graph(o.model, [&lines](const std::string& text) { lines.say(text); });
-  const HardwareProfile& hardware = find_hardware(o.model.hardware);
-  Schedule schedule = load_checked_schedule(o.schedule);
-  if (schedule.stages_per_pipeline > static_cast<int>(graph.nodes.size()))
-    throw Error(fmt::format("the schedule has {} stages but '{}' has only {} operators", schedule.stages_per_pipeline,
-                            graph.name, graph.nodes.size()));
-  PlannerSettings settings;
-  settings.model = o.model.model;
-  settings.schedule = o.schedule.spec;
-  settings.chunks = o.schedule.chunks;
-  settings.microbatch_size = static_cast<int>(o.model.microbatch_size);
-  settings.seq_len = o.model.seq_len;
-  settings.memory_limit = o.memory_limit.value;
-  settings.host_bandwidth = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
-  settings.host_bandwidth_per_time_unit = per_time_unit(graph, settings.host_bandwidth);
-  settings.solver = o.solver == "exact"    ? MemorySolver::Exact
-                    : o.solver == "greedy" ? MemorySolver::Greedy
-                                           : MemorySolver::Auto;
-  settings.max_batch = o.max_batch;
-  settings.max_batch_limit = o.max_batch_limit;
-  settings.progress = [&lines](const std::string& text) { lines.say(text); };
-  settings.should_stop = [&lines, start, budget = o.time_budget] {
-    lines.tick();
-    return budget > 0 && std::chrono::steady_clock::now() - start >= std::chrono::duration<double>(budget);
-  };
-  return CheckedPlanner(std::move(graph), hardware, std::move(schedule), std::move(settings));
-}
-
-// Advice names only what would change something: not a smaller micro-batch than 1, not the schedule in use.
-std::string does_not_fit(const CheckedPlan& out, const CheckedPlanner& planner, const PartitionOptions& o) {
-  std::vector<std::string> tries = {"more devices"};
-  if (out.microbatch_size > 1) tries.push_back("a smaller micro-batch");
-  // 1F1B holds the fewest micro-batches of the built-ins.
-  if (o.schedule.spec != "1f1b" && planner.schedule().name != "1f1b")
-    tries.push_back("a schedule that holds fewer micro-batches (1f1b)");
-  tries.push_back("a faster host link");
-  std::string advice = tries.front();
-  for (size_t i = 1; i < tries.size(); ++i) advice += (i + 1 == tries.size() ? " or " : ", ") + tries[i];
-  return fmt::format(
-      "{}: '{}' does not fit {} devices with {} each at micro-batch {} under {}: a device needs "
-      "{} more even with every recompute and offload the method allows; try {}",
-      partition_method_name(out.method), planner.graph().name, planner.schedule().num_devices,
-      format_bytes(o.memory_limit.value, bytes_of(o)), out.microbatch_size, planner.schedule().name,
-      format_bytes(out.result.shortfall, bytes_of(o)), advice);
-}
-
 void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const PartitionOptions& o) {
   const CostGraph& graph = planner.graph();
   const Schedule& schedule = planner.schedule();
   const std::string unit = graph.time_unit;
   fmt::print("{} on {} devices ({}), {} with m={}, micro-batch {}, sequence {}, limit {} per device\n", graph.name,
              schedule.num_devices, out.plan.hardware, schedule.name, schedule.num_microbatches, out.microbatch_size,
-             planner.seq_len(), format_bytes(o.memory_limit.value, bytes_of(o)));
+             planner.seq_len(), format_bytes(o.request.memory_limit.value, bytes_of(o)));
   if (out.max_microbatch_size >= 0) fmt::print("largest micro-batch that fits: {}\n", out.max_microbatch_size);
   if (!out.result.fits) {
-    fmt::print("{}\n", does_not_fit(out, planner, o));
+    fmt::print("{}\n", does_not_fit(out, planner, o.request));
     return;
   }
   fmt::print("method {}: bottleneck {:.4g} {} per micro-batch, simulated step {:.4g} {} ({} in {:.3f} s{})\n",
@@ -172,7 +111,9 @@ void run(const PartitionOptions& o, int& exit_code) {
   // The budget counts from here: reading a large model is part of the wait.
   const auto started = std::chrono::steady_clock::now();
   ProgressLines lines(started, o.quiet);
-  const CheckedPlanner planner = make_planner(o, started, lines);
+  const CheckedPlanner planner =
+      partition_planner(o.request, started,
+                        {[&lines](const std::string& text) { lines.say(text); }, [&lines] { lines.tick(); }});
   if (o.compare) {
     std::vector<CheckedPlan> outcomes;
     for (PartitionMethod m : {PartitionMethod::Uniform, PartitionMethod::Params, PartitionMethod::PipeDream,
@@ -189,7 +130,7 @@ void run(const PartitionOptions& o, int& exit_code) {
     }
     const std::string unit = planner.graph().time_unit;
     fmt::print("{} on {} devices, {}, limit {} per device\n", planner.graph().name, planner.schedule().num_devices,
-               planner.schedule().name, format_bytes(o.memory_limit.value, bytes_of(o)));
+               planner.schedule().name, format_bytes(o.request.memory_limit.value, bytes_of(o)));
     fmt::print("{:<10} {:>8} {:>8} {:>14} {:>14} {:>12}\n", "method", "max b", "b", "bottleneck", "step", "peak");
     for (const CheckedPlan& out : outcomes) {
       double peak = 0;
@@ -207,7 +148,7 @@ void run(const PartitionOptions& o, int& exit_code) {
       fmt::print("time budget reached: each method's plan is the best it found by then\n");
     return;
   }
-  const CheckedPlan out = planner.plan(parse_partition_method(o.method));
+  const CheckedPlan out = planner.plan(parse_partition_method(o.request.method));
   if (!o.svg.empty()) {
     const PartitionProblem problem = planner.problem(out.microbatch_size);
     // Before: PipeDream's compute-balanced split with everything kept.
@@ -217,7 +158,7 @@ void run(const PartitionOptions& o, int& exit_code) {
     write_text_file(o.svg, render_memory_bars(before, after, problem.budget));
   }
   if (!o.output.empty()) {
-    if (!out.result.fits) throw Error(does_not_fit(out, planner, o) + "; no plan written");
+    if (!out.result.fits) throw Error(does_not_fit(out, planner, o.request) + "; no plan written");
     write_text_file(o.output, partition_plan_to_json(out.plan));
   }
   if (o.json)
@@ -230,63 +171,48 @@ void run(const PartitionOptions& o, int& exit_code) {
 
 }  // namespace
 
-AppliedPlan apply_plan_file(const std::string& path, const Schedule& schedule, double memory_limit) {
-  const PartitionPlan plan = load_partition_plan(path);
-  ModelOptions model;
-  model.model = plan.model;
-  model.hardware = plan.hardware;
-  model.microbatch_size = plan.shape.microbatch_size;
-  model.seq_len = plan.shape.seq_len;
-  const CostGraph graph = load_model_graph(model);
-  const HardwareProfile& hardware = find_hardware(plan.hardware);
-  AggregationOptions aggregation;
-  aggregation.device_link = {0, link_bandwidth_per_ms(hardware, Interconnect::NvLink)};
-  aggregation.host_link = {0, per_time_unit(graph, plan.host_bandwidth)};
-  aggregation.memory_capacity = {memory_limit > 0 ? memory_limit : plan.memory_limit};
-  return apply_partition_plan(plan, graph, schedule, aggregation, path);
-}
-
 void add_partition_command(CLI::App& app, int& exit_code) {
   auto* command = app.add_subcommand(
       "partition", "Memory-aware stage boundaries at operator granularity, with per-operator recompute and offload");
   auto o = std::make_shared<PartitionOptions>();
-  o->schedule.spec = "1f1b";
-  command->add_option("--model", o->model.model, "Zoo name or cost-graph file (.json)")->required();
-  add_model_shape_options(command, o->model);
-  command->add_option("--schedule", o->schedule.spec, "Built-in schedule or file whose in-flight counts apply")
+  o->request.schedule.spec = "1f1b";
+  command->add_option("--model", o->request.model.model, "Zoo name or cost-graph file (.json)")->required();
+  add_model_shape_options(command, o->request.model);
+  command->add_option("--schedule", o->request.schedule.spec, "Built-in schedule or file whose in-flight counts apply")
       ->capture_default_str();
-  command->add_option("-p,--devices", o->schedule.devices, "Devices: the schedule program's parameter p [4]")
+  command->add_option("-p,--devices", o->request.schedule.devices, "Devices: the schedule program's parameter p [4]")
       ->check(whole_number_at_least(1));
   command
-      ->add_option("-m,--microbatches", o->schedule.microbatches,
+      ->add_option("-m,--microbatches", o->request.schedule.microbatches,
                    "Micro-batches per step: the schedule program's parameter m [2p for built-ins]")
       ->check(whole_number_at_least(1));
   command
-      ->add_option("-v,--chunks", o->schedule.chunks,
+      ->add_option("-v,--chunks", o->request.schedule.chunks,
                    "Stages per device: the schedule program's parameter v, where it has one [its default]")
       ->check(whole_number_at_least(1));
-  command->add_option("-D,--define", o->schedule.defines,
+  command->add_option("-D,--define", o->request.schedule.defines,
                       "Set any parameter of the schedule's program, built-in or .fps: -D name=value (repeatable)");
-  add_quantity_option(command, "--memory-limit", o->memory_limit, QuantityKind::Size, QuantityRange::Positive,
+  add_quantity_option(command, "--memory-limit", o->request.memory_limit, QuantityKind::Size, QuantityRange::Positive,
                       kBytesExamples, "Memory per device: 80GiB, 85.9GB or bytes")
       ->required();
-  add_quantity_option(command, "--host-bandwidth", o->host_bandwidth, QuantityKind::Bandwidth,
+  add_quantity_option(command, "--host-bandwidth", o->request.host_bandwidth, QuantityKind::Bandwidth,
                       QuantityRange::NonNegativeOrInfinite, kBytesPerSecondExamples,
                       "Host link: 64GB/s or bytes per second; 0: no offloading, inf: no limit [the hardware's PCIe]");
-  command->add_option("--method", o->method, "dawn, uniform, params, pipedream, vpipe or exhaustive")
+  command->add_option("--method", o->request.method, "dawn, uniform, params, pipedream, vpipe or exhaustive")
       ->capture_default_str()
       ->check(CLI::IsMember({"dawn", "uniform", "params", "pipedream", "vpipe", "exhaustive"}));
-  command->add_option("--solver", o->solver, "Memory decisions: exact, greedy or auto (exact on small stages)")
+  command->add_option("--solver", o->request.solver, "Memory decisions: exact, greedy or auto (exact on small stages)")
       ->capture_default_str()
       ->check(CLI::IsMember({"exact", "greedy", "auto"}));
-  command->add_flag("--max-batch", o->max_batch, "Find the largest micro-batch size that fits, then plan for it");
-  command->add_option("--max-batch-limit", o->max_batch_limit, "Largest micro-batch size --max-batch tries")
+  command->add_flag("--max-batch", o->request.max_batch,
+                    "Find the largest micro-batch size that fits, then plan for it");
+  command->add_option("--max-batch-limit", o->request.max_batch_limit, "Largest micro-batch size --max-batch tries")
       ->capture_default_str()
       ->check(whole_number_at_least(1));
   command->add_flag("--compare", o->compare, "Run every method (not exhaustive) and print one line each");
   command->add_option("-o,--output", o->output, "Write the plan (JSON, docs/partition-plan.md)");
   command->add_flag("--json", o->json, "Print the plan as JSON");
-  add_quantity_option(command, "--time-budget", o->time_budget, QuantityKind::Time, QuantityRange::Positive,
+  add_quantity_option(command, "--time-budget", o->request.time_budget, QuantityKind::Time, QuantityRange::Positive,
                       kSecondsExamples,
                       "How long the partitioner may take (30s, 2min or seconds), reading the model included; then it "
                       "answers with the best plan found by then [no limit]");

@@ -2,13 +2,12 @@
 // cost graph, which `simulate --model FILE`, the partitioner and `train --schedule auto` read.
 #include <fmt/format.h>
 
+#include "flexpipe/launch/launcher.h"
+#include "flexpipe/launch/runtime_loader.h"
 #include "flexpipe/train/device.h"
 #include "flexpipe/train/trainable_model.h"
-#include "launcher.h"
 #include "number_checks.h"
 #include "options.h"
-#include "runtime_loader.h"
-#include "training_options.h"
 
 namespace flexpipe::cli {
 

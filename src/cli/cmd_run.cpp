@@ -3,10 +3,10 @@
 // and before any rank talks to another.
 #include <fmt/format.h>
 
+#include "flexpipe/launch/runtime_loader.h"
 #include "flexpipe/support/error.h"
 #include "number_checks.h"
-#include "runtime_loader.h"
-#include "training_options.h"
+#include "options.h"
 
 namespace flexpipe::cli {
 

@@ -5,10 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "build_commit.h"
+#include "flexpipe/launch/python_package.h"
+#include "flexpipe/launch/runtime_loader.h"
 #include "flexpipe/support/error.h"
 #include "options.h"
-#include "python_package.h"
-#include "runtime_loader.h"
 
 namespace flexpipe::cli {
 

@@ -1,7 +1,7 @@
-#pragma once
 // The checks every numeric option uses, with one message shape ("--devices: must be a whole number of
 // at least 1, got 0"; "--memory-limit: '80 GiBs' is not a size; write 80GiB, 85.9GB or 85899345920"),
 // so that no value is silently replaced by a default and no message shows CLI11's internal ranges.
+#pragma once
 #include <string>
 
 #include <CLI/CLI.hpp>

@@ -1,3 +1,4 @@
+// Command-line mistakes as one `error:` line: CLI11's messages prefixed and named, typos given the closest known word.
 #include "parse_errors.h"
 
 #include <algorithm>

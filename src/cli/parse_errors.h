@@ -1,6 +1,6 @@
-#pragma once
 // Command-line mistakes as one `error:` line: CLI11's own messages get the prefix and the subcommand's
 // name, and a mistyped subcommand or option gets the closest known one ("did you mean").
+#pragma once
 #include <string>
 #include <vector>
 

@@ -29,19 +29,35 @@ std::string describe_extension(const std::string& ext) {
 
 }  // namespace
 
-bool looks_like_file(const std::string& spec) {
-  return spec.find('/') != std::string::npos || spec.find('\\') != std::string::npos ||
-         std::filesystem::path(spec).has_extension();
+ScheduleSource schedule_source(const std::string& spec) {
+  if (spec == "auto") return ScheduleSource::Auto;
+  const bool file = spec.find('/') != std::string::npos || spec.find('\\') != std::string::npos ||
+                    std::filesystem::path(spec).has_extension();
+  if (!file) return ScheduleSource::Builtin;
+  const std::string ext = lower_extension(spec);
+  if (ext == ".fps") return ScheduleSource::Program;
+  if (ext == ".csv") return ScheduleSource::PytorchCsv;
+  if (ext == ".json") return ScheduleSource::ScheduleJson;
+  return ScheduleSource::OtherFile;
 }
 
+bool is_schedule_file(ScheduleSource source) {
+  return source != ScheduleSource::Builtin && source != ScheduleSource::Auto;
+}
+
+bool looks_like_file(const std::string& spec) { return is_schedule_file(schedule_source(spec)); }
+
 Schedule load_schedule(const std::string& spec, const ScheduleParams& params, const CsvReadOptions& csv) {
-  if (!looks_like_file(spec)) return compile_builtin(spec, params).schedule;
-  const std::string ext = lower_extension(spec);
-  if (ext == ".csv") return load_pytorch_csv(spec, csv);
-  if (ext == ".json") return parse_schedule_json(read_text_file(spec), spec);
-  if (ext == ".fps") return load_program(spec).schedule;
+  switch (schedule_source(spec)) {
+    case ScheduleSource::Builtin:
+    case ScheduleSource::Auto: return compile_builtin(spec, params).schedule;
+    case ScheduleSource::PytorchCsv: return load_pytorch_csv(spec, csv);
+    case ScheduleSource::ScheduleJson: return parse_schedule_json(read_text_file(spec), spec);
+    case ScheduleSource::Program: return load_program(spec).schedule;
+    case ScheduleSource::OtherFile: break;
+  }
   throw Error(fmt::format("{}: cannot load a schedule from {} (expected .fps, .csv for PyTorch's CSV or .json)", spec,
-                          describe_extension(ext)));
+                          describe_extension(lower_extension(spec))));
 }
 
 void save_schedule(const Schedule& schedule, const std::string& path) {

@@ -1,6 +1,6 @@
-#pragma once
 // Runs the real flexpipe binary from a test: each test gets its own scratch directory, and a run
 // returns the exit code with everything written to stdout and stderr.
+#pragma once
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -77,6 +77,32 @@ TEST(ScheduleIoSpec, LooksLikeFile) {
   EXPECT_TRUE(looks_like_file("./1f1b"));
 }
 
+// The one rule every command applies to a schedule argument (docs/architecture.md).
+TEST(ScheduleIoSpec, SourceIsANameAutoOrAFileByExtension) {
+  EXPECT_EQ(schedule_source("1f1b"), ScheduleSource::Builtin);
+  EXPECT_EQ(schedule_source("interleaved_1f1b"), ScheduleSource::Builtin);
+  EXPECT_EQ(schedule_source("auto"), ScheduleSource::Auto);
+  EXPECT_EQ(schedule_source("dir/auto"), ScheduleSource::OtherFile);  // a path, even with a built-in's name
+  EXPECT_EQ(schedule_source("./1f1b"), ScheduleSource::OtherFile);
+  EXPECT_EQ(schedule_source("a.fps"), ScheduleSource::Program);
+  EXPECT_EQ(schedule_source("dir/A.FPS"), ScheduleSource::Program);  // the extension in any case
+  EXPECT_EQ(schedule_source("s.json"), ScheduleSource::ScheduleJson);
+  EXPECT_EQ(schedule_source("s.csv"), ScheduleSource::PytorchCsv);
+  EXPECT_EQ(schedule_source("my.schedule"), ScheduleSource::OtherFile);
+  for (const char* spec : {"1f1b", "auto"}) EXPECT_FALSE(is_schedule_file(schedule_source(spec))) << spec;
+  for (const char* spec : {"a.fps", "s.json", "s.csv", "dir/x"})
+    EXPECT_TRUE(is_schedule_file(schedule_source(spec))) << spec;
+}
+
+TEST_F(ScheduleIo, AFileOfAnotherFormatOrAMissingOneIsNamedInTheError) {
+  EXPECT_EQ(error_of([&] { load_schedule(path("s.txt"), {}); }),
+            path("s.txt") + ": cannot load a schedule from '.txt' (expected .fps, .csv for PyTorch's CSV or .json)");
+  EXPECT_EQ(error_of([&] { load_schedule(path("missing.fps"), {}); }),
+            path("missing.fps") + ": cannot read: No such file or directory");
+  EXPECT_EQ(error_of([&] { load_schedule(path("missing.json"), {}); }),
+            path("missing.json") + ": cannot read: No such file or directory");
+}
+
 TEST_F(ScheduleIo, LoadsByExtensionOrBuiltinName) {
   const Schedule csv = load_schedule(kData + "handwritten_1f1b_2rank_4mb.csv", {});
   EXPECT_EQ(csv.name, "handwritten_1f1b_2rank_4mb");

@@ -2,7 +2,7 @@
 // handlers write to (SIGCHLD, and the SIGINT/SIGTERM/SIGHUP it relays), on the ranks' output pipes
 // under --tag-output, and on the shutdown deadlines. Every rank runs in its own process group, so
 // that a signal to the group also reaches whatever the rank started (data-loader workers, shells).
-#include "launcher.h"
+#include "flexpipe/launch/launcher.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -28,7 +28,7 @@
 
 extern char** environ;
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 namespace {
 
@@ -299,4 +299,4 @@ int launch(const LaunchOptions& options) {
   return Supervisor(options, port, relay).run();
 }
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

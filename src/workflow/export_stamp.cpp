@@ -1,15 +1,16 @@
-#include "export_stamp.h"
+// The stamp of an export: a checksum of what it was made from, written beside it once it succeeded.
+#include "flexpipe/workflow/export_stamp.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <vector>
 
+#include "flexpipe/launch/python_package.h"
 #include "flexpipe/support/checksum.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
-#include "python_package.h"
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 namespace {
 
@@ -58,4 +59,4 @@ void write_export_stamp(const std::string& export_dir, const std::string& stamp)
   if (!stamp.empty()) write_text_file(stamp_path(export_dir).string(), stamp + "\n");
 }
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

@@ -8,10 +8,10 @@
 
 #include <fmt/format.h>
 
+#include "flexpipe/launch/launcher.h"
 #include "flexpipe/support/error.h"
-#include "launcher.h"
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 int free_tcp_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -31,4 +31,4 @@ int free_tcp_port() {
   return ntohs(address.sin_port);
 }
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

@@ -1,4 +1,5 @@
-#include "python_package.h"
+// The project's Python package run in the environment's interpreter: replacing this process, or as a child.
+#include "flexpipe/launch/python_package.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,7 +14,7 @@
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/exit_status.h"
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 namespace {
 std::string from_environment(const char* name, const char* fallback) {
@@ -95,4 +96,4 @@ int run_python_package(const std::vector<std::string>& arguments) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

@@ -1,5 +1,5 @@
-#pragma once
 // flexpipe launch's output: its own report lines, and --tag-output's line-by-line relay of a rank's stdout or stderr.
+#pragma once
 #include <unistd.h>
 
 #include <string>
@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 // Writes all of `text` across partial writes, interrupted calls and a non-blocking descriptor.
 // False on an error: EPIPE means the reader is gone.
@@ -57,4 +57,4 @@ class TaggedStream {
   std::string partial_;  // the start of a line not yet complete
 };
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

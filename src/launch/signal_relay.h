@@ -1,11 +1,11 @@
-#pragma once
 // flexpipe launch's signal relay: the handlers that wake its poll loop through a self-pipe, installed for one launch.
+#pragma once
 #include <signal.h>
 
 #include <array>
 #include <vector>
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 // The signals relayed to the ranks. One that was ignored when the launcher started (nohup, a
 // background job of a script) stays ignored, as it would be for the command run directly.
@@ -40,4 +40,4 @@ class SignalRelay {
   std::array<struct sigaction, kHandledSignals.size()> entry_{};
 };
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

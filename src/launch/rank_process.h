@@ -1,15 +1,15 @@
-#pragma once
 // One rank of flexpipe launch: what the supervisor knows of its process, and how that process is started.
+#pragma once
 #include <sys/types.h>
 
 #include <string>
 #include <vector>
 
-#include "launcher.h"
+#include "flexpipe/launch/launcher.h"
 #include "output_relay.h"
 #include "signal_relay.h"
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 struct Rank {
   int index = 0;  // the global rank: node_rank * ranks per node + local rank
@@ -32,4 +32,4 @@ enum class Started { kYes, kNotExecuted, kNotStarted };
 Started spawn_rank(Rank& rank, const LaunchOptions& options, int master_port, const std::vector<std::string>& base,
                    const SignalRelay& relay);
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

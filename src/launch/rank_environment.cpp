@@ -3,9 +3,9 @@
 #include <utility>
 #include <vector>
 
-#include "launcher.h"
+#include "flexpipe/launch/launcher.h"
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 std::vector<std::string> rank_environment(const std::vector<std::string>& base, const RankPlace& place,
                                           const std::string& master_addr, int master_port) {
@@ -47,4 +47,4 @@ std::vector<std::string> rank_environment(const std::vector<std::string>& base, 
   return env;
 }
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

@@ -1,12 +1,12 @@
-#pragma once
 // flexpipe launch's process logic, torch-free and plain POSIX: start this node's ranks of one command
 // with torchrun's environment (one launcher per node, torchrun's static rendezvous: node R of N starts
 // global ranks R*K .. R*K+K-1), relay the launcher's signals to them, and end them together when one
 // fails, so that a dead peer never leaves the others hanging in a collective.
+#pragma once
 #include <string>
 #include <vector>
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 struct LaunchOptions {
   int ranks = 0;                     // on this node (--nproc-per-node), 1..kMaxRanks
@@ -58,4 +58,4 @@ int exit_code_of(int status);
 // while it runs and reaps every child of the process, not only the ranks.
 int launch(const LaunchOptions& options);
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

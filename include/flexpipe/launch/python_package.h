@@ -1,12 +1,12 @@
-#pragma once
 // The project's Python package (python/flexpipe) and the interpreter that has PyTorch: what only Python
 // can do (tracing a user's nn.Module) runs there. That interpreter is the project's Python environment
 // (scripts/setup.sh), which need not be the `python3` first on PATH.
+#pragma once
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 // FLEXPIPE_PYTHON, or the environment's interpreter the binary was built with (FLEXPIPE_PYTHON in CMake).
 std::string python_interpreter();
@@ -27,4 +27,4 @@ PythonVersions python_versions();
 // Runs `python3 -m flexpipe ARGS...` as a child (its output is this process's) and returns its exit code.
 int run_python_package(const std::vector<std::string>& arguments);
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

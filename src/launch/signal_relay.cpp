@@ -11,7 +11,7 @@
 
 #include "flexpipe/support/error.h"
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 namespace {
 
@@ -90,4 +90,4 @@ void SignalRelay::restore_in_child() const {
   }
 }
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe

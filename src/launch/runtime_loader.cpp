@@ -1,4 +1,5 @@
-#include "runtime_loader.h"
+// Loading the runtime (libflexpipe_runtime.so) with dlopen and calling its entry points.
+#include "flexpipe/launch/runtime_loader.h"
 
 #include <dlfcn.h>
 
@@ -9,7 +10,7 @@
 
 #include "flexpipe/support/error.h"
 
-namespace flexpipe::cli {
+namespace flexpipe {
 
 namespace {
 
@@ -50,4 +51,4 @@ runtime::RuntimeFacts runtime_facts() {
   return facts;
 }
 
-}  // namespace flexpipe::cli
+}  // namespace flexpipe
