@@ -29,10 +29,10 @@ namespace flexpipe {
 
 namespace {
 
-using detail::describe_json;
-using detail::json_child;
-using detail::json_element;
-using detail::number_json;
+using interop::describe_json;
+using interop::json_child;
+using interop::json_element;
+using interop::number_json;
 using nlohmann::json;
 using ordered = nlohmann::ordered_json;
 
@@ -109,7 +109,7 @@ class LazyPath {
   std::string_view key_;
 };
 
-class Reader : public detail::JsonPathReader {
+class Reader : public interop::JsonPathReader {
  public:
   explicit Reader(const std::string& origin) : JsonPathReader(origin) {}
 
@@ -143,7 +143,7 @@ class Reader : public detail::JsonPathReader {
       rates.flop_rate = positive(hardware["flop_rate"], "hardware.flop_rate");
       // Bytes per time unit; a datasheet's "3.35TB/s" is converted into it.
       rates.byte_rate = hardware["byte_rate"].is_string()
-                            ? detail::quantity_in_declared_units(*this, hardware["byte_rate"], "hardware.byte_rate",
+                            ? interop::quantity_in_declared_units(*this, hardware["byte_rate"], "hardware.byte_rate",
                                                                  QuantityKind::Bandwidth, {result.time_unit, "bytes"})
                             : number(hardware["byte_rate"], "hardware.byte_rate");
       if (rates.byte_rate == 0) fail("hardware.byte_rate", "must be positive, got 0");
@@ -152,8 +152,8 @@ class Reader : public detail::JsonPathReader {
     if (document.contains("link")) {
       const json& link = document["link"];
       require_object(link, "link");
-      only_known_keys(link, "link", detail::kLinkKeys);
-      result.link = detail::read_link_fields(*this, link, "link", Link{}, {result.time_unit, "bytes"});
+      only_known_keys(link, "link", interop::kLinkKeys);
+      result.link = interop::read_link_fields(*this, link, "link", Link{}, {result.time_unit, "bytes"});
     }
     if (document.contains("layers")) read_layers(document["layers"], result);
     if (!document.contains("nodes")) fail("nodes", "missing (a cost graph lists its operators)");
@@ -195,7 +195,7 @@ class Reader : public detail::JsonPathReader {
   double number_at(const json& value, const LazyPath& path) const {
     if (value.is_number()) {
       const double result = value.get<double>();
-      if (result >= 0 && result <= detail::kLargestNumber) return result;
+      if (result >= 0 && result <= interop::kLargestNumber) return result;
     }
     return number(value, path.str());
   }
@@ -217,7 +217,7 @@ class Reader : public detail::JsonPathReader {
   double amount_at(const json& value, const LazyPath& path, Amount amount) const {
     // A graph counts memory in bytes whatever its time unit, so a size always converts.
     if (amount == Amount::Bytes && value.is_string())
-      return detail::quantity_in_declared_units(*this, value, path.str(), QuantityKind::Size, {"unit", "bytes"});
+      return interop::quantity_in_declared_units(*this, value, path.str(), QuantityKind::Size, {"unit", "bytes"});
     return number_at(value, path);
   }
 
@@ -733,7 +733,7 @@ std::optional<CostGraph> read_streaming(const std::string& text, const std::stri
 CostGraph parse_cost_graph(const std::string& text, const std::string& origin) {
   std::optional<CostGraph> graph = read_streaming(text, origin);
   if (!graph) {
-    const json document = detail::parse_json_text(text, origin, "invalid JSON", detail::ColumnUnit::Byte);
+    const json document = interop::parse_json_text(text, origin, "invalid JSON", interop::ColumnUnit::Byte);
     graph = Reader(origin).graph(document);
   }
   validate_cost_graph(*graph, origin);
@@ -743,7 +743,7 @@ CostGraph parse_cost_graph(const std::string& text, const std::string& origin) {
 CostGraph load_cost_graph(const std::string& path) { return parse_cost_graph(read_text_file(path), path); }
 
 std::string cost_graph_to_json(const CostGraph& graph) {
-  ordered out = detail::format_header<ordered>(kFormat, kVersion);
+  ordered out = interop::format_header<ordered>(kFormat, kVersion);
   out["name"] = graph.name;
   out["time_unit"] = graph.time_unit;
   out["reference"] = {{"microbatch_size", number_json(graph.reference.microbatch_size)},
@@ -752,7 +752,7 @@ std::string cost_graph_to_json(const CostGraph& graph) {
     out["hardware"] = {{"name", graph.hardware->name},
                        {"flop_rate", number_json(graph.hardware->flop_rate)},
                        {"byte_rate", number_json(graph.hardware->byte_rate)}};
-  if (graph.link) out["link"] = detail::link_json(*graph.link);
+  if (graph.link) out["link"] = interop::link_json(*graph.link);
   out["layers"] = ordered::array();
   for (const LayerInfo& layer : graph.layers)
     out["layers"].push_back({{"name", layer.name}, {"role", layer_role_name(layer.role)}});

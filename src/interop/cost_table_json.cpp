@@ -22,13 +22,13 @@ namespace flexpipe {
 
 namespace {
 
-using detail::add_link_fields;
-using detail::describe_json;
-using detail::json_child;
-using detail::json_element;
-using detail::kLinkKeys;
-using detail::link_json;
-using detail::number_json;
+using interop::add_link_fields;
+using interop::describe_json;
+using interop::json_child;
+using interop::json_element;
+using interop::kLinkKeys;
+using interop::link_json;
+using interop::number_json;
 using nlohmann::json;
 
 constexpr std::string_view kFormat = "flexpipe-costs";
@@ -46,13 +46,13 @@ constexpr std::string_view kLinkOverrideKeys[] = {"src",      "dst",         "la
                                                   "send_cpu", "receive_cpu", "cpu_bandwidth", "rendezvous"};
 
 // Reads one parsed document; every failure names the origin and the JSON path.
-class Reader : public detail::JsonPathReader {
+class Reader : public interop::JsonPathReader {
  public:
   Reader(const std::string& origin, int expected_stages) : JsonPathReader(origin), expected_stages_(expected_stages) {}
 
   // A time, size or bandwidth: a number in the table's unit, or a string with a unit converted into it.
   double quantity(const json& value, const std::string& path, QuantityKind kind) const {
-    return detail::quantity_in_declared_units(*this, value, path, kind, units_);
+    return interop::quantity_in_declared_units(*this, value, path, kind, units_);
   }
 
   // null stands for "no limit" (infinite bandwidth, unlimited memory).
@@ -116,7 +116,7 @@ class Reader : public detail::JsonPathReader {
 
   // Fields left out keep their value in `defaults`.
   Link link(const json& object, const std::string& path, const Link& defaults) const {
-    return detail::read_link_fields(*this, object, path, defaults, units_);
+    return interop::read_link_fields(*this, object, path, defaults, units_);
   }
 
   CostTable table(const json& document, StatedCosts* stated) {
@@ -234,7 +234,7 @@ class Reader : public detail::JsonPathReader {
   }
 
   int expected_stages_;          // 0: any number
-  detail::DeclaredUnits units_;  // the table's own, once read
+  interop::DeclaredUnits units_;  // the table's own, once read
 };
 
 nlohmann::ordered_json stage_json(const StageCosts& stage) {
@@ -263,7 +263,7 @@ nlohmann::ordered_json stage_json(const StageCosts& stage) {
 
 CostTable parse_cost_table(const std::string& text, const std::string& origin, int expected_stages,
                            StatedCosts* stated) {
-  const json document = detail::parse_json_text(text, origin, "invalid JSON", detail::ColumnUnit::Byte);
+  const json document = interop::parse_json_text(text, origin, "invalid JSON", interop::ColumnUnit::Byte);
   return Reader(origin, expected_stages).table(document, stated);
 }
 
@@ -272,7 +272,7 @@ CostTable load_cost_table(const std::string& path, int expected_stages, StatedCo
 }
 
 std::string cost_table_to_json(const CostTable& costs) {
-  nlohmann::ordered_json out = detail::format_header<nlohmann::ordered_json>(kFormat, kVersion);
+  nlohmann::ordered_json out = interop::format_header<nlohmann::ordered_json>(kFormat, kVersion);
   out["time_unit"] = costs.time_unit;
   out["memory_unit"] = costs.memory_unit;
   const bool all_equal =

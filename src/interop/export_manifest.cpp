@@ -33,7 +33,7 @@ constexpr std::array<std::pair<const char*, ElementType>, 10> kElementTypes = {{
 
 // Every error names the manifest and the field, as a path from the document's root, like the
 // other JSON readers'.
-class ManifestReader : public detail::JsonPathReader {
+class ManifestReader : public interop::JsonPathReader {
  public:
   explicit ManifestReader(const std::string& origin) : JsonPathReader(origin) {}
 
@@ -41,24 +41,24 @@ class ManifestReader : public detail::JsonPathReader {
   const Json& field(const Json& object, const std::string& path, const char* key) const {
     require_object(object, path);
     if (!object.contains(key))
-      fail(detail::json_child(path, key), "missing (written by another version of flexpipe export? export again)");
+      fail(interop::json_child(path, key), "missing (written by another version of flexpipe export? export again)");
     return object.at(key);
   }
   const Json& list(const Json& object, const std::string& path, const char* key) const {
     const Json& v = field(object, path, key);
-    if (!v.is_array()) fail(detail::json_child(path, key), "expected a list, got " + detail::describe_json(v));
+    if (!v.is_array()) fail(interop::json_child(path, key), "expected a list, got " + interop::describe_json(v));
     return v;
   }
   std::string text(const Json& object, const std::string& path, const char* key) const {
-    return JsonPathReader::text(field(object, path, key), detail::json_child(path, key));
+    return JsonPathReader::text(field(object, path, key), interop::json_child(path, key));
   }
   int count(const Json& object, const std::string& path, const char* key) const {
-    return JsonPathReader::count(field(object, path, key), detail::json_child(path, key));
+    return JsonPathReader::count(field(object, path, key), interop::json_child(path, key));
   }
   bool flag(const Json& object, const std::string& path, const char* key) const {
     if (!object.contains(key)) return false;
     const Json& v = object.at(key);
-    if (!v.is_boolean()) fail(detail::json_child(path, key), "expected true or false, got " + detail::describe_json(v));
+    if (!v.is_boolean()) fail(interop::json_child(path, key), "expected true or false, got " + interop::describe_json(v));
     return v.get<bool>();
   }
   ElementType dtype(const Json& object, const std::string& path) const {
@@ -67,19 +67,19 @@ class ManifestReader : public detail::JsonPathReader {
       if (name == known) return type;
     std::vector<std::string> known;
     for (const auto& entry : kElementTypes) known.emplace_back(entry.first);
-    fail(detail::json_child(path, "dtype"),
+    fail(interop::json_child(path, "dtype"),
          fmt::format("'{}' is not a type the runtime knows ({})", name, fmt::join(known, ", ")));
   }
   TensorSpec tensor(const Json& j, const std::string& path) const {
     require_object(j, path);
     TensorSpec t;
     t.name = j.contains("name") ? text(j, path, "name") : std::string();
-    const std::string shape = detail::json_child(path, "shape");
+    const std::string shape = interop::json_child(path, "shape");
     const Json& dims = list(j, path, "shape");
     for (size_t i = 0; i < dims.size(); ++i) {
       const Json& d = dims[i];
       if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > (int64_t{1} << 40))
-        fail(detail::json_element(shape, i), "expected a size (a whole number from 0), got " + d.dump());
+        fail(interop::json_element(shape, i), "expected a size (a whole number from 0), got " + d.dump());
       t.shape.push_back(d.get<int64_t>());
     }
     t.dtype = dtype(j, path);
@@ -91,7 +91,7 @@ class ManifestReader : public detail::JsonPathReader {
     const Json& entries = list(object, path, key);
     std::vector<TensorSpec> result;
     for (size_t i = 0; i < entries.size(); ++i)
-      result.push_back(tensor(entries[i], detail::json_element(detail::json_child(path, key), i)));
+      result.push_back(tensor(entries[i], interop::json_element(interop::json_child(path, key), i)));
     return result;
   }
   // Per entry of object[key] (already read as tensors): its state_dict names, none where it lists none.
@@ -102,12 +102,12 @@ class ManifestReader : public detail::JsonPathReader {
     for (size_t i = 0; i < entries.size(); ++i) {
       std::vector<std::string> names;
       if (entries[i].contains("state_dict")) {
-        const std::string at = detail::json_child(detail::json_element(detail::json_child(path, key), i), "state_dict");
+        const std::string at = interop::json_child(interop::json_element(interop::json_child(path, key), i), "state_dict");
         const Json& listed = entries[i].at("state_dict");
-        if (!listed.is_array()) fail(at, "expected a list of names, got " + detail::describe_json(listed));
+        if (!listed.is_array()) fail(at, "expected a list of names, got " + interop::describe_json(listed));
         for (size_t n = 0; n < listed.size(); ++n) {
           if (!listed[n].is_string())
-            fail(detail::json_element(at, n), "expected a name, got " + detail::describe_json(listed[n]));
+            fail(interop::json_element(at, n), "expected a name, got " + interop::describe_json(listed[n]));
           names.push_back(listed[n].get<std::string>());
         }
       }
@@ -155,7 +155,7 @@ std::vector<int> tied_chunks(const Json& parameter, const ChunkSpec& chunk, size
   const Json& tied = parameter.at("tied_chunks");
   if (!tied.is_array()) r.fail(field, fmt::format("expected a list of the other chunks' indices, got {}", tied.dump()));
   if (chunk.parameter_state_names[i].empty())
-    r.fail(detail::json_element(detail::json_child(where, "parameters"), i),
+    r.fail(interop::json_element(interop::json_child(where, "parameters"), i),
            "a tied weight needs its state_dict names");
   for (const Json& other : tied) {
     if (!other.is_number_integer() || other.get<int64_t>() < 0 || other.get<int64_t>() >= static_cast<int64_t>(chunks))
@@ -173,7 +173,7 @@ PieceSpec piece_of(const Json& p, const std::string& at, const ManifestReader& r
   piece.file = r.text(p, at, "file");
   piece.memory = r.text(p, at, "memory");
   if (piece.memory != "keep" && piece.memory != "recompute" && piece.memory != "offload")
-    r.fail(detail::json_child(at, "memory"), fmt::format("'{}' is not keep, recompute or offload", piece.memory));
+    r.fail(interop::json_child(at, "memory"), fmt::format("'{}' is not keep, recompute or offload", piece.memory));
   if (p.contains("first") && p.contains("last")) {
     piece.first = r.text(p, at, "first");
     piece.last = r.text(p, at, "last");
@@ -239,7 +239,7 @@ bool is_floating(ElementType type) {
 }
 
 ExportManifest parse_export_manifest(const std::string& text, const std::string& path) {
-  const Json j = detail::parse_json_text(text, path, "invalid JSON", detail::ColumnUnit::Byte);
+  const Json j = interop::parse_json_text(text, path, "invalid JSON", interop::ColumnUnit::Byte);
   const ManifestReader r(path);
   r.require_object(j, "");
   r.check_format_header(j, "flexpipe export manifest", "flexpipe-export", 1);
@@ -251,7 +251,7 @@ ExportManifest parse_export_manifest(const std::string& text, const std::string&
   m.outputs = r.tensors(j, "", "outputs");
   const Json& chunks = j.contains("chunks") ? j.at("chunks") : Json();
   if (!chunks.is_array())
-    r.fail("chunks", "expected a list with one entry per chunk, got " + detail::describe_json(chunks));
+    r.fail("chunks", "expected a list with one entry per chunk, got " + interop::describe_json(chunks));
   if (chunks.empty()) r.fail("chunks", "empty: an export has at least one chunk");
   for (size_t k = 0; k < chunks.size(); ++k) m.chunks.push_back(chunk_of(chunks[k], k, chunks.size(), r));
   check_tied_parameters(m, r);
@@ -260,7 +260,7 @@ ExportManifest parse_export_manifest(const std::string& text, const std::string&
   m.loss.file = r.text(loss, "loss", "file");
   const Json& inputs = r.list(loss, "loss", "inputs");
   for (size_t i = 0; i < inputs.size(); ++i)
-    m.loss.inputs.push_back(r.JsonPathReader::text(inputs[i], detail::json_element("loss.inputs", i)));
+    m.loss.inputs.push_back(r.JsonPathReader::text(inputs[i], interop::json_element("loss.inputs", i)));
   if (loss.contains("target") && !loss.at("target").is_null())
     m.loss.target = r.tensor(loss.at("target"), "loss.target");
   return m;

@@ -7,7 +7,7 @@
 
 #include "flexpipe/support/error.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::interop {
 
 namespace {
 
@@ -86,4 +86,4 @@ double quantity_in_declared_units(const JsonPathReader& reader, const nlohmann::
   return result;
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::interop

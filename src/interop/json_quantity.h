@@ -10,7 +10,7 @@
 #include "flexpipe/support/quantity.h"
 #include "json_reader.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::interop {
 
 // The units a file declares: every time in `time_unit`, every size in `memory_unit`, every bandwidth
 // in `memory_unit` per `time_unit`. "unit" (the default) is a count that no written unit converts into.
@@ -26,4 +26,4 @@ struct DeclaredUnits {
 double quantity_in_declared_units(const JsonPathReader& reader, const nlohmann::json& value, const std::string& path,
                                   QuantityKind kind, const DeclaredUnits& units);
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::interop

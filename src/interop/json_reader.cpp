@@ -12,7 +12,7 @@
 
 #include "flexpipe/support/error.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::interop {
 
 using nlohmann::json;
 
@@ -143,4 +143,4 @@ nlohmann::ordered_json number_json(double value) {
   return value;
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::interop

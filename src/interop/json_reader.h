@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace flexpipe::detail {
+namespace flexpipe::interop {
 
 // Schedule files have always reported syntax-error columns in UTF-8 characters and the cost formats
 // in bytes; both are kept so that no message changes.
@@ -67,4 +67,4 @@ class JsonPathReader {
   const std::string& origin_;
 };
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::interop

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-namespace flexpipe::detail {
+namespace flexpipe::interop {
 
 namespace {
 
@@ -58,4 +58,4 @@ nlohmann::ordered_json link_json(const Link& link) {
   return out;
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::interop

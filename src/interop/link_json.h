@@ -10,7 +10,7 @@
 #include "json_quantity.h"
 #include "json_reader.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::interop {
 
 // The keys a link object may hold.
 inline constexpr std::string_view kLinkKeys[] = {"latency",     "bandwidth",     "send_cpu",
@@ -26,4 +26,4 @@ Link read_link_fields(const JsonPathReader& reader, const nlohmann::json& object
 void add_link_fields(nlohmann::ordered_json& out, const Link& link);
 nlohmann::ordered_json link_json(const Link& link);
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::interop

@@ -19,7 +19,7 @@ constexpr int kVersion = 1;
 }  // namespace
 
 std::string partition_plan_to_json(const PartitionPlan& plan) {
-  nlohmann::ordered_json j = detail::format_header<nlohmann::ordered_json>(kFormat, kVersion);
+  nlohmann::ordered_json j = interop::format_header<nlohmann::ordered_json>(kFormat, kVersion);
   j["model"] = plan.model;
   j["graph"] = plan.graph;
   j["graph_operators"] = plan.graph_operators;
@@ -49,10 +49,10 @@ std::string partition_plan_to_json(const PartitionPlan& plan) {
 }
 
 PartitionPlan parse_partition_plan(const std::string& text, const std::string& origin) {
-  using detail::json_child;
-  using detail::json_element;
-  const nlohmann::json j = detail::parse_json_text(text, origin, "partition plan", detail::ColumnUnit::Byte);
-  const detail::JsonPathReader read(origin);
+  using interop::json_child;
+  using interop::json_element;
+  const nlohmann::json j = interop::parse_json_text(text, origin, "partition plan", interop::ColumnUnit::Byte);
+  const interop::JsonPathReader read(origin);
   read.require_object(j, "");
   read.check_format_header(j, "partition plan", kFormat, kVersion);
   auto field = [&](const char* key) -> const nlohmann::json& {

@@ -15,7 +15,7 @@
 
 namespace flexpipe {
 
-using detail::json_child;
+using interop::json_child;
 using nlohmann::json;
 
 namespace {
@@ -193,7 +193,7 @@ json dependencies_to_json(const std::vector<CustomDependency>& dependencies) {
 }
 
 // Reads one JSON document into a Schedule, naming the JSON path of whatever is wrong.
-class ScheduleReader : public detail::JsonPathReader {
+class ScheduleReader : public interop::JsonPathReader {
  public:
   explicit ScheduleReader(const std::string& origin) : JsonPathReader(origin) {}
 
@@ -398,7 +398,7 @@ bool parse_action_cell(const std::string& cell, const Schedule& schedule, Action
 }
 
 json schedule_to_json(const Schedule& schedule) {
-  json out = detail::format_header<json>(kFormat, kVersion);
+  json out = interop::format_header<json>(kFormat, kVersion);
   out["name"] = schedule.name;
   out["devices"] = schedule.num_devices;
   out["microbatches"] = schedule.num_microbatches;
@@ -471,7 +471,7 @@ Schedule schedule_from_json(const json& document, const std::string& origin) {
 }
 
 Schedule parse_schedule_json(const std::string& text, const std::string& origin) {
-  const json document = detail::parse_json_text(text, origin, "JSON syntax error", detail::ColumnUnit::Utf8Character);
+  const json document = interop::parse_json_text(text, origin, "JSON syntax error", interop::ColumnUnit::Utf8Character);
   return schedule_from_json(document, origin);
 }
 

@@ -32,6 +32,14 @@ namespace flexpipe {
 
 namespace {
 
+using launcher::Rank;
+using launcher::report;
+using launcher::SignalRelay;
+using launcher::spawn_rank;
+using launcher::Started;
+using launcher::TaggedStream;
+using launcher::write_all;
+
 using Clock = std::chrono::steady_clock;
 
 const char* signal_name(int sig) {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 
-namespace flexpipe {
+namespace flexpipe::launcher {
 
 namespace {
 
@@ -84,4 +84,4 @@ void TaggedStream::close_fd() {
   fd_ = -1;
 }
 
-}  // namespace flexpipe
+}  // namespace flexpipe::launcher

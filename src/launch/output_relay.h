@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-namespace flexpipe {
+namespace flexpipe::launcher {
 
 // Writes all of `text` across partial writes, interrupted calls and a non-blocking descriptor.
 // False on an error: EPIPE means the reader is gone.
@@ -57,4 +57,4 @@ class TaggedStream {
   std::string partial_;  // the start of a line not yet complete
 };
 
-}  // namespace flexpipe
+}  // namespace flexpipe::launcher

@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-namespace flexpipe {
+namespace flexpipe::launcher {
 
 namespace {
 
@@ -143,4 +143,4 @@ Started spawn_rank(Rank& rank, const LaunchOptions& options, int master_port, co
   return Started::kNotExecuted;
 }
 
-}  // namespace flexpipe
+}  // namespace flexpipe::launcher

@@ -9,7 +9,7 @@
 #include "output_relay.h"
 #include "signal_relay.h"
 
-namespace flexpipe {
+namespace flexpipe::launcher {
 
 struct Rank {
   int index = 0;  // the global rank: node_rank * ranks per node + local rank
@@ -32,4 +32,4 @@ enum class Started { kYes, kNotExecuted, kNotStarted };
 Started spawn_rank(Rank& rank, const LaunchOptions& options, int master_port, const std::vector<std::string>& base,
                    const SignalRelay& relay);
 
-}  // namespace flexpipe
+}  // namespace flexpipe::launcher

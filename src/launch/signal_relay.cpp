@@ -11,7 +11,7 @@
 
 #include "flexpipe/support/error.h"
 
-namespace flexpipe {
+namespace flexpipe::launcher {
 
 namespace {
 
@@ -90,4 +90,4 @@ void SignalRelay::restore_in_child() const {
   }
 }
 
-}  // namespace flexpipe
+}  // namespace flexpipe::launcher

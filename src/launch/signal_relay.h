@@ -5,7 +5,7 @@
 #include <array>
 #include <vector>
 
-namespace flexpipe {
+namespace flexpipe::launcher {
 
 // The signals relayed to the ranks. One that was ignored when the launcher started (nohup, a
 // background job of a script) stays ignored, as it would be for the command run directly.
@@ -40,4 +40,4 @@ class SignalRelay {
   std::array<struct sigaction, kHandledSignals.size()> entry_{};
 };
 
-}  // namespace flexpipe
+}  // namespace flexpipe::launcher

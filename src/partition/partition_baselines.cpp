@@ -10,7 +10,7 @@
 #include "flexpipe/support/error.h"
 #include "stage_cost.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::partition {
 
 namespace {
 
@@ -171,4 +171,4 @@ PartitionResult vpipe_partition(const PartitionProblem& problem, StageCost& cost
   return result;
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::partition

@@ -11,7 +11,7 @@
 #include "flexpipe/support/error.h"
 #include "stage_cost.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::partition {
 
 namespace {
 
@@ -348,4 +348,4 @@ class BinaryPartitioner {
 
 PartitionResult binary_partition(const PartitionProblem& problem) { return BinaryPartitioner(problem).run(); }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::partition

@@ -10,7 +10,7 @@
 #include "flexpipe/support/error.h"
 #include "stage_cost.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::partition {
 
 PartitionResult exhaustive_partition(const PartitionProblem& problem) {
   const int n = problem.ops.size(), stages = problem.num_stages();
@@ -46,4 +46,4 @@ PartitionResult exhaustive_partition(const PartitionProblem& problem) {
   return best;
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::partition

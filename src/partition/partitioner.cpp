@@ -97,7 +97,7 @@ PartitionProblem make_partition_problem(const CostGraph& graph, const Shape& sha
   return problem;
 }
 
-namespace detail {
+namespace partition {
 
 void check_problem(const PartitionProblem& problem) {
   const int n = problem.ops.size(), stages = problem.num_stages();
@@ -160,9 +160,9 @@ PartitionResult decide_stages(const PartitionProblem& problem, StageCost& cost, 
   return result;
 }
 
-}  // namespace detail
+}  // namespace partition
 
-using detail::check_problem;
+using partition::check_problem;
 
 PartitionResult evaluate_partition(const PartitionProblem& problem, const std::vector<int>& starts,
                                    bool optimize_memory) {
@@ -174,8 +174,8 @@ PartitionResult evaluate_partition(const PartitionProblem& problem, const std::v
   for (int s = 0; s < stages; ++s)
     if (starts[s + 1] <= starts[s])
       throw Error(fmt::format("stage {} is empty (operators [{}, {}))", s, starts[s], starts[s + 1]));
-  detail::StageCost cost(problem);
-  if (optimize_memory) return detail::decide_stages(problem, cost, starts, true, PartitionMethod::Dawn);
+  partition::StageCost cost(problem);
+  if (optimize_memory) return partition::decide_stages(problem, cost, starts, true, PartitionMethod::Dawn);
   PartitionResult result;
   result.fits = true;
   result.bottleneck = 0;
@@ -199,18 +199,18 @@ PartitionResult partition_model(const PartitionProblem& problem, PartitionMethod
   for (int v = 0; v < n; ++v) compute[v] = problem.ops.forward[v] + problem.ops.backward[v];
   PartitionResult result;
   switch (method) {
-    case PartitionMethod::Dawn: return detail::binary_partition(problem);
-    case PartitionMethod::Exhaustive: return detail::exhaustive_partition(problem);
-    case PartitionMethod::Uniform: result = evaluate_partition(problem, detail::uniform_starts(problem), false); break;
+    case PartitionMethod::Dawn: return partition::binary_partition(problem);
+    case PartitionMethod::Exhaustive: return partition::exhaustive_partition(problem);
+    case PartitionMethod::Uniform: result = evaluate_partition(problem, partition::uniform_starts(problem), false); break;
     case PartitionMethod::Params:
-      result = evaluate_partition(problem, detail::balanced_by(problem, problem.ops.parameters), false);
+      result = evaluate_partition(problem, partition::balanced_by(problem, problem.ops.parameters), false);
       break;
     case PartitionMethod::PipeDream:
-      result = evaluate_partition(problem, detail::balanced_by(problem, compute), false);
+      result = evaluate_partition(problem, partition::balanced_by(problem, compute), false);
       break;
     case PartitionMethod::VPipe: {
-      detail::StageCost cost(problem);
-      result = detail::vpipe_partition(problem, cost, detail::balanced_by(problem, compute));
+      partition::StageCost cost(problem);
+      result = partition::vpipe_partition(problem, cost, partition::balanced_by(problem, compute));
       break;
     }
   }

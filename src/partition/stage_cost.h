@@ -11,7 +11,7 @@
 #include "flexpipe/partition/partitioner.h"
 #include "flexpipe/partition/stage_memory.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::partition {
 
 // Range sums and maxima in O(1), and the memoryless fast path of the stage cost.
 class StageCost {
@@ -159,4 +159,4 @@ std::vector<int> uniform_starts(const PartitionProblem& problem);
 std::vector<int> balanced_by(const PartitionProblem& problem, const std::vector<double>& per_operator);
 PartitionResult vpipe_partition(const PartitionProblem& problem, StageCost& cost, const std::vector<int>& starts);
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::partition

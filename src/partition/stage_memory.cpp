@@ -162,15 +162,15 @@ bool can_offload_checkpoints(const StageContext& context) {
 
 StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& stage_context,
                                       const std::vector<MemoryDecision>& decisions) {
-  const StageContext context = detail::checked_stage_context(ops, begin, end, stage_context);
+  const StageContext context = partition::checked_stage_context(ops, begin, end, stage_context);
   if (static_cast<int>(decisions.size()) != end - begin)
     throw Error(fmt::format("{} memory decisions for a stage of {} operators", decisions.size(), end - begin));
   const double k = context.in_flight;
-  const detail::FixedMemory fixed = detail::fixed_memory(ops, begin, end, context);
+  const partition::FixedMemory fixed = partition::fixed_memory(ops, begin, end, context);
   StageMemoryPlan plan;
   plan.decisions = decisions;
   plan.static_memory = fixed.static_memory;
-  const detail::StageInputs inputs = detail::stage_inputs(ops, begin, end);
+  const partition::StageInputs inputs = partition::stage_inputs(ops, begin, end);
   double kept = 0, offloaded = 0, checkpoints = 0, rebuilt_all = 0, segment = 0, largest_segment = 0;
   int segment_start = begin;
   const bool sharing = !ops.shared.empty();
@@ -183,14 +183,14 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
       case MemoryDecision::Keep: kept += ops.saved[v] - shared; break;
       case MemoryDecision::Offload: offloaded += ops.saved[v] - shared; break;
       case MemoryDecision::Recompute: {
-        const bool continues = detail::continues_segment(ops, begin, v, as_previous);
+        const bool continues = partition::continues_segment(ops, begin, v, as_previous);
         if (!continues) segment_start = v;
         const double bytes =
-            std::max(0.0, ops.saved[v] - (continues ? shared : 0) - detail::checkpointed_saved(ops, v, segment_start));
+            std::max(0.0, ops.saved[v] - (continues ? shared : 0) - partition::checkpointed_saved(ops, v, segment_start));
         segment = (continues ? segment : 0) + bytes;
         largest_segment = std::max(largest_segment, segment);
         rebuilt_all += bytes;
-        checkpoints += detail::checkpoint_bytes(ops, inputs, v, segment_start);
+        checkpoints += partition::checkpoint_bytes(ops, inputs, v, segment_start);
         plan.recompute_time += ops.forward[v];
         break;
       }
@@ -201,21 +201,21 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
   // backward ends (the runtime also moves them to the host with offloaded checkpoints; the model
   // keeps them here, which overstates such a stage's memory by at most k - 1 copies of them).
   double held = k * (kept + inputs.held), moved = offloaded;
-  detail::add_checkpoints(checkpoints, context, held, moved);
+  partition::add_checkpoints(checkpoints, context, held, moved);
   // Split, the rebuild's share is not credited against the reload (the dynamic program cannot tell it).
   plan.activation_memory =
-      held + rebuilt + detail::offloaded_held(moved, context, context.split_backward ? 0 : rebuilt);
+      held + rebuilt + partition::offloaded_held(moved, context, context.split_backward ? 0 : rebuilt);
   plan.memory = fixed.static_memory + fixed.workspace + plan.activation_memory;
   plan.offload_bytes = moved;
   plan.checkpoint_bytes = checkpoints;
   plan.input_bytes = inputs.held;
   plan.offload_checkpoints = context.offload_checkpoints;
-  plan.offload_time = detail::offload_penalty(moved, context);
+  plan.offload_time = partition::offload_penalty(moved, context);
   plan.fits = plan.memory <= context.budget && plan.offload_time < kInfinity;
   return plan;
 }
 
-namespace detail {
+namespace partition {
 
 StageInputs stage_inputs(const OperatorTable& ops, int begin, int end) {
   StageInputs inputs;
@@ -255,7 +255,7 @@ double checkpointed_saved(const OperatorTable& ops, int v, int segment_start) {
   return bytes;
 }
 
-}  // namespace detail
+}  // namespace partition
 
 double OperatorTable::buffer_bytes(int begin, int end) const {
   if (buffers.empty()) return 0;
@@ -271,7 +271,7 @@ double OperatorTable::buffer_bytes(int begin, int end) const {
   return total;
 }
 
-namespace detail {
+namespace partition {
 
 StageContext checked_stage_context(const OperatorTable& ops, int begin, int end, StageContext context) {
   if (begin < 0 || end > ops.size() || begin > end)
@@ -295,6 +295,6 @@ FixedMemory fixed_memory(const OperatorTable& ops, int begin, int end, const Sta
   return fixed;
 }
 
-}  // namespace detail
+}  // namespace partition
 
 }  // namespace flexpipe

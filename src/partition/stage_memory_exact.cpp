@@ -7,7 +7,7 @@
 #include "stage_memory_solvers.h"
 #include "stage_memory_terms.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::partition {
 
 namespace {
 
@@ -385,4 +385,4 @@ StageMemoryPlan least_memory_holding_checkpoints_one_way(const OperatorTable& op
   return plan;
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::partition

@@ -7,7 +7,7 @@
 #include "stage_memory_solvers.h"
 #include "stage_memory_terms.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::partition {
 
 namespace {
 
@@ -242,4 +242,4 @@ StageMemoryPlan solve_greedy(const OperatorTable& ops, int begin, int end, const
   return plan;
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::partition

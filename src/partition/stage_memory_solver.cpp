@@ -23,17 +23,17 @@ StageMemoryPlan optimize_holding_checkpoints_one_way(const OperatorTable& ops, i
                                                      const StageContext& context, MemorySolver solver) {
   StageMemoryPlan plan;
   if (solver == MemorySolver::Exact)
-    plan = detail::solve_exact(ops, begin, end, context, detail::kMaxParetoPoints);
+    plan = partition::solve_exact(ops, begin, end, context, partition::kMaxParetoPoints);
   else if (solver == MemorySolver::Auto && end - begin <= kExactSolverOperators)
-    plan = detail::solve_exact(ops, begin, end, context, detail::kAutoParetoPoints);
+    plan = partition::solve_exact(ops, begin, end, context, partition::kAutoParetoPoints);
   else
-    plan = detail::solve_greedy(ops, begin, end, context);
+    plan = partition::solve_greedy(ops, begin, end, context);
   if (!plan.fits && context.allow_offload && context.allow_recompute) {
     // The greedy never recomputes what it chose to offload, and offloading saves at most the copies
     // the transfers do not hold: without offloading it may still fit.
     StageContext recompute_only = context;
     recompute_only.allow_offload = false;
-    StageMemoryPlan without = detail::solve_greedy(ops, begin, end, recompute_only);
+    StageMemoryPlan without = partition::solve_greedy(ops, begin, end, recompute_only);
     if (without.fits) {
       plan = evaluate_stage_memory(ops, begin, end, context, without.decisions);
       plan.exact = false;
@@ -41,7 +41,7 @@ StageMemoryPlan optimize_holding_checkpoints_one_way(const OperatorTable& ops, i
   }
   if (!plan.fits) {
     // The greedy can miss a fit the least-memory decisions reach: then those are the answer.
-    StageMemoryPlan least = detail::least_memory_holding_checkpoints_one_way(ops, begin, end, context);
+    StageMemoryPlan least = partition::least_memory_holding_checkpoints_one_way(ops, begin, end, context);
     least.exact = plan.exact && !least.fits;
     return least;
   }
@@ -82,15 +82,15 @@ StageMemoryPlan either_way(const OperatorTable& ops, int begin, int end, const S
 }  // namespace
 
 StageMemoryPlan least_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& stage_context) {
-  const StageContext context = detail::checked_stage_context(ops, begin, end, stage_context);
+  const StageContext context = partition::checked_stage_context(ops, begin, end, stage_context);
   return either_way(ops, begin, end, context, [&](const StageContext& c) {
-    return detail::least_memory_holding_checkpoints_one_way(ops, begin, end, c);
+    return partition::least_memory_holding_checkpoints_one_way(ops, begin, end, c);
   });
 }
 
 StageMemoryPlan optimize_stage_memory(const OperatorTable& ops, int begin, int end, const StageContext& stage_context,
                                       MemorySolver solver) {
-  const StageContext context = detail::checked_stage_context(ops, begin, end, stage_context);
+  const StageContext context = partition::checked_stage_context(ops, begin, end, stage_context);
   return either_way(ops, begin, end, context, [&](const StageContext& c) {
     return optimize_holding_checkpoints_one_way(ops, begin, end, c, solver);
   });

@@ -4,7 +4,7 @@
 
 #include "flexpipe/partition/stage_memory.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::partition {
 
 // Points per Pareto set: the exact solver's proof keeps up to kMaxParetoPoints; `auto` caps its
 // sets at kAutoParetoPoints (the cheapest in time kept), trading the proof for time, since a tight
@@ -22,4 +22,4 @@ StageMemoryPlan solve_exact(const OperatorTable& ops, int begin, int end, const 
 StageMemoryPlan least_memory_holding_checkpoints_one_way(const OperatorTable& ops, int begin, int end,
                                                          const StageContext& context);
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::partition

@@ -6,7 +6,7 @@
 
 #include "flexpipe/partition/stage_memory.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::partition {
 
 // Whether a recomputed v continues its predecessor's recompute segment. A segment is a run of
 // recomputed operators within one layer: the granularity at which Megatron's full recompute
@@ -117,4 +117,4 @@ inline void add_checkpoints(double bytes, const StageContext& context, double& m
     memory += context.in_flight * bytes;
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::partition

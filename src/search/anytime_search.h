@@ -18,7 +18,7 @@
 #include "flexpipe/partition/partitioner.h"
 #include "flexpipe/search/search.h"
 
-namespace flexpipe::search_detail {
+namespace flexpipe::search {
 
 using Clock = std::chrono::steady_clock;
 
@@ -217,4 +217,4 @@ class AnytimeSearch {
   SearchResult result_;
 };
 
-}  // namespace flexpipe::search_detail
+}  // namespace flexpipe::search

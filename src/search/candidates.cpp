@@ -9,7 +9,7 @@
 #include "flexpipe/ir/memory_actions.h"
 #include "flexpipe/search/zero_bubble_heuristic.h"
 
-namespace flexpipe::search_detail {
+namespace flexpipe::search {
 
 CostTable AnytimeSearch::table_of(const ScheduleCandidate& c) const {
   const Structure& s = structures_[c.structure];
@@ -188,4 +188,4 @@ std::vector<ScheduleCandidate> AnytimeSearch::neighbours(const ScheduleCandidate
   return out;
 }
 
-}  // namespace flexpipe::search_detail
+}  // namespace flexpipe::search

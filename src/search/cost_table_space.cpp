@@ -10,7 +10,7 @@
 #include "anytime_search.h"
 #include "flexpipe/support/error.h"
 
-namespace flexpipe::search_detail {
+namespace flexpipe::search {
 
 // The table as the search measures it: the problem's memory limit, when finite, on every device.
 CostTable AnytimeSearch::table_costs() const {
@@ -75,4 +75,4 @@ Structure AnytimeSearch::table_structure(const BatchSplit& batch, PlacementKind 
   return s;
 }
 
-}  // namespace flexpipe::search_detail
+}  // namespace flexpipe::search

@@ -7,7 +7,7 @@
 #include "anytime_search.h"
 #include "flexpipe/search/exact_schedule.h"
 
-namespace flexpipe::search_detail {
+namespace flexpipe::search {
 
 namespace {
 // Branch-and-bound nodes per structure (about 700 thousand nodes a second on p = 4 on the development
@@ -72,4 +72,4 @@ void AnytimeSearch::exact_phase() {
   result_.proven_optimal = proven && !out_of_time();
 }
 
-}  // namespace flexpipe::search_detail
+}  // namespace flexpipe::search

@@ -6,7 +6,7 @@
 #include "anytime_search.h"
 #include "flexpipe/ir/lowering.h"
 
-namespace flexpipe::search_detail {
+namespace flexpipe::search {
 
 // Hill climbing from the best seeds among seeds[first..].
 void AnytimeSearch::climb_from(const std::vector<ScheduleCandidate>& seeds,
@@ -88,4 +88,4 @@ std::vector<int> AnytimeSearch::observed_inflight(const Schedule& schedule) {
   return out;
 }
 
-}  // namespace flexpipe::search_detail
+}  // namespace flexpipe::search

@@ -8,7 +8,7 @@
 #include "flexpipe/ir/lowering.h"
 #include "flexpipe/sim/simulator.h"
 
-namespace flexpipe::search_detail {
+namespace flexpipe::search {
 
 // Swaps neighbouring compute actions of one device (not two of the same stage and kind, whose
 // micro-batch order is kept, nor a micro-batch's own F and backward), keeping a swap when the
@@ -193,4 +193,4 @@ bool AnytimeSearch::advance_fronts(Schedule& order, const ScheduleCandidate& sta
   return any;
 }
 
-}  // namespace flexpipe::search_detail
+}  // namespace flexpipe::search

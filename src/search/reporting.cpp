@@ -15,7 +15,7 @@
 #include "flexpipe/search/zero_bubble_heuristic.h"
 #include "flexpipe/support/error.h"
 
-namespace flexpipe::search_detail {
+namespace flexpipe::search {
 
 namespace {
 
@@ -298,4 +298,4 @@ std::string AnytimeSearch::what_would_fit() const {
   return text + fmt::format("; or more devices (now {}) to spread parameters and activations", p);
 }
 
-}  // namespace flexpipe::search_detail
+}  // namespace flexpipe::search

@@ -10,7 +10,7 @@
 #include "anytime_search.h"
 #include "flexpipe/support/error.h"
 
-namespace flexpipe::search_detail {
+namespace flexpipe::search {
 
 namespace {
 // The early polishings' cap per start, in actions simulated (each simulation counts its lowered
@@ -88,12 +88,12 @@ void AnytimeSearch::run_seeds(size_t first, std::vector<ScheduleCandidate>& seed
   }
 }
 
-}  // namespace flexpipe::search_detail
+}  // namespace flexpipe::search
 
 namespace flexpipe {
 
 SearchResult search_schedules(const SearchProblem& problem, const SearchOptions& options) {
-  return search_detail::AnytimeSearch(problem, options).run();
+  return search::AnytimeSearch(problem, options).run();
 }
 
 }  // namespace flexpipe

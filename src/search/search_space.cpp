@@ -13,7 +13,7 @@
 #include "flexpipe/search/zero_bubble_heuristic.h"
 #include "flexpipe/support/error.h"
 
-namespace flexpipe::search_detail {
+namespace flexpipe::search {
 
 namespace {
 
@@ -390,4 +390,4 @@ std::vector<ScheduleCandidate> AnytimeSearch::seed_candidates(size_t first) cons
   return out;
 }
 
-}  // namespace flexpipe::search_detail
+}  // namespace flexpipe::search

@@ -9,7 +9,7 @@
 
 #include "anytime_search.h"
 
-namespace flexpipe::search_detail {
+namespace flexpipe::search {
 
 // Items are taken in order until the budget is spent, the first `untimed` whatever the time (every
 // search needs a structure, however short its budget).
@@ -106,4 +106,4 @@ bool AnytimeSearch::partitioner_should_stop() const {
   return out_of_time();
 }
 
-}  // namespace flexpipe::search_detail
+}  // namespace flexpipe::search

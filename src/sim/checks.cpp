@@ -6,7 +6,7 @@
 
 #include "simulator_detail.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::sim {
 
 std::string schedule_shape_problem(const Schedule& schedule) {
   const int devices = schedule.num_devices;
@@ -115,4 +115,4 @@ std::string action_problem(const Schedule& schedule, int device, int position, c
                     fmt::format("unknown action kind {}", static_cast<int>(action.kind)));
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::sim

@@ -10,7 +10,7 @@
 
 #include "simulator_detail.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::sim {
 
 EventRef event_of(const Schedule& schedule, ActionKind kind, int stage, int custom) {
   switch (kind) {
@@ -175,4 +175,4 @@ std::string build_custom_waits(const Schedule& schedule, const KeyLayout& layout
   return "";
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::sim

@@ -9,7 +9,7 @@
 
 namespace flexpipe {
 
-namespace detail {
+namespace sim {
 
 double compute_duration(const Schedule& schedule, const CostTable& costs, const Action& action) {
   auto stage_costs = [&](int stage) -> const StageCosts& { return costs.stages[schedule.chunk_of_stage(stage)]; };
@@ -59,10 +59,10 @@ double critical_path(const Schedule& schedule, const CostTable& costs, std::span
   return longest;
 }
 
-}  // namespace detail
+}  // namespace sim
 
 double lower_bound(const Schedule& schedule, const CostTable& costs) {
-  if (std::string problem = detail::schedule_shape_problem(schedule); !problem.empty()) throw Error(problem);
+  if (std::string problem = sim::schedule_shape_problem(schedule); !problem.empty()) throw Error(problem);
   check_cost_table(costs, schedule.stages_per_pipeline, schedule.num_devices, "cost table");
   std::vector<uint8_t> split_stage(schedule.num_stages(), 0);
   double busiest = 0;
@@ -71,15 +71,15 @@ double lower_bound(const Schedule& schedule, const CostTable& costs) {
     double work = 0;
     for (size_t i = 0; i < list.size(); ++i) {
       const Action& action = list[i];
-      if (std::string problem = detail::action_problem(schedule, d, static_cast<int>(i), action); !problem.empty())
+      if (std::string problem = sim::action_problem(schedule, d, static_cast<int>(i), action); !problem.empty())
         throw Error(problem);
-      work += detail::compute_duration(schedule, costs, action);
+      work += sim::compute_duration(schedule, costs, action);
       if (action.kind == ActionKind::I) split_stage[action.stage] = 1;
       if (action.kind == ActionKind::Overlap && action.sub_kind == ActionKind::I) split_stage[action.stage2] = 1;
     }
     busiest = std::max(busiest, work);
   }
-  return std::max(busiest, detail::critical_path(schedule, costs, split_stage));
+  return std::max(busiest, sim::critical_path(schedule, costs, split_stage));
 }
 
 }  // namespace flexpipe

@@ -5,7 +5,7 @@
 
 #include "simulator_detail.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::sim {
 
 void summarize_memory(std::span<const MemoryEvent> ordered, std::vector<MemoryEvent>& unordered, bool record_curve,
                       DeviceReport& report) {
@@ -37,4 +37,4 @@ void summarize_memory(std::span<const MemoryEvent> ordered, std::vector<MemoryEv
   }
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::sim

@@ -12,7 +12,7 @@
 #include "flexpipe/sim/simulator.h"
 #include "simulator_detail.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::sim {
 
 // Facts about one (stage, micro-batch) that the pass before simulating finds in the schedule.
 enum Fact : uint8_t {
@@ -260,4 +260,4 @@ class Simulation {
   std::string message_;
 };
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::sim

@@ -9,7 +9,7 @@
 
 #include "simulation.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::sim {
 
 bool Simulation::prepare() {
   if (std::string problem = schedule_shape_problem(schedule_); !problem.empty())
@@ -248,4 +248,4 @@ ActionKind Simulation::backward_kind(int stage, int microbatch) const {
   return ActionKind::B;
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::sim

@@ -17,7 +17,7 @@
 #include "simulation.h"
 
 namespace flexpipe {
-namespace detail {
+namespace sim {
 
 static Workspace& workspace() {
   thread_local Workspace reused;
@@ -302,11 +302,11 @@ void Simulation::finish() {
   result_.efficiency = makespan > 0 ? result_.lower_bound / makespan : 1.0;
 }
 
-}  // namespace detail
+}  // namespace sim
 
 SimOutcome try_simulate(const Schedule& lowered, const CostTable& costs, const SimOptions& options) {
   SimOutcome outcome;
-  detail::Simulation simulation(lowered, costs, options, detail::workspace(), outcome.result);
+  sim::Simulation simulation(lowered, costs, options, sim::workspace(), outcome.result);
   if (simulation.run()) {
     outcome.status = outcome.result.fits ? SimStatus::Ok : SimStatus::OverMemory;
   } else {

@@ -12,7 +12,7 @@
 #include "flexpipe/ir/schedule.h"
 #include "flexpipe/sim/simulator.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::sim {
 
 // The events the simulator learns the time of, once each, per (stage, micro-batch). A SEND's end
 // is recorded as the arrival at its peer stage, so a dependency on SEND_F(s, m) is one on
@@ -118,4 +118,4 @@ double compute_duration(const Schedule& schedule, const CostTable& costs, const 
 // them; split_stage[s] says whether stage s splits its backward into I and W.
 double critical_path(const Schedule& schedule, const CostTable& costs, std::span<const uint8_t> split_stage);
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::sim

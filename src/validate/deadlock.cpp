@@ -6,7 +6,7 @@
 
 #include "validator_detail.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::validator {
 namespace {
 
 constexpr int kF = slot_of(ActionKind::F);
@@ -186,4 +186,4 @@ std::optional<Diagnostic> find_deadlock(const Schedule& schedule, const ActionTa
   return Execution(schedule, table).run();
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::validator

@@ -19,8 +19,8 @@ std::string Diagnostic::to_string() const {
 
 namespace {
 
-using detail::ActionTable;
-using detail::slot_of;
+using validator::ActionTable;
+using validator::slot_of;
 
 constexpr int kF = slot_of(ActionKind::F);
 constexpr int kB = slot_of(ActionKind::B);
@@ -68,7 +68,7 @@ class Checker {
       return a.device != b.device ? a.device < b.device : a.position < b.position;
     });
     if (out_.empty())
-      if (std::optional<Diagnostic> deadlock = detail::find_deadlock(s_, *table_)) out_.push_back(*deadlock);
+      if (std::optional<Diagnostic> deadlock = validator::find_deadlock(s_, *table_)) out_.push_back(*deadlock);
     return std::move(out_);
   }
 
@@ -191,7 +191,7 @@ class Checker {
           report_at(d, p, std::move(error));
           continue;
         }
-        detail::Halves halves = detail::halves_of(list[p]);
+        validator::Halves halves = validator::halves_of(list[p]);
         for (int h = 0; h < halves.count; ++h) index_half(d, p, halves.part[h]);
       }
     }
@@ -290,8 +290,8 @@ class Checker {
     for (int st = 0; st < s_.num_stages(); ++st) {
       int opt = position(kOpt, st, -1);
       if (opt < 0) continue;
-      const detail::StageExtent& full = table_->extent(kB, st);
-      const detail::StageExtent& weight = table_->extent(kW, st);
+      const validator::StageExtent& full = table_->extent(kB, st);
+      const validator::StageExtent& weight = table_->extent(kW, st);
       bool weight_last = weight.last > full.last;
       int last = weight_last ? weight.last : full.last;
       if (last > opt)

@@ -18,7 +18,7 @@
 #include "flexpipe/ir/schedule.h"
 #include "flexpipe/validate/validator.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::validator {
 
 // The first and last recorded positions of one slot at one stage, with their micro-batches.
 struct StageExtent {
@@ -119,4 +119,4 @@ class ActionTable {
 // finishes. Assumes rules 1-5 hold: every action an action waits for exists.
 std::optional<Diagnostic> find_deadlock(const Schedule& schedule, const ActionTable& table);
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::validator

@@ -67,7 +67,7 @@ std::string legend_line(const Schedule& schedule, const GridLegend& seen, double
   std::string line = "legend: ";
   if (!kinds.empty()) line += kinds + "; ";
   line +=
-      fmt::format("-- continues, . idle; 1 column = {} time unit{}", detail::format_number(step), step == 1 ? "" : "s");
+      fmt::format("-- continues, . idle; 1 column = {} time unit{}", views::format_number(step), step == 1 ? "" : "s");
   if (chunk_prefix)
     line += "; leading number: chunk on the device";
   else if (max_chunks == 2)
@@ -80,10 +80,10 @@ void trim_right(std::string& line) { line.erase(line.find_last_not_of(' ') + 1);
 }  // namespace
 
 std::string render_grid(const Schedule& schedule, const SimResult& result, double step) {
-  detail::require_timeline(schedule, result, "grid");
+  views::require_timeline(schedule, result, "grid");
   if (!(step >= 0) || std::isinf(step))
     throw Error(fmt::format("grid: the time step must be a positive number (got {})", step));
-  if (step == 0) step = detail::shortest_compute_duration(schedule, result);
+  if (step == 0) step = views::shortest_compute_duration(schedule, result);
   if (step == 0) step = 1;  // nothing computes: an empty grid
 
   // Column k covers [k*step, (k+1)*step) and shows the action running at its midpoint, so an action
@@ -93,11 +93,11 @@ std::string render_grid(const Schedule& schedule, const SimResult& result, doubl
     throw Error(
         fmt::format("grid: a step of {} needs {} columns for a makespan of {} (at most {}); "
                     "choose a larger step",
-                    detail::format_number(step), detail::format_number(columns_exact),
-                    detail::format_number(result.makespan), detail::format_number(kMaxColumns)));
+                    views::format_number(step), views::format_number(columns_exact),
+                    views::format_number(result.makespan), views::format_number(kMaxColumns)));
   const int64_t columns = static_cast<int64_t>(columns_exact);
 
-  const std::vector<int> chunks = detail::chunk_on_device(schedule);
+  const std::vector<int> chunks = views::chunk_on_device(schedule);
   const int max_chunks = chunks.empty() ? 1 : *std::max_element(chunks.begin(), chunks.end()) + 1;
   const bool chunk_prefix = max_chunks > 2;
 
@@ -111,8 +111,8 @@ std::string render_grid(const Schedule& schedule, const SimResult& result, doubl
     labels[d].resize(actions.size());
     for (size_t i = 0; i < actions.size(); ++i) {
       const Action& a = actions[i];
-      if (!detail::on_compute_stream(schedule, a)) continue;
-      labels[d][i] = grid_label(schedule, a, detail::chunk_of(chunks, a.stage), chunk_prefix);
+      if (!views::on_compute_stream(schedule, a)) continue;
+      labels[d][i] = grid_label(schedule, a, views::chunk_of(chunks, a.stage), chunk_prefix);
       label_width = std::max(label_width, labels[d][i].size());
       seen.kinds[static_cast<int>(a.kind)] = true;
       if (a.kind == ActionKind::Custom && a.custom < seen.customs.size()) seen.customs[a.custom] = true;
@@ -131,7 +131,7 @@ std::string render_grid(const Schedule& schedule, const SimResult& result, doubl
   std::string ruler(cell * columns, ' ');
   size_t free_from = 0;
   for (int64_t k = 0; k < columns; k += 10) {
-    const std::string mark = detail::format_number(k * step);
+    const std::string mark = views::format_number(k * step);
     const size_t at = static_cast<size_t>(k) * cell;
     if (at < free_from) continue;
     ruler.replace(at, std::min(mark.size(), ruler.size() - at), mark.substr(0, ruler.size() - at));

@@ -25,7 +25,7 @@ std::string percent(double ratio) { return std::isfinite(ratio) ? fmt::format("{
 }  // namespace
 
 json report_json(const Schedule& schedule, const CostTable& costs, const SimResult& result) {
-  detail::require_device_reports(schedule, result, "report");
+  views::require_device_reports(schedule, result, "report");
   json devices = json::array();
   for (int d = 0; d < schedule.num_devices; ++d) {
     const DeviceReport& device = result.devices[d];
@@ -55,11 +55,11 @@ json report_json(const Schedule& schedule, const CostTable& costs, const SimResu
 }
 
 std::string render_report(const Schedule& schedule, const CostTable& costs, const SimResult& result, ByteUnits bytes) {
-  detail::require_device_reports(schedule, result, "report");
+  views::require_device_reports(schedule, result, "report");
   const bool in_bytes = costs.memory_unit == "bytes" || costs.memory_unit == "B";
   const bool timed = costs.time_unit != "unit";
-  const auto time = [&](double t) { return timed ? format_time(t, costs.time_unit) : detail::format_number(t); };
-  const auto size = [&](double b) { return in_bytes ? format_bytes(b, bytes) : detail::format_number(b); };
+  const auto time = [&](double t) { return timed ? format_time(t, costs.time_unit) : views::format_number(t); };
+  const auto size = [&](double b) { return in_bytes ? format_bytes(b, bytes) : views::format_number(b); };
   std::string out = fmt::format("schedule {}: {} devices, {} micro-batches, {} stages (time in {}, memory in {})\n",
                                 schedule.name, schedule.num_devices, schedule.num_microbatches, schedule.num_stages(),
                                 costs.time_unit, costs.memory_unit);

@@ -106,7 +106,7 @@ class SvgWriter {
  public:
   SvgWriter(const Schedule& schedule, const SimResult& result, const TimelineStyle& style)
       : schedule_(schedule), result_(result), style_(style) {
-    chunks_ = detail::chunk_on_device(schedule);
+    chunks_ = views::chunk_on_device(schedule);
     for (int c : chunks_) max_chunks_ = std::max(max_chunks_, c + 1);
     for (const DeviceReport& device : result.devices) {
       if (!device.memory.empty()) has_memory_ = true;
@@ -115,7 +115,7 @@ class SvgWriter {
       if (std::isfinite(device.capacity)) has_capacity_ = true;
     }
     const double span = result.makespan > 0 ? result.makespan : 1;
-    const double shortest = detail::shortest_compute_duration(schedule, result);
+    const double shortest = views::shortest_compute_duration(schedule, result);
     const double steps = shortest > 0 ? span / shortest : 1;
     plan_legend();
     row_height_ = kBarHeight + kLaneHeight + (has_memory_ ? kMemoryHeight : 0) + kRowGap;
@@ -194,7 +194,7 @@ class SvgWriter {
     ActionKind overlap_backward = ActionKind::B;
     for (const auto& actions : schedule_.device_actions)
       for (const Action& a : actions) {
-        if (!detail::on_compute_stream(schedule_, a)) continue;
+        if (!views::on_compute_stream(schedule_, a)) continue;
         kinds[static_cast<int>(a.kind)] = true;
         if (a.kind == ActionKind::Custom && a.custom < customs.size()) customs[a.custom] = true;
         if (a.kind == ActionKind::Overlap) overlap_backward = a.sub_kind;
@@ -269,15 +269,15 @@ class SvgWriter {
     const double top = bar_top(device);
     for (size_t i = 0; i < actions.size(); ++i) {
       const Action& a = actions[i];
-      if (!detail::on_compute_stream(schedule_, a)) continue;
+      if (!views::on_compute_stream(schedule_, a)) continue;
       const Interval& t = result_.timeline[device][i];
       const double width = (t.end - t.start) * scale_;
       if (!(width > 0)) continue;
-      const bool light = detail::chunk_of(chunks_, a.stage) % 2 == 1;
+      const bool light = views::chunk_of(chunks_, a.stage) % 2 == 1;
       put("<rect class=\"{}\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" stroke=\"#ffffff\" "
           "stroke-width=\"0.5\"><title>{} [{}, {})</title></rect>\n",
           escape(css_class(schedule_, a)), x(t.start), top, width, kBarHeight, fill(a, light),
-          escape(schedule_.action_name(a)), detail::format_number(t.start), detail::format_number(t.end));
+          escape(schedule_.action_name(a)), views::format_number(t.start), views::format_number(t.end));
       const std::string text = box_text(schedule_, a);
       if (kCharWidth * text.size() + 2 <= width)
         put("<text x=\"{:.2f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"{}\">{}</text>\n", x(t.start) + width / 2,
@@ -308,13 +308,13 @@ class SvgWriter {
       put("<line class=\"capacity\" x1=\"{0:.2f}\" y1=\"{1:.1f}\" x2=\"{2:.2f}\" y2=\"{1:.1f}\" stroke=\"#c0392b\" "
           "stroke-dasharray=\"4 3\"/><text x=\"{2:.2f}\" y=\"{3:.1f}\" text-anchor=\"end\" font-size=\"9\" "
           "fill=\"#c0392b\">capacity {4}</text>\n",
-          left, y, right, y - 2, detail::format_number(report.capacity));
+          left, y, right, y - 2, views::format_number(report.capacity));
     }
     const double peak_x = x(report.peak_time);
     const bool right_half = peak_x > left + plot_width_ / 2;
     put("<text class=\"peak\" x=\"{:.2f}\" y=\"{:.1f}\" text-anchor=\"{}\" font-size=\"9\">peak {}</text>\n",
         right_half ? peak_x - 2 : peak_x + 2, std::max(top + 8, memory_y(device, report.peak_memory) - 2),
-        right_half ? "end" : "start", detail::format_number(report.peak_memory));
+        right_half ? "end" : "start", views::format_number(report.peak_memory));
     put("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" font-size=\"9\" fill=\"#666666\">memory</text>\n",
         kMarginLeft - 8, top + kMemoryHeight / 2 + 3);
   }
@@ -329,7 +329,7 @@ class SvgWriter {
       const double at = x(k * spacing);
       put("<line x1=\"{0:.2f}\" y1=\"{1:.1f}\" x2=\"{0:.2f}\" y2=\"{2:.1f}\" stroke=\"#000000\"/><text x=\"{0:.2f}\" "
           "y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
-          at, y, y + 4, y + 16, detail::format_number(k * spacing));
+          at, y, y + 4, y + 16, views::format_number(k * spacing));
     }
     put("<text x=\"{:.2f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", x(end), y + 30,
         style_.time_unit == "unit" ? std::string("time") : fmt::format("time ({})", escape(style_.time_unit)));
@@ -337,7 +337,7 @@ class SvgWriter {
 
   double height() const { return rows_top_ + row_height_ * schedule_.num_devices + kAxisHeight; }
   std::string with_unit(double time) const {
-    return detail::format_number(time) + (style_.time_unit == "unit" ? "" : " " + style_.time_unit);
+    return views::format_number(time) + (style_.time_unit == "unit" ? "" : " " + style_.time_unit);
   }
 
   const Schedule& schedule_;
@@ -359,8 +359,8 @@ class SvgWriter {
 }  // namespace
 
 std::string render_svg(const Schedule& schedule, const SimResult& result, const TimelineStyle& style) {
-  detail::require_timeline(schedule, result, "svg");
-  detail::require_device_reports(schedule, result, "svg");
+  views::require_timeline(schedule, result, "svg");
+  views::require_device_reports(schedule, result, "svg");
   return SvgWriter(schedule, result, style).write();
 }
 

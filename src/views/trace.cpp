@@ -79,7 +79,7 @@ class TraceWriter {
       for (size_t i = 0; i < actions.size(); ++i) {
         const Action& a = actions[i];
         const Interval& t = result_.timeline[d][i];
-        if (detail::on_compute_stream(schedule_, a)) {
+        if (views::on_compute_stream(schedule_, a)) {
           slice(d, kComputeSlot, schedule_.action_name(a), "computation", t, action_args(a));
         } else if (!posts_transfer[d][i] && t.end > t.start) {
           thread(d, kOtherCommSlot, "communication");
@@ -181,8 +181,8 @@ class TraceWriter {
 }  // namespace
 
 std::string render_trace(const Schedule& schedule, const SimResult& result, const std::string& time_unit) {
-  detail::require_timeline(schedule, result, "trace");
-  detail::require_device_reports(schedule, result, "trace");
+  views::require_timeline(schedule, result, "trace");
+  views::require_device_reports(schedule, result, "trace");
   return TraceWriter(schedule, result, microseconds_per_unit(time_unit)).write();
 }
 

@@ -12,7 +12,7 @@
 #include "flexpipe/sim/simulator.h"
 #include "flexpipe/support/error.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::views {
 
 // Whether the action occupies its device's compute stream (custom kinds say so in their declaration).
 inline bool on_compute_stream(const Schedule& schedule, const Action& action) {
@@ -80,4 +80,4 @@ inline std::string format_number(double value) {
   return fmt::format("{:.6g}", value);
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::views

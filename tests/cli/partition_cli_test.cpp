@@ -72,7 +72,7 @@ TEST_F(Partition, APlanThatOffloadsCheckpointsSimulatesToWhatThePartitionerRepor
 }
 
 TEST_F(Partition, MaxBatchBeatsTheBaselinesThatDoNotOptimizeMemory) {
-  if (testing_support::kSanitized)
+  if (test::kSanitized)
     GTEST_SKIP() << "15 s under the sanitizer (three max-batch searches); the Release run checks it";
   auto largest = [&](const char* method) {
     // Capped at 16, which Dawn and vPipe both reach (58 and 50 uncapped); PipeDream fits 2. A
@@ -110,7 +110,7 @@ TEST_F(Partition, TheTableSaysWhatEachColumnIsInTheLimitsUnits) {
 }
 
 TEST_F(Partition, AModelThatCannotFitSaysByHowMuch) {
-  if (testing_support::kSanitized)
+  if (test::kSanitized)
     GTEST_SKIP() << "18 s under the sanitizer (gpt3-175b on 8 devices, three times); the Release run checks it";
   const Outcome run = flexpipe("partition --model gpt3-175b -p 8 --memory-limit 80e9");
   EXPECT_EQ(run.exit_code, 1);

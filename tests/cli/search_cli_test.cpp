@@ -132,7 +132,7 @@ TEST_F(Search, ChoosesTheMicroBatchCountFromTheGlobalBatch) {
 }
 
 TEST_F(Search, SaysWhatWouldBeNeededWhenNothingFits) {
-  if (testing_support::kSanitized)
+  if (test::kSanitized)
     GTEST_SKIP() << "13 s under the sanitizer (three searches); the Release run checks it";
   Outcome run = flexpipe("search --model llama2-7b -p 2 -m 4 --memory-limit 40e9 -q");
   EXPECT_EQ(run.exit_code, 1);
@@ -151,7 +151,7 @@ TEST_F(Search, SaysWhatWouldBeNeededWhenNothingFits) {
 
 // Limits, bandwidths and latencies with units; the limit prints back in the units it was written in.
 TEST_F(Search, TakesQuantitiesWithUnits) {
-  if (testing_support::kSanitized)
+  if (test::kSanitized)
     GTEST_SKIP() << "9 s under the sanitizer (llama2-7b's search); the Release run checks it";
   const Outcome run = flexpipe(
       "search --model llama2-7b -p 2 -m 4 --memory-limit 32GiB --link-bandwidth 450GB/s --link-latency 5us -q");
@@ -161,7 +161,7 @@ TEST_F(Search, TakesQuantitiesWithUnits) {
 }
 
 TEST_F(Search, ReadsPartitionPlans) {
-  if (testing_support::kSanitized)
+  if (test::kSanitized)
     GTEST_SKIP() << "10 s under the sanitizer (a partition and three searches); the Release run checks it";
   const std::string plan = (dir_ / "plan.json").string();
   ASSERT_EQ(flexpipe("partition --model gpt3-1.3b -p 4 -m 8 --memory-limit 18e9 -o " + plan).exit_code, 0);

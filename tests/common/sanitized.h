@@ -4,7 +4,7 @@
 // and lighter tests walk the same code under the sanitizer. gcc says so with __SANITIZE_ADDRESS__,
 // clang 14 only through __has_feature.
 #pragma once
-namespace flexpipe::testing_support {
+namespace flexpipe::test {
 
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kSanitized = true;
@@ -14,4 +14,4 @@ inline constexpr bool kSanitized = __has_feature(address_sanitizer);
 inline constexpr bool kSanitized = false;
 #endif
 
-}  // namespace flexpipe::testing_support
+}  // namespace flexpipe::test

@@ -11,7 +11,7 @@
 #include "flexpipe/support/quantity.h"
 #include "json_reader.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::interop {
 namespace {
 
 const std::string kOrigin = "costs.json";
@@ -88,4 +88,4 @@ TEST(QuantityInDeclaredUnits, RefusesNegativeNonFiniteAndHugeQuantities) {
 }
 
 }  // namespace
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::interop

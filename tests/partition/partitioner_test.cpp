@@ -21,7 +21,7 @@ namespace {
 
 // Under the sanitizers these searches run many times slower than in Release: the three heaviest tests
 // below do less there. The Release run covers them whole; the sanitizer still walks the same code.
-using testing_support::kSanitized;
+using test::kSanitized;
 
 // A problem over explicit operators: one layer per `layer_size` operators.
 PartitionProblem problem_of(OperatorTable ops, std::vector<int> in_flight, double budget, double bandwidth = 0,

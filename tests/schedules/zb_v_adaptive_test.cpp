@@ -90,15 +90,15 @@ TEST(ZbVAdaptive, KeepsTheMemoryLimitAndTurnsMoreRoomIntoSpeed) {
               for (double limit : {2.0 * p, 2.0 * p + 2, 3.0 * p}) {
                 SCOPED_TRACE(testing::Message() << "F,I,W=" << f << "," << i << "," << w << " comm=" << comm
                                                 << " p=" << p << " m=" << m << " limit=" << limit);
-                const Schedule s = detail::zb_v_adaptive(p, m, {f, i, w, comm, 1, 0, -1, limit});
+                const Schedule s = schedules::zb_v_adaptive(p, m, {f, i, w, comm, 1, 0, -1, limit});
                 for (const Diagnostic& d : validate(s)) ADD_FAILURE() << d.to_string();
                 EXPECT_EQ(s.num_actions(), 6 * p * m);
                 EXPECT_LE(peak(simulate(lower(s), uniform_costs(2 * p, f, i, w, comm))), limit);
               }
   const CostTable costs = uniform_costs(8, 1, 1, 1, 1);
-  EXPECT_NEAR(makespan(detail::zb_v_adaptive(4, 8, {1, 1, 1, 1, 1, 0, -1, 8}), costs), 65, kTolerance);
-  EXPECT_NEAR(makespan(detail::zb_v_adaptive(4, 8, {1, 1, 1, 1, 1, 0, -1, 10}), costs), 61, kTolerance);
-  EXPECT_NEAR(makespan(detail::zb_v_adaptive(4, 8, {1, 1, 1, 1, 1, 0, -1, 12}), costs), 59, kTolerance);
+  EXPECT_NEAR(makespan(schedules::zb_v_adaptive(4, 8, {1, 1, 1, 1, 1, 0, -1, 8}), costs), 65, kTolerance);
+  EXPECT_NEAR(makespan(schedules::zb_v_adaptive(4, 8, {1, 1, 1, 1, 1, 0, -1, 10}), costs), 61, kTolerance);
+  EXPECT_NEAR(makespan(schedules::zb_v_adaptive(4, 8, {1, 1, 1, 1, 1, 0, -1, 12}), costs), 59, kTolerance);
 }
 
 // The program takes the construction's inputs as parameters (tf, ti, tw, comm, mem); the built-in
@@ -121,7 +121,7 @@ TEST(ZbVAdaptive, TheLibraryProgramEqualsTheConstructionAtOtherCostsAndLimits) {
                 const Schedule compiled =
                     compile_program(std::string(program->text), "zb-v-adaptive.fps", defines).schedule;
                 const Schedule expected =
-                    detail::zb_v_adaptive(p, m, {1.0 * f, 1.0 * i, 1.0 * w, 1.0 * comm, 1, 0, -1, 1.0 * limit});
+                    schedules::zb_v_adaptive(p, m, {1.0 * f, 1.0 * i, 1.0 * w, 1.0 * comm, 1, 0, -1, 1.0 * limit});
                 ASSERT_EQ(compiled.device_actions, expected.device_actions);
               }
 }

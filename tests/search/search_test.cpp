@@ -334,7 +334,7 @@ TEST(ScheduleSearch, ACountedSearchIsReproducible) {
 // read from a file. The short budget also cuts the early polishing's share; a run that does not end
 // before it (a slow machine) is not compared. Without a budget every run must end on its own.
 TEST(ScheduleSearch, ACompleteSearchDoesNotDependOnThreadsOrBudget) {
-  if (testing_support::kSanitized)
+  if (test::kSanitized)
     GTEST_SKIP() << "75 s under the sanitizer (twelve complete searches); the Release run checks it";
   struct Case {
     std::string name;

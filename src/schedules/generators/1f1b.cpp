@@ -8,7 +8,7 @@
 
 #include "generators.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 namespace {
 
 Schedule build(const ScheduleParams& params) {
@@ -32,4 +32,4 @@ Schedule build(const ScheduleParams& params) {
 
 Schedule generate_1f1b(const ScheduleParams& params) { return build(params); }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules

@@ -30,7 +30,7 @@
 
 #include "generators.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 namespace {
 
 // One device's phase program over its two legs; counts micro-batches per leg.
@@ -137,4 +137,4 @@ Schedule build_bidirectional(const ScheduleParams& params) {
 Schedule generate_dualpipev(const ScheduleParams& params) { return build_v(params); }
 Schedule generate_dualpipe(const ScheduleParams& params) { return build_bidirectional(params); }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules

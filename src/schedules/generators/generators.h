@@ -4,7 +4,7 @@
 
 #include "flexpipe/schedules/builtin.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 
 // Each takes parameters resolve_builtin has filled in and checked against the built-in's program.
 // 1F1B family, one per file (src/schedules/generators/<name>.cpp).
@@ -38,4 +38,4 @@ struct VConstructionInputs {
 // what its warm-up needs).
 Schedule zb_v_adaptive(int p, int m, const VConstructionInputs& inputs);
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules

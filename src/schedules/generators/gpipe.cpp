@@ -4,7 +4,7 @@
 
 #include "generators.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 namespace {
 
 Schedule build(const ScheduleParams& params) {
@@ -23,4 +23,4 @@ Schedule build(const ScheduleParams& params) {
 
 Schedule generate_gpipe(const ScheduleParams& params) { return build(params); }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules

@@ -12,7 +12,7 @@
 
 #include "generators.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 namespace {
 
 struct TableEntry {
@@ -56,4 +56,4 @@ Schedule build(const ScheduleParams& params) {
 
 Schedule generate_interleaved_1f1b(const ScheduleParams& params) { return build(params); }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules

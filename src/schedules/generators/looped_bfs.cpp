@@ -6,7 +6,7 @@
 
 #include "generators.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 namespace {
 
 Schedule build(const ScheduleParams& params) {
@@ -27,4 +27,4 @@ Schedule build(const ScheduleParams& params) {
 
 Schedule generate_looped_bfs(const ScheduleParams& params) { return build(params); }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules

@@ -11,18 +11,18 @@ namespace flexpipe {
 Schedule make_builtin(std::string_view name, ScheduleParams params) {
   using Generator = Schedule (*)(const ScheduleParams&);
   static const std::map<std::string, Generator, std::less<>> generators = {
-      {"gpipe", detail::generate_gpipe},
-      {"1f1b", detail::generate_1f1b},
-      {"interleaved-1f1b", detail::generate_interleaved_1f1b},
-      {"looped-bfs", detail::generate_looped_bfs},
-      {"zb-h1", detail::generate_zb_h1},
-      {"zb-h2", detail::generate_zb_h2},
-      {"zb-v", detail::generate_zb_v},
-      {"zb-v-adaptive", detail::generate_zb_v_adaptive},
-      {"v-half", detail::generate_v_half},
-      {"v-min", detail::generate_v_min},
-      {"dualpipev", detail::generate_dualpipev},
-      {"dualpipe", detail::generate_dualpipe},
+      {"gpipe", schedules::generate_gpipe},
+      {"1f1b", schedules::generate_1f1b},
+      {"interleaved-1f1b", schedules::generate_interleaved_1f1b},
+      {"looped-bfs", schedules::generate_looped_bfs},
+      {"zb-h1", schedules::generate_zb_h1},
+      {"zb-h2", schedules::generate_zb_h2},
+      {"zb-v", schedules::generate_zb_v},
+      {"zb-v-adaptive", schedules::generate_zb_v_adaptive},
+      {"v-half", schedules::generate_v_half},
+      {"v-min", schedules::generate_v_min},
+      {"dualpipev", schedules::generate_dualpipev},
+      {"dualpipe", schedules::generate_dualpipe},
   };
   const BuiltinSchedule& builtin = resolve_builtin(name, params);
   auto generator = generators.find(builtin.name);

@@ -28,7 +28,7 @@
 #include "flexpipe/support/error.h"
 #include "generators.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 namespace {
 
 enum class VMemory { Half, Min };
@@ -196,4 +196,4 @@ Schedule build_min(const ScheduleParams& params) { return build(params, VMemory:
 Schedule generate_v_half(const ScheduleParams& params) { return build_half(params); }
 Schedule generate_v_min(const ScheduleParams& params) { return build_min(params); }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules

@@ -10,7 +10,7 @@
 
 #include "generators.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 namespace {
 
 Schedule build(const ScheduleParams& params) {
@@ -37,4 +37,4 @@ Schedule build(const ScheduleParams& params) {
 
 Schedule generate_zb_h1(const ScheduleParams& params) { return build(params); }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules

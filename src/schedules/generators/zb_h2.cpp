@@ -17,7 +17,7 @@
 
 #include "generators.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 namespace {
 
 Schedule build(const ScheduleParams& params) {
@@ -50,4 +50,4 @@ Schedule build(const ScheduleParams& params) {
 
 Schedule generate_zb_h2(const ScheduleParams& params) { return build(params); }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules

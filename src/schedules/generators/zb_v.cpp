@@ -15,7 +15,7 @@
 
 #include "generators.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 namespace {
 
 // Appends one leg's actions in micro-batch order, skipping the padding micro-batches.
@@ -82,4 +82,4 @@ Schedule build(const ScheduleParams& params) {
 
 Schedule generate_zb_v(const ScheduleParams& params) { return build(params); }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules

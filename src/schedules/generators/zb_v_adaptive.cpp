@@ -45,7 +45,7 @@
 
 #include "generators.h"
 
-namespace flexpipe::detail {
+namespace flexpipe::schedules {
 namespace {
 
 enum Pass { kForward = 0, kInput = 1, kWeight = 2 };
@@ -306,4 +306,4 @@ Schedule zb_v_adaptive(int p, int m, const VConstructionInputs& inputs) {
   return schedule;
 }
 
-}  // namespace flexpipe::detail
+}  // namespace flexpipe::schedules
