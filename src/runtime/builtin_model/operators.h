@@ -83,13 +83,9 @@ struct OperatorShape {
   int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim(); }
 };
 
-// [out, in] of the linear operator named `name` (by its role: qkv, out_proj, fc1, fc2, lm_head);
-// empty for any other name.
-std::vector<int64_t> linear_sizes(const std::string& name, const OperatorShape& shape);
-
-// The operator of graph node `node`, parameters drawn from a generator seeded by (seed, node index),
-// so that every rank and the single-process reference build identical weights.
-// Throws Error for a node kind the runtime cannot execute.
+// The operator of graph node `node` (its kind and role's entry in operator_kinds.h), parameters drawn
+// from a generator seeded by (seed, node index), so that every rank and the single-process reference
+// build identical weights. Throws Error for a node kind the runtime cannot execute.
 std::unique_ptr<Operator> make_operator(const CostGraph& graph, int node, const OperatorShape& shape, uint64_t seed,
                                         at::ScalarType dtype);
 

@@ -2,6 +2,7 @@
 #include "executor/model_plan.h"
 
 #include "builtin_model/data_source.h"
+#include "builtin_model/operator_kinds.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -122,14 +123,7 @@ ChunkModule make_chunk_module(const ModelPlan& plan, int chunk) {
 }
 
 std::vector<int64_t> output_shape(const ModelPlan& plan, int node) {
-  const OperatorNode& n = plan.graph.nodes[node];
-  const int64_t b = plan.microbatch_size, s = plan.seq_len, h = plan.shape.hidden;
-  if (n.kind == "cross_entropy") return {};
-  if (n.kind == "softmax" || n.name.ends_with(".scores")) return {b, plan.shape.heads, s, s};
-  if (n.kind == "linear") return {b, s, linear_sizes(n.name, plan.shape).at(0)};
-  if (n.kind == "gelu" || n.kind == "swiglu") return {b, s, plan.shape.ffn_hidden};
-  if (n.kind == "rope") return {b, s, (plan.shape.heads + plan.shape.kv_heads) * plan.shape.head_dim()};
-  return {b, s, h};
+  return operator_kind(plan.graph.nodes[node]).output_shape(plan.shape, plan.microbatch_size, plan.seq_len);
 }
 
 std::vector<MicroBatchData> make_batch(const ModelPlan& plan, int microbatches, int step) {

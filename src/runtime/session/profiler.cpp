@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "builtin_model/data_source.h"
+#include "builtin_model/operator_kinds.h"
 #include "device/device_placement.h"
 #include "flexpipe/support/statistics.h"
 
@@ -188,8 +189,7 @@ CostGraph profile_model(const ModelPlan& plan, const ProfileOptions& options) {
       w.push_back(tw);
     }
     OperatorNode& node = graph.nodes[v];
-    const bool quadratic = node.kind == "softmax" || node.name.ends_with(".scores");
-    node.scaling = {ScalingRule::Power, 1, quadratic ? 2.0 : 1.0};
+    node.scaling = {ScalingRule::Power, 1, operator_kind(node).quadratic_in_sequence ? 2.0 : 1.0};
     node.forward.time = median(f);
     node.backward_input.time = median(i);
     node.backward_weight.time = median(w);
