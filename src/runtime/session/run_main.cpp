@@ -40,6 +40,7 @@
 #include "scripted_model/tensor_data.h"
 #include "session/checkpoint.h"
 #include "transport/transport.h"
+#include "transport/transport_registry.h"
 
 namespace flexpipe::runtime {
 
@@ -692,18 +693,12 @@ void print_text(const nlohmann::json& run, bool progress) {
 int run_rank(const RunRequest& request) {
   HookRegistry hooks;
   for (const auto& [name, spec] : request.hooks) hooks.add(name, builtin_hook(spec));
-  std::unique_ptr<Transport> transport;
-  std::vector<std::unique_ptr<Transport>> local;
   const Milliseconds timeout(static_cast<int64_t>(request.timeout_seconds * 1000));
-  if (request.env.world_size == 1) {
-    local = make_local_transports(1);
-    transport = std::move(local[0]);
-  } else {
-    transport = connect_gloo(request.env, timeout);
-    // Gloo's threads, started by now, read and write the messages; when ranks share cores, a
-    // message should not wait for a core behind a computation (docs/runtime.md).
-    lower_compute_priority();
-  }
+  const TransportBackend& backend = transport_backend(transport_for(request.env));
+  const std::unique_ptr<Transport> transport = backend.connect(request.env, timeout);
+  // The backend's threads, started by now, read and write the messages; when ranks share cores, a
+  // message should not wait for a core behind a computation (docs/runtime.md).
+  if (backend.own_threads) lower_compute_priority();
   RankJob job(request, *transport);
   nlohmann::json runs = nlohmann::json::array();
   bool all_verified = true, any_diverged = false;

@@ -1,5 +1,6 @@
 // The narrow interface the executor talks through: post a send, post a receive, wait. Backends
-// (Gloo over TCP via c10d, NCCL on a CUDA build, in-process queues for tests) live behind it.
+// (Gloo over TCP via c10d, in-process queues for one rank and for tests) live behind it, each
+// connected by name through transport_registry.h.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -58,5 +59,9 @@ std::unique_ptr<Transport> make_group_view(Transport& world, std::vector<int> ra
 // In-process transport: `world_size` endpoints that exchange tensors through shared queues, one per
 // thread. For tests of the executor without processes or sockets.
 std::vector<std::unique_ptr<Transport>> make_local_transports(int world_size);
+
+// The in-process transport of a job that is this one rank (the first of make_local_transports(1)), as
+// transport_registry.h connects it. Throws TransportError for a job of more ranks: they are processes.
+std::unique_ptr<Transport> connect_local(const RankEnv& env, std::chrono::milliseconds timeout);
 
 }  // namespace flexpipe::runtime
