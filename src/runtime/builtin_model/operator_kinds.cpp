@@ -433,8 +433,8 @@ OperatorKind stateless_kind(std::string_view kind, std::string_view role,
   return k;
 }
 
-std::vector<OperatorKind> make_operator_kinds() {
-  std::vector<OperatorKind> kinds;
+// The lookups, the sum and the norms: what every layer reads and writes at the hidden width.
+void add_lookup_sum_and_norm_kinds(std::vector<OperatorKind>& kinds) {
   kinds.push_back(embedding_kind("word", false));
   kinds.push_back(embedding_kind("position", true));
 
@@ -481,7 +481,10 @@ std::vector<OperatorKind> make_operator_kinds() {
     return x * at::rsqrt(x.pow(2).mean(-1, true) + kNormEpsilon) * r.parameters[0];
   };
   kinds.push_back(std::move(rmsnorm));
+}
 
+// The linear layers, each role its weight's [out, in].
+void add_linear_kinds(std::vector<OperatorKind>& kinds) {
   kinds.push_back(linear_kind("qkv", [](const OperatorShape& s) { return Sizes{s.qkv_width(), s.hidden}; }));
   kinds.push_back(linear_kind("out_proj", [](const OperatorShape& s) {
     return Sizes{s.hidden, s.heads * s.head_dim()};
@@ -491,7 +494,10 @@ std::vector<OperatorKind> make_operator_kinds() {
   }));
   kinds.push_back(linear_kind("fc2", [](const OperatorShape& s) { return Sizes{s.hidden, s.ffn_hidden}; }));
   kinds.push_back(linear_kind("lm_head", [](const OperatorShape& s) { return Sizes{s.vocab, s.hidden}; }));
+}
 
+// Attention, the MLP's activations and the loss: no parameters.
+void add_attention_activation_and_loss_kinds(std::vector<OperatorKind>& kinds) {
   kinds.push_back(stateless_kind<Rope>(
       "rope", "",
       [](const OperatorShape& shape, int64_t b, int64_t s) {
@@ -534,6 +540,13 @@ std::vector<OperatorKind> make_operator_kinds() {
         const at::Tensor& logits = r.inputs[0];
         return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), r.data.targets.reshape({-1}));
       }));
+}
+
+std::vector<OperatorKind> make_operator_kinds() {
+  std::vector<OperatorKind> kinds;
+  add_lookup_sum_and_norm_kinds(kinds);
+  add_linear_kinds(kinds);
+  add_attention_activation_and_loss_kinds(kinds);
   return kinds;
 }
 

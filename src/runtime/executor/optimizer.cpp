@@ -18,10 +18,12 @@ void check_optimizer(const OptimizerConfig& c) {
                             c.weight_decay));
 }
 
+int state_tensors_per_parameter(const OptimizerConfig& config) { return config.kind == "adamw" ? 2 : 0; }
+
 Optimizer::Optimizer(OptimizerConfig config, std::vector<at::Tensor> parameters)
     : config_(std::move(config)), parameters_(std::move(parameters)) {
   check_optimizer(config_);
-  if (config_.kind == "adamw")
+  if (state_tensors_per_parameter(config_) > 0)
     for (const at::Tensor& p : parameters_) {
       first_moment_.push_back(at::zeros_like(p));
       second_moment_.push_back(at::zeros_like(p));

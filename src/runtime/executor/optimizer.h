@@ -22,6 +22,9 @@ struct OptimizerConfig {
 // Throws Error for an unknown kind or a negative rate.
 void check_optimizer(const OptimizerConfig& config);
 
+// Tensors of state the optimizer keeps per parameter tensor: AdamW's two moments, none for SGD.
+int state_tensors_per_parameter(const OptimizerConfig& config);
+
 class Optimizer {
  public:
   Optimizer(OptimizerConfig config, std::vector<at::Tensor> parameters);

@@ -234,7 +234,7 @@ AggregationOptions TrainingSession::aggregation_options(const ModelPlan& plan) c
   o.decisions = request_.memory_decisions;
   o.offload_checkpoints = request_.offload_checkpoints;
   o.parameter_bytes = o.gradient_bytes = plan.dtype == at::kDouble ? 8 : 4;
-  o.optimizer_bytes = optimizer_.kind == "adamw" ? 2 * o.parameter_bytes : 0;
+  o.optimizer_bytes = state_tensors_per_parameter(optimizer_) * o.parameter_bytes;
   return o;
 }
 
