@@ -8,7 +8,7 @@
 
 #include <ATen/ATen.h>
 
-#include "executor.h"
+#include "executor/executor.h"
 #include "flexpipe/schedules/library.h"
 #include "flexpipe/train/trainable_model.h"
 

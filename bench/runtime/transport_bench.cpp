@@ -19,7 +19,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 namespace flexpipe::runtime {
 namespace {

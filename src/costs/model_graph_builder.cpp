@@ -100,7 +100,7 @@ class Builder {
   OperatorNode linear(const char* name, double in, double out, bool bias, double routed = 1, double copies = 1,
                       double active_copies = 1) const {
     OperatorNode n;
-    n.name = name;
+    n.name = n.role = name;
     n.kind = copies > 1 ? "grouped_linear" : "linear";
     const double weight = in * out + (bias ? out : 0);
     n.parameters = copies * weight;
@@ -205,6 +205,7 @@ class Builder {
     } else {
       OperatorNode scores;
       scores.name = tag + "scores";
+      scores.role = "scores";
       scores.kind = "bmm";
       if (c_.position == PositionKind::RelativeBias && first_layer) scores.parameters = 32 * a;  // T5 bucket table
       scores.forward = {0, per_token_seq(2 * a * d), q_bytes + k_bytes + per_token_seq(e_ * a)};
@@ -225,6 +226,7 @@ class Builder {
       }
       OperatorNode weighted;
       weighted.name = tag + "attention_v";
+      weighted.role = "attention_v";
       weighted.kind = "bmm";
       weighted.forward = {0, per_token_seq(2 * a * d), e_ * map + v_bytes + per_token(e_ * a * d)};
       weighted.backward_input = {0, per_token_seq(4 * a * d), 2 * (e_ * map + v_bytes) + per_token(e_ * a * d)};
@@ -331,7 +333,7 @@ class Builder {
   // ---- embeddings and heads ----
   OperatorNode lookup(const char* name, double rows) const {
     OperatorNode n;
-    n.name = name;
+    n.name = n.role = name;
     n.kind = "embedding";
     const double h = c_.hidden;
     n.parameters = rows * h;

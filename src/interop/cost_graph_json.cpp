@@ -50,6 +50,7 @@ constexpr std::string_view kHardwareKeys[] = {"name", "flop_rate", "byte_rate"};
 constexpr std::string_view kLayerKeys[] = {"name", "role"};
 constexpr std::string_view kNodeKeys[] = {"name",
                                           "kind",
+                                          "role",
                                           "layer",
                                           "parameters",
                                           "active_parameters",
@@ -326,6 +327,7 @@ class Reader : public interop::JsonPathReader {
     OperatorNode result;
     result.name = entry["name"].get<std::string>();
     if (const auto it = entry.find("kind"); it != entry.end()) result.kind = text_at(*it, LazyPath(path, "kind"));
+    if (const auto it = entry.find("role"); it != entry.end()) result.role = text_at(*it, LazyPath(path, "role"));
     if (const auto it = entry.find("layer"); it != entry.end()) {
       std::string layer = text_at(*it, LazyPath(path, "layer"));
       if (later)
@@ -545,6 +547,7 @@ ordered node_json(const CostGraph& graph, const OperatorNode& node) {
   ordered out;
   out["name"] = node.name;
   if (!node.kind.empty()) out["kind"] = node.kind;
+  if (!node.role.empty()) out["role"] = node.role;
   if (node.layer != kNoLayer) out["layer"] = graph.layers[node.layer].name;
   out["parameters"] = number_json(node.parameters);
   if (node.active_parameters != node.parameters) out["active_parameters"] = number_json(node.active_parameters);

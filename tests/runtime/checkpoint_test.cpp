@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "checkpoint.h"
 #include "error_text.h"
+#include "session/checkpoint.h"
 
 namespace flexpipe::runtime {
 namespace {

@@ -8,7 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "compute_priority.h"
+#include "device/compute_priority.h"
 
 namespace flexpipe::runtime {
 namespace {

@@ -13,8 +13,8 @@
 
 #include <ATen/ATen.h>
 
-#include "device_placement.h"
-#include "executor.h"
+#include "device/device_placement.h"
+#include "executor/executor.h"
 #include "flexpipe/interop/cost_graph_json.h"
 #include "flexpipe/interop/partition_plan_json.h"
 #include "flexpipe/interop/schedule_io.h"
@@ -24,8 +24,8 @@
 #include "flexpipe/support/files.h"
 #include "flexpipe/train/trainable_model.h"
 #include "host_backed_device.h"
-#include "profiler.h"
-#include "tensor_data.h"
+#include "scripted_model/tensor_data.h"
+#include "session/profiler.h"
 
 namespace flexpipe::runtime {
 namespace {

@@ -7,14 +7,14 @@
 
 #include <ATen/ATen.h>
 
-#include "executor.h"
+#include "builtin_model/reference_model.h"
+#include "executor/executor.h"
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/ir/memory_actions.h"
 #include "flexpipe/schedules/builtin.h"
 #include "flexpipe/schedules/library.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/train/trainable_model.h"
-#include "reference_model.h"
 
 namespace flexpipe::runtime {
 namespace {

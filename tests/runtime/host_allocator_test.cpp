@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "host_allocator.h"
+#include "device/host_allocator.h"
 
 namespace flexpipe::runtime {
 namespace {

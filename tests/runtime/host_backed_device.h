@@ -1,8 +1,8 @@
-#pragma once
 // A training device for tests on machines without an accelerator: code that must keep every tensor
 // on the device and stage transfers through host memory can be checked on the CPU alone, since a
 // tensor left on (or copied to) the host is then a tensor of another device, and fails as it would
 // on CUDA.
+#pragma once
 #include <c10/core/Device.h>
 
 namespace flexpipe::test {

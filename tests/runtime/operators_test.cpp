@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "builtin_model/operators.h"
+#include "builtin_model/reference_model.h"
+#include "executor/model_plan.h"
 #include "flexpipe/train/trainable_model.h"
-#include "model_plan.h"
-#include "operators.h"
-#include "reference_model.h"
 
 namespace flexpipe::runtime {
 namespace {

@@ -16,8 +16,8 @@
 #include <gtest/gtest.h>
 
 #include "flexpipe/support/error.h"
-#include "rendezvous_store.h"
-#include "transport.h"
+#include "transport/rendezvous_store.h"
+#include "transport/transport.h"
 
 namespace flexpipe::runtime {
 namespace {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "saved_tensor_hooks.h"
+#include "scripted_model/saved_tensor_hooks.h"
 
 namespace flexpipe::runtime {
 namespace {

@@ -25,7 +25,7 @@
 
 #include <ATen/ATen.h>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 namespace flexpipe::runtime {
 namespace {

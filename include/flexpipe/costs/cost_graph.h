@@ -87,7 +87,10 @@ struct BufferUse {
 
 struct OperatorNode {
   std::string name;
-  std::string kind;              // "linear", "layernorm", "softmax", ...: free text for reports
+  std::string kind;  // "linear", "layernorm", "softmax", ...: free text for reports
+  // What the operator does in its layer where its kind alone does not say ("qkv", "fc1", "lm_head",
+  // "position", "scores"): the runtime's built-in operators take their shapes from it. Empty when unknown.
+  std::string role;
   int layer = kNoLayer;          // index into CostGraph::layers
   double parameters = 0;         // count; bytes come from the data type chosen at aggregation
   double active_parameters = 0;  // used per token (MoE experts: top-k of them); equals parameters otherwise

@@ -1,5 +1,5 @@
-#pragma once
 // The runtime library's one entry point, looked up by name when the CLI loads the library.
+#pragma once
 #include "flexpipe/runtime/run_request.h"
 #include "flexpipe/runtime/runtime_facts.h"
 

@@ -1,7 +1,7 @@
-#pragma once
 // What `flexpipe run` hands to the runtime library: everything is decided and checked (schedules
 // validated, partitions computed) before any process talks to another. Torch-free, so the CLI can
 // build a request without loading libtorch; the runtime is loaded on demand (runtime_loader.h).
+#pragma once
 #include <cstdint>
 #include <map>
 #include <string>

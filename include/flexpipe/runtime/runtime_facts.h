@@ -1,6 +1,6 @@
-#pragma once
 // What the runtime library says of the libtorch it was built against and of this machine, for
 // `flexpipe version` and the head of every bug report. Torch-free: filled across dlopen.
+#pragma once
 #include <string>
 #include <vector>
 
