@@ -3,7 +3,8 @@
 # clang-format 14); that no source or public header includes a header of a library its own library
 # does not reach in the build's graph, or reaches into another folder by a relative path (the build
 # enforces the same by include paths; this names the file and line); and that
-# docs/images/architecture.dot is the graph the build declares. Usage: scripts/check-conventions.sh
+# docs/images/architecture.dot is the graph the build declares; and the tree's shape
+# (scripts/check_tree_shape.py). Usage: scripts/check-conventions.sh
 # [BUILD_DIR] (default build, a configured build with the runtime). Exit status 1 on any violation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,7 +84,10 @@ for folder in src/*/; do
   check_folder "include/flexpipe/$concept" "$header_node"
 done
 
+# 4. The tree's shape: a summary line per file, folder, file and function sizes (docs/architecture.md).
+python3 scripts/check_tree_shape.py || failed=1
+
 if [ $failed -eq 0 ]; then
-  echo "conventions: format, layering and the architecture graph agree with the build"
+  echo "conventions: format, layering, the architecture graph and the tree's shape agree with the build"
 fi
 exit $failed

@@ -75,6 +75,25 @@ Partition partition_from_sizes(const CostGraph& graph, std::span<const int> oper
   return partition;
 }
 
+Partition partition_from_starts(const CostGraph& graph, std::span<const int> starts) {
+  if (starts.size() < 2) throw Error("a partition needs at least one stage");
+  std::vector<int> sizes;
+  for (size_t k = 0; k + 1 < starts.size(); ++k) sizes.push_back(starts[k + 1] - starts[k]);
+  return partition_from_sizes(graph, sizes);
+}
+
+std::vector<int> operators_per_stage(const Partition& partition) {
+  std::vector<int> sizes(partition.num_stages, 0);
+  for (int k : partition.stage_of_node) ++sizes[k];
+  return sizes;
+}
+
+std::vector<int> stage_starts(const Partition& partition) {
+  std::vector<int> starts(1, 0);
+  for (int size : operators_per_stage(partition)) starts.push_back(starts.back() + size);
+  return starts;
+}
+
 Partition partition_from_layer_counts(const CostGraph& graph, std::span<const int> layers_per_stage) {
   const int layers = static_cast<int>(graph.layers.size());
   if (layers_per_stage.empty()) throw Error("a partition needs at least one stage");

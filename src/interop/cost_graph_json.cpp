@@ -145,7 +145,7 @@ class Reader : public interop::JsonPathReader {
       // Bytes per time unit; a datasheet's "3.35TB/s" is converted into it.
       rates.byte_rate = hardware["byte_rate"].is_string()
                             ? interop::quantity_in_declared_units(*this, hardware["byte_rate"], "hardware.byte_rate",
-                                                                 QuantityKind::Bandwidth, {result.time_unit, "bytes"})
+                                                                  QuantityKind::Bandwidth, {result.time_unit, "bytes"})
                             : number(hardware["byte_rate"], "hardware.byte_rate");
       if (rates.byte_rate == 0) fail("hardware.byte_rate", "must be positive, got 0");
       result.hardware = rates;

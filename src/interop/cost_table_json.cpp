@@ -233,7 +233,7 @@ class Reader : public interop::JsonPathReader {
     }
   }
 
-  int expected_stages_;          // 0: any number
+  int expected_stages_;           // 0: any number
   interop::DeclaredUnits units_;  // the table's own, once read
 };
 

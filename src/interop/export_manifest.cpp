@@ -58,7 +58,8 @@ class ManifestReader : public interop::JsonPathReader {
   bool flag(const Json& object, const std::string& path, const char* key) const {
     if (!object.contains(key)) return false;
     const Json& v = object.at(key);
-    if (!v.is_boolean()) fail(interop::json_child(path, key), "expected true or false, got " + interop::describe_json(v));
+    if (!v.is_boolean())
+      fail(interop::json_child(path, key), "expected true or false, got " + interop::describe_json(v));
     return v.get<bool>();
   }
   ElementType dtype(const Json& object, const std::string& path) const {
@@ -102,7 +103,8 @@ class ManifestReader : public interop::JsonPathReader {
     for (size_t i = 0; i < entries.size(); ++i) {
       std::vector<std::string> names;
       if (entries[i].contains("state_dict")) {
-        const std::string at = interop::json_child(interop::json_element(interop::json_child(path, key), i), "state_dict");
+        const std::string at =
+            interop::json_child(interop::json_element(interop::json_child(path, key), i), "state_dict");
         const Json& listed = entries[i].at("state_dict");
         if (!listed.is_array()) fail(at, "expected a list of names, got " + interop::describe_json(listed));
         for (size_t n = 0; n < listed.size(); ++n) {

@@ -201,7 +201,9 @@ PartitionResult partition_model(const PartitionProblem& problem, PartitionMethod
   switch (method) {
     case PartitionMethod::Dawn: return partition::binary_partition(problem);
     case PartitionMethod::Exhaustive: return partition::exhaustive_partition(problem);
-    case PartitionMethod::Uniform: result = evaluate_partition(problem, partition::uniform_starts(problem), false); break;
+    case PartitionMethod::Uniform:
+      result = evaluate_partition(problem, partition::uniform_starts(problem), false);
+      break;
     case PartitionMethod::Params:
       result = evaluate_partition(problem, partition::balanced_by(problem, problem.ops.parameters), false);
       break;

@@ -185,8 +185,8 @@ StageMemoryPlan evaluate_stage_memory(const OperatorTable& ops, int begin, int e
       case MemoryDecision::Recompute: {
         const bool continues = partition::continues_segment(ops, begin, v, as_previous);
         if (!continues) segment_start = v;
-        const double bytes =
-            std::max(0.0, ops.saved[v] - (continues ? shared : 0) - partition::checkpointed_saved(ops, v, segment_start));
+        const double bytes = std::max(0.0, ops.saved[v] - (continues ? shared : 0) -
+                                               partition::checkpointed_saved(ops, v, segment_start));
         segment = (continues ? segment : 0) + bytes;
         largest_segment = std::max(largest_segment, segment);
         rebuilt_all += bytes;

@@ -107,6 +107,10 @@ class AnytimeSearch {
   std::optional<Structure> make_structure(const BatchSplit& batch, PlacementKind placement, int chunks, bool dawn,
                                           const GivenPartition* given, MemorySolver solver) const;
   Partition balanced_partition(int stages, const BatchSplit& batch, const Shape& shape, double host_bandwidth) const;
+  PartitionResult dawn_partition(const BatchSplit& batch, PlacementKind placement, int chunks, double host_bandwidth,
+                                 MemorySolver solver) const;
+  void add_cost_rows(Structure& s, const std::vector<MemoryDecision>& plan, const std::vector<char>& plan_checkpoints,
+                     double host_bandwidth) const;
   std::vector<std::vector<int>> inflight_profiles(const Structure& s) const;
   std::vector<ListPolicy> policies(const Structure& s, bool split) const;
   std::vector<std::vector<uint8_t>> row_patterns(const Structure& s) const;

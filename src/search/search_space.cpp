@@ -143,6 +143,56 @@ Schedule AnytimeSearch::skeleton_of(const BatchSplit& batch, PlacementKind place
                        placement == PlacementKind::V ? v_placement(p, stages) : loop_placement(p, stages));
 }
 
+namespace {
+
+// A partitioner's memory decisions, one per operator in graph order, and per stage whether it
+// offloads its checkpoints.
+struct MemoryPlan {
+  std::vector<MemoryDecision> decisions;
+  std::vector<char> offload_checkpoints;
+
+  void add(const PartitionResult& result) {
+    for (const StageResult& stage : result.stages) {
+      decisions.insert(decisions.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
+      offload_checkpoints.push_back(stage.memory.offload_checkpoints);
+    }
+  }
+  bool recomputes() const {
+    return std::any_of(decisions.begin(), decisions.end(),
+                       [](MemoryDecision d) { return d == MemoryDecision::Recompute; });
+  }
+  bool keeps_everything() const {
+    return std::all_of(decisions.begin(), decisions.end(), [](MemoryDecision d) { return d == MemoryDecision::Keep; });
+  }
+};
+
+}  // namespace
+
+// DawnPiper's partition for the placement's own in-flight counts. The auto solver differs from the
+// greedy only on ranges of up to kExactSolverOperators: where the greedy's run optimized none, the
+// auto's would repeat it call for call (seconds on the README's example), so its plan is the greedy's.
+PartitionResult AnytimeSearch::dawn_partition(const BatchSplit& batch, PlacementKind placement, int chunks,
+                                              double host_bandwidth, MemorySolver solver) const {
+  const auto key = std::make_tuple(batch.microbatches, batch.microbatch_size, static_cast<int>(placement), chunks);
+  if (solver == MemorySolver::Auto) {
+    std::lock_guard lock(greedy_plans_mutex_);
+    const auto it = greedy_plans_.find(key);
+    if (it != greedy_plans_.end() && it->second.smallest_optimized > kExactSolverOperators) return it->second;
+  }
+  const Schedule reference = reference_schedule(placement, problem_.devices, batch.microbatches, chunks);
+  PartitionProblem pp = make_partition_problem(problem_.graph, Shape{batch.microbatch_size, seq_len_}, reference,
+                                               problem_.memory_limit, host_bandwidth);
+  pp.solver = solver;
+  pp.should_stop = [this] { return partitioner_should_stop(); };
+  pp.measure_shortfall = false;  // a placement that cannot fit is skipped
+  PartitionResult result = partition_model(pp, PartitionMethod::Dawn);
+  if (solver == MemorySolver::Greedy && !out_of_time()) {  // not cut short by the budget
+    std::lock_guard lock(greedy_plans_mutex_);
+    greedy_plans_[key] = result;
+  }
+  return result;
+}
+
 // The compute-balanced cut (PipeDream's planner over the cuts where little crosses), or DawnPiper's
 // plan for the placement's own in-flight counts.
 std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, PlacementKind placement, int chunks,
@@ -161,48 +211,18 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
   const Shape shape{batch.microbatch_size, seq_len_};
   const double host = problem_.aggregation.host_link.bandwidth;
   const double host_bandwidth = std::isfinite(host) && problem_.offload ? host : 0;
-  std::vector<MemoryDecision> plan;
-  std::vector<char> plan_checkpoints;  // per stage: the plan offloads its checkpoints
+  MemoryPlan plan;
   try {
     if (given) {
       check_partition(problem_.graph, given->partition);
       s.partition = given->partition;
-      plan = given->decisions;
-      plan_checkpoints = given->offload_checkpoints;
+      plan.decisions = given->decisions;
+      plan.offload_checkpoints = given->offload_checkpoints;
     } else if (dawn) {
-      // The auto solver differs from the greedy only on ranges of up to kExactSolverOperators: where
-      // the greedy's run optimized none, the auto's would repeat it call for call (seconds on the
-      // README's example), so its plan is the greedy's.
-      const auto key = std::make_tuple(batch.microbatches, batch.microbatch_size, static_cast<int>(placement), chunks);
-      std::optional<PartitionResult> same;
-      if (solver == MemorySolver::Auto) {
-        std::lock_guard lock(greedy_plans_mutex_);
-        const auto it = greedy_plans_.find(key);
-        if (it != greedy_plans_.end() && it->second.smallest_optimized > kExactSolverOperators) same = it->second;
-      }
-      if (!same) {
-        const Schedule reference = reference_schedule(placement, p, batch.microbatches, chunks);
-        PartitionProblem pp =
-            make_partition_problem(problem_.graph, shape, reference, problem_.memory_limit, host_bandwidth);
-        pp.solver = solver;
-        pp.should_stop = [this] { return partitioner_should_stop(); };
-        pp.measure_shortfall = false;  // a placement that cannot fit is skipped
-        same = partition_model(pp, PartitionMethod::Dawn);
-        if (solver == MemorySolver::Greedy && !out_of_time()) {  // not cut short by the budget
-          std::lock_guard lock(greedy_plans_mutex_);
-          greedy_plans_[key] = *same;
-        }
-      }
-      const PartitionResult& r = *same;
+      const PartitionResult r = dawn_partition(batch, placement, chunks, host_bandwidth, solver);
       if (!r.fits) return std::nullopt;
-      const std::vector<int> starts = r.starts();
-      std::vector<int> sizes;
-      for (size_t k = 0; k + 1 < starts.size(); ++k) sizes.push_back(starts[k + 1] - starts[k]);
-      s.partition = partition_from_sizes(problem_.graph, sizes);
-      for (const StageResult& stage : r.stages) {
-        plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
-        plan_checkpoints.push_back(stage.memory.offload_checkpoints);
-      }
+      s.partition = partition_from_starts(problem_.graph, r.starts());
+      plan.add(r);
     } else {
       s.partition = balanced_partition(stages, batch, shape, host_bandwidth);
       // The same cuts with each stage's memory decisions chosen for the placement's in-flight counts,
@@ -216,16 +236,8 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
         PartitionProblem pp =
             make_partition_problem(problem_.graph, shape, *reference, problem_.memory_limit, host_bandwidth);
         pp.should_stop = [this] { return partitioner_should_stop(); };
-        std::vector<int> starts(1, 0);
-        for (int v = 1; v < static_cast<int>(s.partition.stage_of_node.size()); ++v)
-          if (s.partition.stage_of_node[v] != s.partition.stage_of_node[v - 1]) starts.push_back(v);
-        starts.push_back(static_cast<int>(s.partition.stage_of_node.size()));
-        const PartitionResult r = evaluate_partition(pp, starts, true);
-        if (r.fits)
-          for (const StageResult& stage : r.stages) {
-            plan.insert(plan.end(), stage.memory.decisions.begin(), stage.memory.decisions.end());
-            plan_checkpoints.push_back(stage.memory.offload_checkpoints);
-          }
+        const PartitionResult r = evaluate_partition(pp, stage_starts(s.partition), true);
+        if (r.fits) plan.add(r);
       }
     }
   } catch (const Error&) {
@@ -233,16 +245,25 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
     // placement does not suit m (or the graph), and other structures cover it.
     return std::nullopt;
   }
+  if (plan.offload_checkpoints.empty()) plan.offload_checkpoints.assign(stages, 0);
+  if (static_cast<int>(plan.offload_checkpoints.size()) != stages) return std::nullopt;  // a plan for other stages
+  if (dawn && plan.recomputes() && !problem_.recompute) return std::nullopt;             // cuts made for recomputing
+  add_cost_rows(s, plan.decisions, plan.offload_checkpoints, host_bandwidth);
+  return s;
+}
+
+// Each memory row's stage costs: everything kept, recomputed or offloaded, and the plan's own
+// decisions where it has any.
+void AnytimeSearch::add_cost_rows(Structure& s, const std::vector<MemoryDecision>& plan,
+                                  const std::vector<char>& plan_checkpoints, double host_bandwidth) const {
   const int n = static_cast<int>(problem_.graph.nodes.size());
+  const int stages = s.partition.num_stages;
   s.rows.resize(stages);
   s.recomputes.assign(stages, {});
   s.offloads.assign(stages, {});
-  if (plan_checkpoints.empty()) plan_checkpoints.assign(stages, 0);
-  if (static_cast<int>(plan_checkpoints.size()) != stages) return std::nullopt;  // a plan for other stages
   s.plan_offloads_checkpoints.assign(stages, 0);
   const bool plan_recomputes =
       std::any_of(plan.begin(), plan.end(), [](MemoryDecision d) { return d == MemoryDecision::Recompute; });
-  if (dawn && plan_recomputes && !problem_.recompute) return std::nullopt;  // cuts made for recomputing
   for (int r = 0; r < kRows; ++r) {
     if (r == kOffload && host_bandwidth <= 0) continue;
     if (r == kRecompute && !problem_.recompute) continue;
@@ -256,7 +277,7 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
       decisions.assign(n, r == kKeep        ? MemoryDecision::Keep
                           : r == kRecompute ? MemoryDecision::Recompute
                                             : MemoryDecision::Offload);
-    AggregationOptions a = aggregation(batch);
+    AggregationOptions a = aggregation(s.batch);
     a.decisions = decisions;
     if (r == kPlan) a.offload_checkpoints = plan_checkpoints;
     const StageAggregate aggregate = aggregate_stages(problem_.graph, s.partition, a);
@@ -274,7 +295,6 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
       }
     s.has_row[r] = true;
   }
-  return s;
 }
 
 Partition AnytimeSearch::balanced_partition(int stages, const BatchSplit& batch, const Shape& shape,
@@ -287,10 +307,7 @@ Partition AnytimeSearch::balanced_partition(int stages, const BatchSplit& batch,
   // Any schedule with `stages` chunks serves: the compute-balanced planner reads no in-flight counts.
   const Schedule reference = library_schedule("gpipe", {stages, 1, 0});
   const PartitionProblem pp = make_partition_problem(problem_.graph, shape, reference, kInfinity, host_bandwidth);
-  const std::vector<int> starts = partition_model(pp, PartitionMethod::PipeDream).starts();
-  std::vector<int> sizes;
-  for (size_t k = 0; k + 1 < starts.size(); ++k) sizes.push_back(starts[k + 1] - starts[k]);
-  Partition partition = partition_from_sizes(problem_.graph, sizes);
+  Partition partition = partition_from_starts(problem_.graph, partition_model(pp, PartitionMethod::PipeDream).starts());
   std::lock_guard lock(mutex_);
   balanced_.emplace(key, partition);
   return partition;

@@ -52,12 +52,6 @@ Partition parse_partition(const CostGraph& graph, const std::string& spec, int s
   return partition;
 }
 
-std::vector<int> operators_per_stage(const Partition& partition) {
-  std::vector<int> sizes(partition.num_stages, 0);
-  for (int k : partition.stage_of_node) ++sizes[k];
-  return sizes;
-}
-
 std::string operators_spec(const Partition& partition) {
   return fmt::format("ops:{}", fmt::join(operators_per_stage(partition), ","));
 }

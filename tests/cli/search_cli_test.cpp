@@ -132,8 +132,7 @@ TEST_F(Search, ChoosesTheMicroBatchCountFromTheGlobalBatch) {
 }
 
 TEST_F(Search, SaysWhatWouldBeNeededWhenNothingFits) {
-  if (test::kSanitized)
-    GTEST_SKIP() << "13 s under the sanitizer (three searches); the Release run checks it";
+  if (test::kSanitized) GTEST_SKIP() << "13 s under the sanitizer (three searches); the Release run checks it";
   Outcome run = flexpipe("search --model llama2-7b -p 2 -m 4 --memory-limit 40e9 -q");
   EXPECT_EQ(run.exit_code, 1);
   EXPECT_NE(run.err.find("at least 4 devices are needed (have 2)"), std::string::npos) << run.err;
@@ -151,8 +150,7 @@ TEST_F(Search, SaysWhatWouldBeNeededWhenNothingFits) {
 
 // Limits, bandwidths and latencies with units; the limit prints back in the units it was written in.
 TEST_F(Search, TakesQuantitiesWithUnits) {
-  if (test::kSanitized)
-    GTEST_SKIP() << "9 s under the sanitizer (llama2-7b's search); the Release run checks it";
+  if (test::kSanitized) GTEST_SKIP() << "9 s under the sanitizer (llama2-7b's search); the Release run checks it";
   const Outcome run = flexpipe(
       "search --model llama2-7b -p 2 -m 4 --memory-limit 32GiB --link-bandwidth 450GB/s --link-latency 5us -q");
   EXPECT_EQ(run.exit_code, 1) << run.err;  // nothing fits on 2 devices: the quickest search there is

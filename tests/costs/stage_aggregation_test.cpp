@@ -533,5 +533,15 @@ TEST(StageAggregation, ZooGraphBoundariesCarryTheResidualStream) {
   EXPECT_GT(even.table.stages[0].optimizer, 0);
 }
 
+TEST(Partition, SizesStartsAndStageOfEachOperatorAreOneContiguousPartition) {
+  const CostGraph g = hand_graph();  // five operators
+  const Partition partition = partition_from_sizes(g, std::vector<int>{2, 2, 1});
+  EXPECT_EQ(partition.stage_of_node, (std::vector<int>{0, 0, 1, 1, 2}));
+  EXPECT_EQ(operators_per_stage(partition), (std::vector<int>{2, 2, 1}));
+  EXPECT_EQ(stage_starts(partition), (std::vector<int>{0, 2, 4, 5}));
+  EXPECT_EQ(partition_from_starts(g, std::vector<int>{0, 2, 4, 5}), partition);
+  EXPECT_EQ(error_of([&] { partition_from_starts(g, std::vector<int>{0}); }), "a partition needs at least one stage");
+}
+
 }  // namespace
 }  // namespace flexpipe

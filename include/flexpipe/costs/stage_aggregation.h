@@ -21,6 +21,14 @@ struct Partition {
 // Contiguous operator ranges: stage k holds the next operators_per_stage[k] nodes in graph order
 // (zero makes an empty stage). The counts must add up to the number of nodes.
 Partition partition_from_sizes(const CostGraph& graph, std::span<const int> operators_per_stage);
+// Contiguous operator ranges by boundaries: stage k holds operators [starts[k], starts[k + 1]); starts
+// runs from 0 to the number of nodes (PartitionResult::starts's form).
+Partition partition_from_starts(const CostGraph& graph, std::span<const int> starts);
+// The other way: how many operators each stage holds, in stage order (a contiguous partition's sizes).
+std::vector<int> operators_per_stage(const Partition& partition);
+// A contiguous partition's boundaries: the first operator of each stage, then the operator count
+// (PartitionResult::starts's form).
+std::vector<int> stage_starts(const Partition& partition);
 // Contiguous layer ranges: stage k holds the next layers_per_stage[k] layers of graph.layers.
 // Every node must carry a layer.
 Partition partition_from_layer_counts(const CostGraph& graph, std::span<const int> layers_per_stage);

@@ -14,8 +14,6 @@ namespace flexpipe {
 // A --partition spec (Megatron layout, layers:N,..., ops:N,...; empty: even by layers) for `stages`
 // chunks of `graph`; throws Error naming the bad field, or when it makes another number of chunks.
 Partition parse_partition(const CostGraph& graph, const std::string& spec, int stages);
-// How many operators each stage holds, in stage order.
-std::vector<int> operators_per_stage(const Partition& partition);
 // The --partition spec that gives back a contiguous partition: "ops:N,N,...".
 std::string operators_spec(const Partition& partition);
 
