@@ -38,7 +38,7 @@ fi
 shopt -s nullglob  # a seed folder without files of a kind adds none
 seeds() {  # the files each target starts from
   case $1 in
-    lang) echo examples/schedules/*.fps tests/data/runtime/*.fps ;;
+    lang) echo examples/schedules/*.fps tests/data/runtime/*.fps fuzz/seeds/lang/* ;;
     pytorch_csv) echo tests/data/pytorch/*.csv tests/data/pytorch/legacy/*.csv ;;
     schedule_json) echo tests/data/runtime/*.json ;;
     cost_table) echo examples/costs/*.json fuzz/seeds/cost_table/* ;;

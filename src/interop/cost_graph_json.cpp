@@ -734,6 +734,7 @@ std::optional<CostGraph> read_streaming(const std::string& text, const std::stri
 }  // namespace
 
 CostGraph parse_cost_graph(const std::string& text, const std::string& origin) {
+  interop::check_json_nesting(text, origin, "invalid JSON", interop::ColumnUnit::Byte);
   std::optional<CostGraph> graph = read_streaming(text, origin);
   if (!graph) {
     const json document = interop::parse_json_text(text, origin, "invalid JSON", interop::ColumnUnit::Byte);

@@ -251,7 +251,9 @@ ExportManifest parse_export_manifest(const std::string& text, const std::string&
   m.dtype = r.dtype(j, "");
   m.inputs = r.tensors(j, "", "inputs");
   m.outputs = r.tensors(j, "", "outputs");
-  const Json& chunks = j.contains("chunks") ? j.at("chunks") : Json();
+  // Both branches lvalues: with a temporary for the missing case, the conditional copied the list.
+  static const Json missing;
+  const Json& chunks = j.contains("chunks") ? j.at("chunks") : missing;
   if (!chunks.is_array())
     r.fail("chunks", "expected a list with one entry per chunk, got " + interop::describe_json(chunks));
   if (chunks.empty()) r.fail("chunks", "empty: an export has at least one chunk");

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/json_nesting.h"
 
 namespace flexpipe::interop {
 
@@ -46,7 +47,16 @@ std::string syntax_reason(const json::parse_error& error) {
 
 }  // namespace
 
+void check_json_nesting(const std::string& text, const std::string& origin, std::string_view label, ColumnUnit unit) {
+  const size_t at = json_nesting_beyond(text);
+  if (at == std::string::npos) return;
+  const auto [line, column] = line_and_column(text, at + 1, unit);
+  throw Error(located(origin, line, column,
+                      fmt::format("{}: arrays and objects nest deeper than {} levels", label, kMaxJsonNesting)));
+}
+
 json parse_json_text(const std::string& text, const std::string& origin, std::string_view label, ColumnUnit unit) {
+  check_json_nesting(text, origin, label, unit);
   try {
     return json::parse(text);
   } catch (const json::parse_error& error) {

@@ -14,7 +14,11 @@ namespace flexpipe::interop {
 // in bytes; both are kept so that no message changes.
 enum class ColumnUnit { Byte, Utf8Character };
 
-// Parses `text`; a syntax error throws Error "ORIGIN:LINE:COL: LABEL: REASON".
+// Refuses text that nests deeper than kMaxJsonNesting, at the bracket that goes too deep:
+// "ORIGIN:LINE:COL: LABEL: arrays and objects nest deeper than 1000 levels".
+void check_json_nesting(const std::string& text, const std::string& origin, std::string_view label, ColumnUnit unit);
+
+// Parses `text` after check_json_nesting; a syntax error throws Error "ORIGIN:LINE:COL: LABEL: REASON".
 nlohmann::json parse_json_text(const std::string& text, const std::string& origin, std::string_view label,
                                ColumnUnit unit);
 

@@ -14,6 +14,8 @@ namespace flexpipe {
 namespace {
 
 constexpr size_t kMaxSymbols = 1'000'000;
+// Each '(' is a level of recursion: a layout needs two or three, and 40 thousand overflowed the stack.
+constexpr int kMaxNesting = 100;
 
 struct Symbol {
   char kind;     // 'E', 't', 'm', 'L' or '|'
@@ -82,10 +84,13 @@ class LayoutParser {
       return {{c, start}};
     }
     if (c == '(') {
+      if (++depth_ > kMaxNesting)
+        fail(layout_, start, fmt::format("parentheses nest deeper than {} levels", kMaxNesting));
       ++at_;
       std::vector<Symbol> inner = sequence();
       if (at_ >= layout_.size()) fail(layout_, start, "'(' is never closed");
       ++at_;  // ')'
+      --depth_;
       return inner;
     }
     if (c == '*') fail(layout_, start, "'*' must follow a symbol or a ')'");
@@ -95,6 +100,7 @@ class LayoutParser {
 
   const std::string& layout_;
   size_t at_ = 0;
+  int depth_ = 0;
 };
 
 char symbol_of(LayerRole role) {

@@ -31,6 +31,7 @@ struct Expr {
   double real = 0;
   std::string name;           // Variable, Call, Index (the array)
   std::vector<ExprPtr> args;  // operands, arguments, list elements; Index: the index
+  int height = 1;             // this node and the longest path below it: the parser bounds it
   // Resolved by the checker:
   int slot = -1;  // Variable, Index
   Builtin builtin = Builtin::None;

@@ -35,6 +35,9 @@ int64_t floor_div(int64_t a, int64_t b) {
 
 // The largest array a program may make, in elements (each one also counts as a step).
 constexpr int64_t kMaxArrayElements = int64_t{1} << 26;
+// Patterns do not recurse, but each may call the one declared before it: every call is a level of the
+// interpreter's recursion, and 30 thousand such calls overflowed the stack.
+constexpr int kMaxCallDepth = 256;
 
 using Arrays = std::vector<std::vector<int64_t>>;  // per slot: the array a slot holds, if any
 
@@ -302,7 +305,11 @@ class Interpreter final : public Evaluator::State {
         values.reserve(args.size());
         for (const ExprPtr& arg : args) values.push_back(eval_.eval(*arg));
         for (size_t i = 0; i < values.size(); ++i) slots_[pattern.parameter_slots[i]] = values[i];
+        if (++call_depth_ > kMaxCallDepth)
+          fail(s.location, fmt::format("patterns call patterns more than {} deep", kMaxCallDepth),
+               "call the inner patterns side by side, not each from the one after it");
         block(pattern.body);
+        --call_depth_;
         return;
       }
       case StmtKind::Action: emit(s); return;
@@ -654,6 +661,7 @@ class Interpreter final : public Evaluator::State {
   std::vector<int64_t> counts_;  // per (counter family, stage): actions emitted
   std::vector<std::deque<std::pair<int, int>>> pending_weights_;  // per device: I's whose W() has not run
   int current_device_ = -1;
+  int call_depth_ = 0;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The parser: tokens to a syntax tree, recovering after each syntax error at the next statement.
 #include "parser.h"
 
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -10,6 +11,9 @@ namespace flexpipe::lang {
 namespace {
 
 constexpr int kMaxNesting = 64;  // blocks and parentheses; deeper input is rejected, not recursed into
+// The checker, the interpreter and the writer walk an expression recursively, one call per level, and
+// a chain `0+0+...` is as deep as it is long: 21 thousand terms overflowed the stack.
+constexpr int kMaxExpressionHeight = 1000;
 
 struct SyntaxError {
   SourceLocation location;
@@ -515,6 +519,10 @@ class Parser {
   }
   ExprPtr finish(ExprPtr e) {
     e->end = pos_ > 0 ? tokens_[pos_ - 1].end : 0;
+    for (const ExprPtr& arg : e->args) e->height = std::max(e->height, arg->height + 1);
+    if (e->height > kMaxExpressionHeight)
+      throw SyntaxError{e->location, fmt::format("the expression is deeper than {} levels", kMaxExpressionHeight),
+                        "each operator adds a level: split it with let (let a = ...; let b = a + ...)"};
     return e;
   }
   ExprPtr binary(Op op, ExprPtr lhs, ExprPtr rhs, const Token& at) {

@@ -11,6 +11,9 @@ namespace flexpipe::lang {
 
 namespace {
 constexpr size_t kShownLine = 400;  // characters of a source line echoed under a diagnostic
+// Messages quote the program's own text (a string, a `where` message): printable() keeps its bytes
+// off the terminal the way it does the source line's, with room for the longest message written.
+constexpr size_t kShownMessage = 2000;
 
 // Editors on Windows start UTF-8 files with a byte-order mark; it is no part of the program.
 std::string_view without_byte_order_mark(std::string_view text) {
@@ -41,8 +44,9 @@ std::string_view SourceText::line(int number) const {
 std::string format_diagnostic(const std::string& origin, const std::vector<std::string>& lines,
                               const LangDiagnostic& diagnostic) {
   const SourceLocation& at = diagnostic.location;
-  std::string out = at.line == 0 ? fmt::format("{}: error: {}", origin, diagnostic.message)
-                                 : fmt::format("{}:{}:{}: error: {}", origin, at.line, at.column, diagnostic.message);
+  const std::string message = printable(diagnostic.message, kShownMessage);
+  std::string out = at.line == 0 ? fmt::format("{}: error: {}", origin, message)
+                                 : fmt::format("{}:{}:{}: error: {}", origin, at.line, at.column, message);
   if (at.line >= 1 && at.line <= static_cast<int>(lines.size())) {
     // The line is shown as printable() quotes it, so that a stray control byte or NUL cannot garble
     // the terminal or cut the message; the caret is placed under the same text, and tabs stay tabs
@@ -53,7 +57,7 @@ std::string format_diagnostic(const std::string& origin, const std::vector<std::
     for (char c : before) pad += c == '\t' ? '\t' : ' ';
     out += fmt::format("\n{:>5} | {}\n      | {}^", at.line, printable(line, kShownLine), pad);
   }
-  if (!diagnostic.hint.empty()) out += fmt::format("\n  hint: {}", diagnostic.hint);
+  if (!diagnostic.hint.empty()) out += fmt::format("\n  hint: {}", printable(diagnostic.hint, kShownMessage));
   return out;
 }
 

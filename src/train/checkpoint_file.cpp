@@ -7,6 +7,7 @@
 
 #include "flexpipe/support/checksum.h"
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/json_nesting.h"
 
 namespace flexpipe {
 
@@ -71,6 +72,9 @@ CheckpointFile parse_checkpoint_file(const std::string& bytes, const std::string
       bytes.substr(header_begin, header_end == std::string::npos ? std::string::npos : header_end - header_begin);
   CheckpointFile file;
   file.data = header_end == std::string::npos ? std::string() : bytes.substr(header_end + 1);
+  if (const size_t deep = json_nesting_beyond(header_line); deep != std::string::npos)
+    throw Error(fmt::format("{}:2:{}: malformed checkpoint header: arrays and objects nest deeper than {} levels",
+                            origin, deep + 1, kMaxJsonNesting));
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(header_line);

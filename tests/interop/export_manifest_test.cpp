@@ -150,5 +150,17 @@ TEST(ExportManifest, ATiedWeightNamesChunksThatHoldItBack) {
       "out/manifest.json: chunks[0].parameters[0].tied_chunks: expected a list of the other chunks' indices, got 1");
 }
 
+// The case the probe found: 200 thousand nested lists in a chunk's inputs overflowed the stack.
+TEST(ExportManifest, ListsNestedBeyondTheLimitAreOneErrorNotAStackOverflow) {
+  const std::string chunk_inputs = "\"last\": \"out\",\n    \"inputs\": [";
+  EXPECT_EQ(error_reading(replaced(kManifest, chunk_inputs,
+                                   chunk_inputs + std::string(200'000, '[') + std::string(200'000, ']') + ", ")),
+            "out/manifest.json:6:1012: invalid JSON: arrays and objects nest deeper than 1000 levels");
+  // At the limit the manifest reads as far as the field it is wrong in.
+  EXPECT_EQ(error_reading(
+                replaced(kManifest, chunk_inputs, chunk_inputs + std::string(996, '[') + std::string(996, ']') + ", ")),
+            "out/manifest.json: chunks[0].inputs[0]: expected an object, got an array");
+}
+
 }  // namespace
 }  // namespace flexpipe

@@ -175,5 +175,15 @@ TEST(MegatronLayout, ErrorsPointAtTheCharacter) {
             "pipeline layout, character 5: '*' must follow a symbol or a ')'\n  Et*2*3\n      ^");
 }
 
+// Each '(' was a level of the parser's recursion: 40 thousand overflowed the stack.
+TEST(MegatronLayout, ParenthesesNestedBeyondTheLimitAreOneError) {
+  const std::string deep = "E" + std::string(40'000, '(') + "t" + std::string(40'000, ')') + "|L";
+  const std::string error = layout_error(deep);
+  EXPECT_EQ(error.substr(0, error.find('\n')),
+            "pipeline layout, character 102: parentheses nest deeper than 100 levels");
+  EXPECT_EQ(parse_megatron_layout("E" + std::string(100, '(') + "t" + std::string(100, ')') + "|L"),
+            (std::vector<std::string>{"Et", "L"}));
+}
+
 }  // namespace
 }  // namespace flexpipe

@@ -65,5 +65,25 @@ TEST(ReaderLimits, ACountBeyondAnIntIsALocatedErrorNotAnOverflow) {
             "plan.json: stages[0].operators: must be a positive integer, got 0");
 }
 
+// nlohmann's parser holds any depth, but its copies, comparisons and dumps recurse once per level:
+// every reader refuses what nests deeper than kMaxJsonNesting, at the bracket that goes too deep.
+TEST(ReaderLimits, JsonNestedBeyondTheLimitIsALocatedErrorNotAStackOverflow) {
+  const std::string deep =
+      "{\"format\": \"x\",\n \"a\": " + std::string(200'000, '[') + std::string(200'000, ']') + "}";
+  EXPECT_EQ(test::error_text([&] { parse_cost_table(deep, "f.json"); }),
+            "f.json:2:1006: invalid JSON: arrays and objects nest deeper than 1000 levels");
+  EXPECT_EQ(test::error_text([&] { parse_cost_graph(deep, "f.json"); }),
+            "f.json:2:1006: invalid JSON: arrays and objects nest deeper than 1000 levels");
+  EXPECT_EQ(test::error_text([&] { parse_schedule_json(deep, "f.json"); }),
+            "f.json:2:1006: JSON syntax error: arrays and objects nest deeper than 1000 levels");
+  EXPECT_EQ(test::error_text([&] { parse_partition_plan(deep, "f.json"); }),
+            "f.json:2:1006: partition plan: arrays and objects nest deeper than 1000 levels");
+  // Brackets inside strings are text, and at the limit a document still reads.
+  const std::string at_limit = "{\"format\": \"x[[{\", \"a\": " + std::string(999, '[') + std::string(999, ']') + "}";
+  EXPECT_EQ(test::error_text([&] { parse_cost_table(at_limit, "f.json"); }),
+            "f.json: a: unknown key (known keys: format, version, time_unit, memory_unit, stages, all_stages, "
+            "num_stages, link, links, host_link, memory_capacity, overlap_ratio, devices_per_node, inter_node_link)");
+}
+
 }  // namespace
 }  // namespace flexpipe

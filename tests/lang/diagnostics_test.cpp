@@ -1,5 +1,6 @@
 // Golden diagnostics: malformed programs and the exact messages they produce, so that a change to
 // a message or to where a caret points is a visible change. Every error of a program is reported.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "flexpipe/lang/program.h"
@@ -191,6 +192,59 @@ TEST(Diagnostics, ControlBytesAndNulInTheSourceAreShownEscapedAndKeepTheCaretInP
   EXPECT_EQ(compile_error(program),
             "bad.fps:4:9: error: unexpected byte 0x01\n    4 | F(0, 0) \\x01\\x00 F(1, 0)\n      |         ^\n"
             "bad.fps:4:10: error: unexpected byte 0x00\n    4 | F(0, 0) \\x01\\x00 F(1, 0)\n      |             ^");
+}
+
+// A chain `0+0+...` is as deep a tree as it is long, and the checker, the interpreter and the writer
+// recurse once per level: 21 thousand terms overflowed the stack. One term per line, so that the
+// error names the line where the limit is passed.
+TEST(Diagnostics, AnExpressionDeeperThanTheLimitIsOneErrorNotAStackOverflow) {
+  for (const char* term : {"+0", "*1", "-0"}) {
+    std::string program = "devices 2\nmicrobatches 2\nstages 2\nlet w = 0";
+    for (int i = 0; i < 21'000; ++i) program += std::string("\n") + term;
+    EXPECT_EQ(compile_error(program + "\n"),
+              fmt::format("bad.fps:1004:1: error: the expression is deeper than 1000 levels\n 1004 | {}\n      | ^\n"
+                          "  hint: each operator adds a level: split it with let (let a = ...; let b = a + ...)",
+                          term));
+  }
+  // At the limit, a chain compiles, and its value is exact.
+  std::string deepest = "devices 1\nmicrobatches 1\nstages 1\nlet w = 0";
+  for (int i = 0; i < 999; ++i) deepest += " + 1";
+  EXPECT_EQ(compile_program(deepest + "\nF(w - 999, 0)\n", "deep.fps").schedule.device_actions[0].size(), 1u);
+}
+
+TEST(Diagnostics, ParenthesesNestedBeyondTheLimitAreOneError) {
+  const std::string program =
+      "devices 2\nmicrobatches 2\nstages 2\nlet w = " + std::string(100'000, '(') + "0" + std::string(100'000, ')');
+  const std::string error = compile_error(program + "\n");
+  EXPECT_EQ(error.substr(0, error.find('\n')), "bad.fps:4:73: error: nesting deeper than 64 levels");
+  EXPECT_TRUE(error.ends_with("\n  hint: split the program into patterns")) << error;
+  EXPECT_EQ(error.find("error:", 20), std::string::npos) << error;
+}
+
+// Strings hold any bytes between their quotes; messages that quote them show what is not UTF-8 as
+// \xNN, as the source line under them does.
+TEST(Diagnostics, InvalidUtf8QuotedInAMessageIsEscaped) {
+  EXPECT_EQ(compile_error("param p = 1 where p >= 2 \"needs \xFF\xFE two\"\ndevices p\nmicrobatches 1\nstages p\n"),
+            "bad.fps:1:19: error: p = 1: needs \\xFF\\xFE two\n    1 | param p = 1 where p >= 2 \"needs \\xFF\\xFE "
+            "two\"\n      |                   ^");
+  EXPECT_EQ(compile_error("devices 1\nmicrobatches 1\nstages 1\nlet x = \"\xC3\"\n"),
+            "bad.fps:4:9: error: unexpected string \"\\xC3\"\n    4 | let x = \"\\xC3\"\n      |         ^\n"
+            "  hint: strings are only messages of `where`, the `name` and the `description`");
+}
+
+// Patterns cannot call themselves, but each may call the one before it: 30 thousand such calls
+// overflowed the interpreter's stack.
+TEST(Diagnostics, PatternsCallingPatternsBeyondTheLimitAreOneError) {
+  auto chain = [](int patterns) {
+    std::string program = "devices 1\nmicrobatches 1\nstages 1\npattern p0() { F(0, 0)\nB(0, 0) }\n";
+    for (int i = 1; i < patterns; ++i) program += fmt::format("pattern p{}() {{ p{}() }}\n", i, i - 1);
+    return program + fmt::format("p{}()\n", patterns - 1);
+  };
+  EXPECT_EQ(
+      compile_error(chain(30'000)),
+      "bad.fps:29749:20: error: patterns call patterns more than 256 deep\n29749 | pattern p29744() { p29743() }\n"
+      "      |                    ^\n  hint: call the inner patterns side by side, not each from the one after it");
+  EXPECT_EQ(compile_program(chain(256), "chain.fps").schedule.device_actions[0].size(), 2u);
 }
 
 }  // namespace

@@ -79,5 +79,12 @@ TEST(CheckpointFile, NotOursOrNotJson) {
                                "header: "));
 }
 
+// The header's identity is copied whole: 200 thousand nested lists in it overflowed the stack.
+TEST(CheckpointFile, AHeaderNestedBeyondTheLimitIsOneError) {
+  const std::string deep = std::string(200'000, '[') + std::string(200'000, ']');
+  EXPECT_EQ(error_of(with("{\"model\":\"gpt\",\"seed\":1}", deep)),
+            "c.bin:2:1042: malformed checkpoint header: arrays and objects nest deeper than 1000 levels");
+}
+
 }  // namespace
 }  // namespace flexpipe
