@@ -1,7 +1,9 @@
 // Models named on the command line: the zoo or a cost-graph file, and what a partition or a plan makes of them.
 #include "flexpipe/workflow/model_inputs.h"
 
+#include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -11,6 +13,7 @@
 #include "flexpipe/interop/cost_graph_json.h"
 #include "flexpipe/interop/partition_plan_json.h"
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/quantity.h"
 #include "flexpipe/workflow/partition_forms.h"
 
 namespace flexpipe {
@@ -33,12 +36,14 @@ CostGraph load_model_graph(const NamedModel& options, const std::function<void(c
                             .seq_len = options.seq_len});
 }
 
+bool rates_convert(const CostGraph& graph) { return seconds_per_time_unit(graph.time_unit).has_value(); }
+
 double per_time_unit(const CostGraph& graph, double per_second) {
-  if (graph.time_unit == "ms") return per_second / 1e3;
-  if (graph.time_unit == "us") return per_second / 1e6;
-  if (graph.time_unit == "s") return per_second;
-  throw Error(fmt::format("the graph '{}' measures time in '{}'; rates can be converted for s, ms and us", graph.name,
-                          graph.time_unit));
+  // No limit and no link read the same in every unit, an abstract one ("unit") included.
+  if (per_second == 0 || std::isinf(per_second)) return per_second;
+  if (const std::optional<double> seconds = seconds_per_time_unit(graph.time_unit)) return per_second * *seconds;
+  throw Error(fmt::format("the graph '{}' measures time in '{}'; rates can be converted for ns, us, ms, s, min and h",
+                          graph.name, graph.time_unit));
 }
 
 CostTable model_cost_table(const NamedModel& options, const std::string& partition, int stages) {

@@ -29,7 +29,10 @@ CheckedPlanner partition_planner(const PartitionRequest& o, std::chrono::steady_
   settings.microbatch_size = static_cast<int>(o.model.microbatch_size);
   settings.seq_len = o.model.seq_len;
   settings.memory_limit = o.memory_limit.value;
-  settings.host_bandwidth = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
+  // A graph in abstract time has no seconds for the hardware's rate: without one given, no host link.
+  settings.host_bandwidth = o.host_bandwidth >= 0  ? o.host_bandwidth
+                            : rates_convert(graph) ? hardware.pcie_bandwidth
+                                                   : 0;
   settings.host_bandwidth_per_time_unit = per_time_unit(graph, settings.host_bandwidth);
   settings.solver = o.solver == "exact"    ? MemorySolver::Exact
                     : o.solver == "greedy" ? MemorySolver::Greedy

@@ -80,19 +80,24 @@ StageCostProblem load_stage_costs(const std::string& path) {
 }
 
 // A model's links between devices, to the host and between nodes: the command line's, else a measured
-// graph's own link, else the hardware's. (A cost table gives its own links.)
+// graph's own link, else the hardware's. (A cost table gives its own links.) A graph in abstract time
+// has no seconds for the hardware's rates: there the links it is not given are free, and without a
+// host link nothing is offloaded.
 void choose_links(const SearchRequest& o, const HardwareProfile& hardware, SearchProblem& problem) {
-  const double link = o.link_bandwidth >= 0 ? o.link_bandwidth : hardware.nvlink_bandwidth;
+  const bool hardware_rates = rates_convert(problem.graph);
+  const double link = o.link_bandwidth >= 0 ? o.link_bandwidth : hardware_rates ? hardware.nvlink_bandwidth : 0;
   problem.aggregation.device_link = {in_time_unit(o.link_latency, problem.graph.time_unit, "--link-latency"),
                                      link > 0 ? per_time_unit(problem.graph, link) : kInfinity};
   // A graph that measured its transport brings that link, unless the command line gives one.
   if (problem.graph.link && o.link_bandwidth < 0 && o.link_latency.value == 0)
     problem.aggregation.device_link = *problem.graph.link;
-  const double host = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware.pcie_bandwidth;
+  const double host = o.host_bandwidth >= 0 ? o.host_bandwidth : hardware_rates ? hardware.pcie_bandwidth : 0;
   problem.aggregation.host_link = {0, host > 0 ? per_time_unit(problem.graph, host) : 0.0};
   if (o.devices_per_node > 0) {
     problem.aggregation.devices_per_node = o.devices_per_node;
-    const double inter = o.inter_node_bandwidth >= 0 ? o.inter_node_bandwidth : hardware.infiniband_bandwidth;
+    const double inter = o.inter_node_bandwidth >= 0 ? o.inter_node_bandwidth
+                         : hardware_rates            ? hardware.infiniband_bandwidth
+                                                     : 0;
     problem.aggregation.inter_node_link = {in_time_unit(o.inter_node_latency, problem.graph.time_unit,
                                                         "--inter-node-latency"),
                                            inter > 0 ? per_time_unit(problem.graph, inter) : kInfinity};

@@ -54,4 +54,31 @@ TEST_F(CostUnits, AUnitTheTableCannotTakeIsOneErrorNamingTheField) {
                        ": all_stages.forward: '2 msec' is not a time; write 5us, 2ms or a bare number in 'ms'\n"}});
 }
 
+// A cost graph in abstract time ("unit") has no seconds to convert a rate per second into: the rates
+// it does not need (none given, `inf`) are not converted, and its search and partition run; a finite
+// rate given for it is one error. Before, every search on such a graph failed.
+TEST_F(CostUnits, AGraphInAbstractTimeIsSearchedAndPartitioned) {
+  const std::filesystem::path graph = write("unit.json", R"({"format": "flexpipe-cost-graph", "version": 1,
+    "name": "abstract", "time_unit": "unit", "hardware": {"flop_rate": 1000, "byte_rate": 100},
+    "nodes": [{"name": "a", "parameters": 10, "forward": {"time": 4}, "output_bytes": {"per_token": 4}},
+              {"name": "b", "forward": {"time": 3}, "backward_input": {"time": 6}},
+              {"name": "c", "parameters": 6, "backward_weight": {"time": 1}}],
+    "edges": [{"from": "a", "to": "b", "bytes": {"per_token": 4}}, {"from": "b", "to": "c", "bytes": 8}]})");
+  for (const std::string& links : {"", " --link-bandwidth inf", " --link-bandwidth inf --host-bandwidth 0"}) {
+    const Outcome searched = flexpipe("search --model " + graph.string() + " -p 2 -m 4" + links);
+    EXPECT_EQ(searched.exit_code, 0) << links << "\n" << searched.err;
+    EXPECT_NE(searched.out.find("best's peak memory per device"), std::string::npos) << searched.out;
+  }
+  const Outcome partitioned = flexpipe("partition --model " + graph.string() + " -p 2 --memory-limit 1GB");
+  EXPECT_EQ(partitioned.exit_code, 0) << partitioned.err;
+  const std::string refusal =
+      "error: the graph 'abstract' measures time in 'unit'; rates can be converted for ns, us, ms, s, min and h\n";
+  expect_refused(
+      {{"partition --model " + graph.string() + " -p 2 --memory-limit 1GB --host-bandwidth 10GB/s", refusal}});
+  // search says what it reads first.
+  const Outcome refused = flexpipe("search --model " + graph.string() + " -p 2 -m 4 --link-bandwidth 900GB/s");
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_TRUE(refused.err.ends_with("read " + graph.string() + ": 3 operators, 2 edges\n" + refusal)) << refused.err;
+}
+
 }  // namespace

@@ -23,8 +23,11 @@ struct NamedModel {
 // A zoo model built on the profile, or a cost-graph file (.json). `progress`, when set, hears a line
 // before and after reading a file: a large graph takes seconds.
 CostGraph load_model_graph(const NamedModel& options, const std::function<void(const std::string&)>& progress = {});
-// A rate per second in the graph's time unit (zoo models and measured graphs use milliseconds);
-// throws Error for a unit it cannot convert.
+// Whether the graph's times are in a unit of time (ns to h) that a rate per second converts into; a
+// graph in abstract time ("unit") has no seconds, so a hardware's rates say nothing about it.
+bool rates_convert(const CostGraph& graph);
+// A rate per second in the graph's time unit (zoo models and measured graphs use milliseconds); an
+// infinite rate or 0 as it is, in any unit; otherwise throws Error for a unit it cannot convert.
 double per_time_unit(const CostGraph& graph, double per_second);
 // The stage cost table of the model under a partition (a --partition spec, partition_forms.h) for `stages` stages.
 CostTable model_cost_table(const NamedModel& options, const std::string& partition, int stages);
