@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "flexpipe/support/error.h"
+
 namespace flexpipe::cli {
 
 namespace {
@@ -26,7 +28,7 @@ CLI::Validator number_check(bool (*accepts)(double), const char* what, const cha
       [accepts, what](std::string& text) -> std::string {
         double value = 0;
         if (read_option_number(text, value) && accepts(value)) return "";
-        return fmt::format("must be {}, got '{}'", what, text);
+        return fmt::format("must be {}, got '{}'", what, printable(text));
       },
       description);
 }
@@ -40,7 +42,7 @@ CLI::Validator whole_number_check(long long minimum, std::optional<long long> ma
         errno = 0;
         const long long value = std::strtoll(text.c_str(), &end, 10);
         if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
-          return fmt::format("{}, got '{}'", what, text);
+          return fmt::format("{}, got '{}'", what, printable(text));
         if (value < minimum || (maximum && value > *maximum)) return fmt::format("{}, got {}", what, value);
         return "";
       },

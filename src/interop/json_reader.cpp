@@ -61,7 +61,8 @@ json parse_json_text(const std::string& text, const std::string& origin, std::st
     return json::parse(text);
   } catch (const json::parse_error& error) {
     const auto [line, column] = line_and_column(text, error.byte, unit);
-    throw Error(located(origin, line, column, fmt::format("{}: {}", label, syntax_reason(error))));
+    // nlohmann quotes what it last read, which is where a byte that is not UTF-8 stops it.
+    throw Error(located(origin, line, column, fmt::format("{}: {}", label, printable(syntax_reason(error), 200))));
   } catch (const json::out_of_range& error) {
     // A number beyond a double's range (1e999). nlohmann names the number but not where it is: the
     // first place its text stands as a whole token is.

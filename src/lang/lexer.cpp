@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "flexpipe/support/error.h"
+
 namespace flexpipe::lang {
 
 namespace {
@@ -157,6 +159,12 @@ class Lexer {
       return false;
     }
     ++pos_;
+    // A string reaches the schedule's JSON, whose writer stops at a byte that is not UTF-8, and the
+    // terminal: what printable() would have to escape is refused here. The token stays, so that the
+    // parser does not report its absence too.
+    if (const std::string shown = printable(value, value.size()); shown != value)
+      error(token.location, fmt::format("a string holds bytes that are not UTF-8 text: \"{}\"", printable(shown)),
+            "write strings in UTF-8, without control characters");
     token.kind = TokenKind::String;
     token.text = std::move(value);
     return true;

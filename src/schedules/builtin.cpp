@@ -101,7 +101,7 @@ const BuiltinSchedule& resolve_builtin(std::string_view name, ScheduleParams& pa
   if (builtin == nullptr) {
     std::string known;
     for (const auto& s : builtin_schedules()) known += (known.empty() ? "" : ", ") + s.name;
-    throw Error(fmt::format("unknown schedule '{}' (built-in schedules: {})", name, known));
+    throw Error(fmt::format("unknown schedule '{}' (built-in schedules: {})", printable(name), known));
   }
   if (params.devices <= 0)
     throw Error(fmt::format("{}: needs at least 1 device (got p={})", builtin->name, params.devices));

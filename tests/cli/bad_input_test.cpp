@@ -177,4 +177,22 @@ TEST_F(BadInput, AnOperatorTimeNearADoublesRangeIsRefusedWhereItStands) {
   }
 }
 
+// What the command line and the files say is quoted with every byte that is not UTF-8 text escaped:
+// before, an option's value, a schedule's name and the JSON parser's "last read" reached the terminal raw.
+TEST_F(BadInput, BytesThatAreNotUtf8AreQuotedEscaped) {
+  const Outcome name = flexpipe("simulate 'zb\xFF' -p 2 -m 2");
+  EXPECT_EQ(name.exit_code, 2);
+  EXPECT_TRUE(name.err.starts_with("error: unknown schedule 'zb\\xFF' (built-in schedules: gpipe, ")) << name.err;
+  const std::string graph = write("bad.json", "{\"format\": \"flexpipe-cost-graph\", \"name\": \"a\xFF\"}").string();
+  expect_refused({{"simulate 1f1b -p 2 -m '\xFF'",
+                   "error: --microbatches: must be a whole number of at least 1, got '\\xFF' (see flexpipe simulate "
+                   "--help)\n"},
+                  {"simulate 1f1b -p 2 -m 2 '--x\xFE'",
+                   "error: simulate: unexpected argument '--x\\xFE'; see flexpipe simulate --help\n"},
+                  {"model show " + graph,
+                   "error: " + graph +
+                       ":1:45: invalid JSON: syntax error while parsing value - invalid string: ill-formed UTF-8 byte; "
+                       "last read: '\"a\\xFF'\n"}});
+}
+
 }  // namespace

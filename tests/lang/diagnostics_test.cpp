@@ -221,15 +221,21 @@ TEST(Diagnostics, ParenthesesNestedBeyondTheLimitAreOneError) {
   EXPECT_EQ(error.find("error:", 20), std::string::npos) << error;
 }
 
-// Strings hold any bytes between their quotes; messages that quote them show what is not UTF-8 as
-// \xNN, as the source line under them does.
-TEST(Diagnostics, InvalidUtf8QuotedInAMessageIsEscaped) {
-  EXPECT_EQ(compile_error("param p = 1 where p >= 2 \"needs \xFF\xFE two\"\ndevices p\nmicrobatches 1\nstages p\n"),
-            "bad.fps:1:19: error: p = 1: needs \\xFF\\xFE two\n    1 | param p = 1 where p >= 2 \"needs \\xFF\\xFE "
-            "two\"\n      |                   ^");
-  EXPECT_EQ(compile_error("devices 1\nmicrobatches 1\nstages 1\nlet x = \"\xC3\"\n"),
-            "bad.fps:4:9: error: unexpected string \"\\xC3\"\n    4 | let x = \"\\xC3\"\n      |         ^\n"
-            "  hint: strings are only messages of `where`, the `name` and the `description`");
+// A string that is not UTF-8 text is refused where it stands (it reached the schedule's JSON writer,
+// which stopped with an internal error), quoted with its bytes escaped as the source line shows them.
+TEST(Diagnostics, AStringThatIsNotUtf8IsOneErrorShownEscaped) {
+  EXPECT_EQ(compile_error("name \"bad\xFF\"\ndevices 1\nmicrobatches 1\nstages 1\nF(0, 0)\nB(0, 0)\n"),
+            "bad.fps:1:6: error: a string holds bytes that are not UTF-8 text: \"bad\\xFF\"\n    1 | name "
+            "\"bad\\xFF\"\n      |      ^\n  hint: write strings in UTF-8, without control characters");
+  EXPECT_EQ(compile_error("param p = 1 where p >= 2 \"needs \xC3 two\"\ndevices p\nmicrobatches 1\nstages p\n"),
+            "bad.fps:1:26: error: a string holds bytes that are not UTF-8 text: \"needs \\xC3 two\"\n    1 | param p = "
+            "1 where p >= 2 \"needs \\xC3 two\"\n      |                          ^\n  hint: write strings in UTF-8, "
+            "without control characters");
+  // UTF-8 itself is text.
+  EXPECT_EQ(compile_program("name \"r\xC3\xA9sum\xC3\xA9\"\ndevices 1\nmicrobatches 1\nstages 1\nF(0, 0)\nB(0, 0)\n",
+                            "utf8.fps")
+                .schedule.name,
+            "r\xC3\xA9sum\xC3\xA9");
 }
 
 // Patterns cannot call themselves, but each may call the one before it: 30 thousand such calls

@@ -48,5 +48,16 @@ TEST(ExitStatus, ACompilerStyleMessageKeepsItsOwnPrefixOnly) {
             "error: p.fps: invalid schedule (1 error)\n  p.fps: error: device 0: missing 0F1\n");
 }
 
+// The last guard: a message that quotes bytes nobody escaped still reaches the terminal as text, line
+// by line, its line breaks kept.
+TEST(ExitStatus, BytesThatAreNotTextAreShownEscaped) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(report_exception(Error("unknown '\xFF\x1B[2J'\n  at 'caf\xC3\xA9'")), kExitBadInput);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "error: unknown '\\xFF\\x1B[2J'\n  at 'caf\xC3\xA9'\n");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(report_exception(std::runtime_error("bad \xC0 byte")), kExitFailure);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "internal error: bad \\xC0 byte\n");
+}
+
 }  // namespace
 }  // namespace flexpipe
