@@ -36,8 +36,10 @@ int64_t floor_div(int64_t a, int64_t b) {
 // The largest array a program may make, in elements (each one also counts as a step).
 constexpr int64_t kMaxArrayElements = int64_t{1} << 26;
 // Patterns do not recurse, but each may call the one declared before it: every call is a level of the
-// interpreter's recursion, and 30 thousand such calls overflowed the stack.
+// interpreter's recursion, and 30 thousand such calls overflowed the stack. Blocks nest at most 64 deep
+// in one pattern, so calls that each open many are bounded by the blocks open at once too.
 constexpr int kMaxCallDepth = 256;
+constexpr int kMaxOpenBlocks = 1024;
 
 using Arrays = std::vector<std::vector<int64_t>>;  // per slot: the array a slot holds, if any
 
@@ -225,7 +227,9 @@ class Interpreter final : public Evaluator::State {
 
   // ---- statements -------------------------------------------------------------------------------
   void block(const Block& body) {
+    ++open_blocks_;
     for (const StmtPtr& stmt : body) execute(*stmt);
+    --open_blocks_;
   }
 
   void execute(const Stmt& s) {
@@ -308,6 +312,9 @@ class Interpreter final : public Evaluator::State {
         if (++call_depth_ > kMaxCallDepth)
           fail(s.location, fmt::format("patterns call patterns more than {} deep", kMaxCallDepth),
                "call the inner patterns side by side, not each from the one after it");
+        if (open_blocks_ >= kMaxOpenBlocks)
+          fail(s.location, fmt::format("pattern calls open more than {} blocks at once", kMaxOpenBlocks),
+               "call the inner patterns side by side, or nest fewer blocks around each call");
         block(pattern.body);
         --call_depth_;
         return;
@@ -662,6 +669,7 @@ class Interpreter final : public Evaluator::State {
   std::vector<std::deque<std::pair<int, int>>> pending_weights_;  // per device: I's whose W() has not run
   int current_device_ = -1;
   int call_depth_ = 0;
+  int open_blocks_ = 0;
 };
 
 }  // namespace

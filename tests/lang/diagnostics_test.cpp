@@ -251,6 +251,20 @@ TEST(Diagnostics, PatternsCallingPatternsBeyondTheLimitAreOneError) {
       "bad.fps:29749:20: error: patterns call patterns more than 256 deep\n29749 | pattern p29744() { p29743() }\n"
       "      |                    ^\n  hint: call the inner patterns side by side, not each from the one after it");
   EXPECT_EQ(compile_program(chain(256), "chain.fps").schedule.device_actions[0].size(), 2u);
+  // Fewer calls that each open 20 blocks reach as deep: the blocks open at once are bounded too.
+  std::string nested = "devices 1\nmicrobatches 1\nstages 1\npattern p0() { F(0, 0)\nB(0, 0) }\n";
+  for (int i = 1; i < 100; ++i) {
+    nested += fmt::format("pattern p{}() {{ ", i);
+    for (int b = 0; b < 20; ++b) nested += "if 1 { ";
+    nested += fmt::format("p{}()", i - 1);
+    for (int b = 0; b < 20; ++b) nested += " }";
+    nested += " }\n";
+  }
+  const std::string error = compile_error(nested + "p99()\n");
+  EXPECT_EQ(error.substr(0, error.find('\n')),
+            "bad.fps:56:157: error: pattern calls open more than 1024 blocks at once");
+  EXPECT_TRUE(error.ends_with("\n  hint: call the inner patterns side by side, or nest fewer blocks around each call"))
+      << error;
 }
 
 }  // namespace
