@@ -2,11 +2,41 @@
 // model, batch and optimizer), read into the workflow's structs, and the progress line search and partition print.
 #include "options.h"
 
+#include <optional>
+#include <string>
+
 #include <fmt/format.h>
 
 #include "number_checks.h"
 
 namespace flexpipe::cli {
+
+namespace {
+
+// An empty --partition (a shell variable that was not set) once meant no partition at all, in silence.
+CLI::Validator partition_given() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (text.find_first_not_of(" \t") != std::string::npos) return "";
+        return "empty; give ops:N,N,..., layers:N,N,... or a Megatron layout, or leave the option out";
+      },
+      "");
+}
+
+// The ranks wait in whole milliseconds: a shorter timeout (1ns) became a wait of 0 ms, every wait a
+// failure.
+CLI::Validator at_least_a_millisecond() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const std::optional<Quantity> q = parse_quantity(text, QuantityKind::Time);
+        if (!q || q->value >= 1e-3) return "";
+        return fmt::format("'{}' is shorter than 1ms, the shortest wait a rank keeps; write {}", text,
+                           kSecondsExamples);
+      },
+      "");
+}
+
+}  // namespace
 
 void add_schedule_options(CLI::App* command, ScheduleOptions& options) {
   command
@@ -48,7 +78,8 @@ void add_cost_options(CLI::App* command, CostOptions& options) {
   command
       ->add_option("--partition", options.partition,
                    "With --model: Megatron layout (\"Et*3|(tt|)*29,m|L\"), layers:N,N,... or ops:N,N,... [even]")
-      ->needs(model);
+      ->needs(model)
+      ->check(partition_given());
   add_model_shape_options(command, options.model);
   auto* nodes = command
                     ->add_option("--devices-per-node", options.devices_per_node,
@@ -124,9 +155,11 @@ void add_training_options(CLI::App* command, TrainingCommand& o, const std::stri
       ->add_option("--microbatch-size", o.request.training.microbatch_size,
                    fmt::format("Sequences per micro-batch [{}]", o.request.training.microbatch_size))
       ->check(whole_number_at_least(1));
-  command->add_option("--partition", o.partition,
-                      "Operators per model chunk: ops:N,N,..., layers:N,N,... or a Megatron layout "
-                      "[balanced by operator time]");
+  command
+      ->add_option("--partition", o.partition,
+                   "Operators per model chunk: ops:N,N,..., layers:N,N,... or a Megatron layout "
+                   "[balanced by operator time]")
+      ->check(partition_given());
   command
       ->add_option("--plan", o.plan,
                    "A partition plan (flexpipe partition -o) for this model: its operator ranges, recompute and "
@@ -153,8 +186,10 @@ void add_training_options(CLI::App* command, TrainingCommand& o, const std::stri
   command->add_option("--device", o.request.device, kDeviceHelp);
   add_quantity_option(command, "--timeout", o.request.timeout_seconds, QuantityKind::Time, QuantityRange::Positive,
                       kSecondsExamples,
-                      fmt::format("How long a rank waits for a peer before failing: 90s, 5min or seconds [{:g}s]",
-                                  o.request.timeout_seconds));
+                      fmt::format("How long a rank waits for a peer before failing: 90s, 5min or seconds; at least "
+                                  "1ms, shorter is refused [{:g}s]",
+                                  o.request.timeout_seconds))
+      ->check(at_least_a_millisecond());
   command
       ->add_option("--timing-warmup", o.request.timing_warmup,
                    "Steps left out of the timing report at the start, where the allocator and caches warm up [a "

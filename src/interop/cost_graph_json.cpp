@@ -611,7 +611,7 @@ namespace {
 
 // Builds the document as nlohmann's parser does, except that each element of the top-level "nodes"
 // and "edges" arrays goes to `element` once complete instead of into the document. Any surprise (a
-// syntax error, a list that is not an array of objects, a list given twice) stops the parse.
+// syntax error, a list that is not an array of objects, a key given twice) stops the parse.
 class StreamingBuilder : public nlohmann::json_sax<json> {
  public:
   enum class Section { Other, Nodes, Edges };
@@ -636,14 +636,9 @@ class StreamingBuilder : public nlohmann::json_sax<json> {
   }
   bool key(string_t& name) override {
     json& object = *stack_.back();
-    if (stack_.size() == 1) {
+    if (object.contains(name)) return false;  // a repeated key: the exact way says where
+    if (stack_.size() == 1)
       section_ = name == "nodes" ? Section::Nodes : name == "edges" ? Section::Edges : Section::Other;
-      if (section_ != Section::Other) {
-        bool& seen = section_ == Section::Nodes ? nodes_seen_ : edges_seen_;
-        if (seen) return false;  // a repeated list: the exact way keeps the last
-        seen = true;
-      }
-    }
     pending_ = &object[std::move(name)];
     return true;
   }
@@ -697,7 +692,6 @@ class StreamingBuilder : public nlohmann::json_sax<json> {
   std::vector<json*> stack_;
   json* pending_ = nullptr;
   Section section_ = Section::Other;
-  bool nodes_seen_ = false, edges_seen_ = false;
 };
 
 // The fast way to read a graph: each element of "nodes" and "edges" is read as soon as the parser

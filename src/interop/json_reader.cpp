@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -45,6 +48,130 @@ std::string syntax_reason(const json::parse_error& error) {
   return std::string(message);
 }
 
+// Hands the text to nlohmann's parser a byte at a time, leaving in `*read` where the parser stands: just
+// after the closing quote of the key it hands over.
+class CountingIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+  CountingIterator(const char* at, const char** read) : at_(at), read_(read) {}
+  reference operator*() const { return *at_; }
+  CountingIterator& operator++() {
+    *read_ = ++at_;
+    return *this;
+  }
+  bool operator==(const CountingIterator& other) const { return at_ == other.at_; }
+
+ private:
+  const char* at_;
+  const char** read_;
+};
+
+// Builds the document as nlohmann's parser does, iteratively, but refuses a key given twice in one
+// object where the second one stands: nlohmann keeps the last in silence, so an edited copy of a field
+// above the original would be read and the edit lost.
+class StrictBuilder {
+ public:
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  StrictBuilder(const std::string& text, const char* const* read, const std::string& origin, std::string_view label,
+                ColumnUnit unit)
+      : text_(text), read_(read), origin_(origin), label_(label), unit_(unit) {}
+  json& document() { return root_; }
+
+  bool null() { return add(nullptr); }
+  bool boolean(bool value) { return add(value); }
+  bool number_integer(number_integer_t value) { return add(value); }
+  bool number_unsigned(number_unsigned_t value) { return add(value); }
+  bool number_float(number_float_t value, const string_t&) { return add(value); }
+  bool string(string_t& value) { return add(std::move(value)); }
+  bool binary(binary_t& value) { return add(std::move(value)); }
+  bool start_object(std::size_t) { return open(json::object()); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(string_t& name) {
+    Frame& frame = frames_.back();
+    if (frame.container->contains(name)) duplicate(name);
+    frame.key = std::move(name);
+    return true;
+  }
+  // Rethrown as json::parse would throw it, for parse_json_text to place.
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& error) {
+    if (const auto* syntax = dynamic_cast<const json::parse_error*>(&error)) throw *syntax;
+    if (const auto* range = dynamic_cast<const json::out_of_range*>(&error)) throw *range;
+    throw Error(located(origin_, 0, 0, fmt::format("{}: {}", label_, error.what())));
+  }
+
+ private:
+  struct Frame {
+    json* container;
+    std::string key;  // an object's key whose value comes next
+  };
+
+  json* place(json&& value) {
+    if (frames_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    Frame& frame = frames_.back();
+    if (frame.container->is_array()) {
+      frame.container->push_back(std::move(value));
+      return &frame.container->back();
+    }
+    return &((*frame.container)[frame.key] = std::move(value));
+  }
+  bool add(json&& value) {
+    place(std::move(value));
+    return true;
+  }
+  bool open(json&& container) {
+    json* placed = place(std::move(container));
+    frames_.push_back({placed, {}});
+    return true;
+  }
+  bool close() {
+    frames_.pop_back();
+    return true;
+  }
+
+  // The key's path, and where it starts: the parser stands just after its closing quote, and the first
+  // quote before that one with no backslash escaping it opens the key.
+  [[noreturn]] void duplicate(const std::string& name) const {
+    std::string path;
+    for (size_t i = 0; i + 1 < frames_.size(); ++i)
+      path = frames_[i].container->is_array() ? json_element(path, frames_[i].container->size() - 1)
+                                              : json_child(path, frames_[i].key);
+    path = json_child(path, name);
+    size_t open = static_cast<size_t>(*read_ - text_.data()) - 1;
+    while (open > 0) {
+      --open;
+      size_t backslashes = 0;
+      while (backslashes < open && text_[open - 1 - backslashes] == '\\') ++backslashes;
+      if (text_[open] == '"' && backslashes % 2 == 0) break;
+    }
+    const auto [line, column] = line_and_column(text_, open + 1, unit_);
+    throw Error(located(origin_, line, column,
+                        fmt::format("{}: duplicate key {} (JSON keeps only the last; give each key once)", label_,
+                                    printable(path, 200))));
+  }
+
+  const std::string& text_;
+  const char* const* read_;
+  const std::string& origin_;
+  std::string_view label_;
+  ColumnUnit unit_;
+  json root_;
+  std::vector<Frame> frames_;
+};
+
 }  // namespace
 
 void check_json_nesting(const std::string& text, const std::string& origin, std::string_view label, ColumnUnit unit) {
@@ -58,7 +185,10 @@ void check_json_nesting(const std::string& text, const std::string& origin, std:
 json parse_json_text(const std::string& text, const std::string& origin, std::string_view label, ColumnUnit unit) {
   check_json_nesting(text, origin, label, unit);
   try {
-    return json::parse(text);
+    const char* read = text.data();
+    StrictBuilder builder(text, &read, origin, label, unit);
+    json::sax_parse(CountingIterator(text.data(), &read), CountingIterator(text.data() + text.size(), &read), &builder);
+    return std::move(builder.document());
   } catch (const json::parse_error& error) {
     const auto [line, column] = line_and_column(text, error.byte, unit);
     // nlohmann quotes what it last read, which is where a byte that is not UTF-8 stops it.

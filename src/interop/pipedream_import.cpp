@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string_view>
@@ -15,6 +16,7 @@
 #include "flexpipe/interop/schedule_io.h"
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
+#include "json_reader.h"
 
 namespace flexpipe {
 
@@ -97,7 +99,7 @@ class PipeDreamReader {
       if (comma == std::string_view::npos)
         fail(column_of(rest) + rest.size(), fmt::format("expected ', {}='", kFields[f + 1]));
       const std::string_view value = rest.substr(0, comma);
-      values[f] = f == 2 ? activation(value) : number(value);
+      values[f] = f == 2 ? activation(value) : number(value, kFields[f]);
       rest.remove_prefix(std::min(rest.size(), comma + 2));
     }
     OperatorNode node;
@@ -130,24 +132,31 @@ class PipeDreamReader {
     return static_cast<int>(graph_.layers.size()) - 1;
   }
 
-  double number(std::string_view text) const {
+  // `field` names the value in errors: a line's fields have no other path.
+  double number(std::string_view text, std::string_view field) const {
     double value = 0;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (error != std::errc() || end != text.data() + text.size() || text.empty())
-      fail(column_of(text), fmt::format("'{}' is not a number", text));
-    if (value < 0) fail(column_of(text), fmt::format("'{}' must not be negative", text));
+      fail(column_of(text), fmt::format("{}: '{}' is not a number", field, printable(text)));
+    // from_chars reads "nan" and "inf" as numbers; a NaN time would pass every comparison after it.
+    if (!std::isfinite(value)) fail(column_of(text), fmt::format("{}: '{}' is not a finite number", field, text));
+    if (value < 0) fail(column_of(text), fmt::format("{}: '{}' must not be negative", field, text));
+    // The cost graph's own bound (the JSON readers'): sums over stages and micro-batches stay finite.
+    if (value > interop::kLargestNumber)
+      fail(column_of(text), fmt::format("{}: '{}' is too large (at most 1e30)", field, text));
     return value;
   }
 
   // A number, or a list "[A; B]" for several outputs: their sum.
   double activation(std::string_view text) const {
-    if (text.empty() || text.front() != '[') return number(text);
+    constexpr std::string_view field = kFields[2];
+    if (text.empty() || text.front() != '[') return number(text, field);
     if (text.back() != ']') fail(column_of(text) + text.size(), "expected ']' closing the activation sizes");
     std::string_view inside = text.substr(1, text.size() - 2);
     double total = 0;
     while (!inside.empty()) {
       const size_t separator = inside.find("; ");
-      total += number(inside.substr(0, separator));
+      total += number(inside.substr(0, separator), field);
       if (separator == std::string_view::npos) break;
       inside.remove_prefix(separator + 2);
     }

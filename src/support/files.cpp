@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/quantity.h"
 
 namespace flexpipe {
 
@@ -39,15 +41,46 @@ class FileDescriptor {
   int fd_;
 };
 
+// "is a FIFO, not a regular file"; empty for a regular file.
+std::string file_kind_refusal(mode_t mode) {
+  if (S_ISREG(mode)) return "";
+  const char* kind = S_ISDIR(mode)    ? "a directory"
+                     : S_ISFIFO(mode) ? "a FIFO"
+                     : S_ISCHR(mode)  ? "a character device"
+                     : S_ISBLK(mode)  ? "a block device"
+                     : S_ISSOCK(mode) ? "a socket"
+                                      : "a special file";
+  return fmt::format("is {}, not a regular file", kind);
+}
+
 }  // namespace
 
-std::string read_text_file(const std::string& path) {
-  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) fail_errno(path, "read", errno);
+std::string why_not_a_regular_file(const std::string& path) {
   struct stat info {};
-  if (::fstat(fd.get(), &info) != 0) fail_errno(path, "read", errno);
-  if (S_ISDIR(info.st_mode)) fail_errno(path, "read", EISDIR);
+  if (::stat(path.c_str(), &info) != 0) return errno == ENOENT ? "no such file" : std::strerror(errno);
+  return file_kind_refusal(info.st_mode);
+}
+
+std::string read_text_file(const std::string& path, size_t limit) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever. The kind is
+  // checked before a byte is read, since a FIFO or a device (/dev/zero, /dev/urandom) has no end.
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  struct stat info {};
+  if (fd.get() < 0) {
+    // A socket cannot be opened at all ("No such device or address"): say what it is instead.
+    const int error = errno;
+    if (::stat(path.c_str(), &info) != 0 || S_ISREG(info.st_mode)) fail_errno(path, "read", error);
+  } else if (::fstat(fd.get(), &info) != 0) {
+    fail_errno(path, "read", errno);
+  }
+  if (const std::string refusal = file_kind_refusal(info.st_mode); !refusal.empty())
+    throw Error(fmt::format("{}: cannot read: {}", path, refusal));
+  const std::string most = format_bytes(static_cast<double>(limit), ByteUnits::Binary);
+  if (static_cast<uintmax_t>(info.st_size) > limit)
+    throw Error(fmt::format("{}: cannot read: {} bytes, over the {} limit on an input file", path,
+                            static_cast<uintmax_t>(info.st_size), most));
   std::string text;
+  text.reserve(static_cast<size_t>(info.st_size));
   char buffer[1 << 16];
   while (true) {
     const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
@@ -56,6 +89,10 @@ std::string read_text_file(const std::string& path) {
       fail_errno(path, "read", errno);
     }
     if (n == 0) break;
+    // A file that grows while it is read, or whose size stat does not know (/proc), is held to the
+    // same limit.
+    if (static_cast<size_t>(n) > limit - text.size())
+      throw Error(fmt::format("{}: cannot read: over the {} limit on an input file", path, most));
     text.append(buffer, static_cast<size_t>(n));
   }
   return text;

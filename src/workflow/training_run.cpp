@@ -13,6 +13,7 @@
 #include "flexpipe/launch/python_package.h"
 #include "flexpipe/launch/runtime_loader.h"
 #include "flexpipe/support/error.h"
+#include "flexpipe/support/files.h"
 #include "flexpipe/train/rank_env.h"
 #include "flexpipe/workflow/auto_schedule.h"
 #include "flexpipe/workflow/export_stamp.h"
@@ -90,7 +91,9 @@ void check_request(TrainRequest& o) {
 void check_data(TrainRequest& o) {
   const std::string& data = o.command.request.training.data;
   if (data.empty()) return;
-  if (!std::filesystem::is_regular_file(data)) throw Error(fmt::format("--data {}: no such file", data));
+  // Checked here, without torch, so that the runtime's reader never meets a FIFO or a device.
+  if (const std::string why = why_not_a_regular_file(data); !why.empty())
+    throw Error(fmt::format("--data {}: {}", data, why));
   if (o.command.captured_model.empty()) o.command.model.vocab = 256;  // byte-level tokens
 }
 

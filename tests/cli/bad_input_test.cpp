@@ -1,4 +1,7 @@
 // Bad input on the command line and in files: one clear error, a non-zero exit, never a silent default.
+#include <sys/stat.h>
+
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -193,6 +196,41 @@ TEST_F(BadInput, BytesThatAreNotUtf8AreQuotedEscaped) {
                    "error: " + graph +
                        ":1:45: invalid JSON: syntax error while parsing value - invalid string: ill-formed UTF-8 byte; "
                        "last read: '\"a\\xFF'\n"}});
+}
+
+TEST_F(BadInput, AFifoOrADeviceIsRefusedAtOnceNotReadForever) {
+  // A FIFO once blocked every reader forever (the harness's timeout ends a hang), /dev/zero ran to
+  // bad_alloc, and --data said "no such file".
+  const std::string fifo = (dir_ / "graph.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_refused({
+      {"simulate 1f1b -p 4 --model " + fifo, "error: " + fifo + ": cannot read: is a FIFO, not a regular file\n"},
+      {"check " + fifo, "error: " + fifo + ": cannot read: is a FIFO, not a regular file\n"},
+      {"simulate 1f1b -p 4 --model /dev/zero",
+       "error: /dev/zero: cannot read: is a character device, not a regular file\n"},
+      {"train --steps 1 --data " + fifo, "error: --data " + fifo + ": is a FIFO, not a regular file\n"},
+      {"train --steps 1 --data /dev/urandom",
+       "error: --data /dev/urandom: is a character device, not a regular file\n"},
+      {"train --steps 1 --data " + dir_.string(),
+       "error: --data " + dir_.string() + ": is a directory, not a regular file\n"},
+  });
+}
+
+TEST_F(BadInput, ATimeoutUnderAMillisecondOrAnEmptyPartitionIsRefused) {
+  // --timeout 1ns became a wait of 0 ms; --partition '' meant no partition; both in silence.
+  const std::string shorter = " is shorter than 1ms, the shortest wait a rank keeps; write 10s, 500ms or 10 (seconds)";
+  const std::string empty =
+      "--partition: empty; give ops:N,N,..., layers:N,N,... or a Megatron layout, or leave the option out";
+  expect_refused(
+      {
+          {"train --timeout 1ns", "--timeout: '1ns'" + shorter},
+          {"train --timeout 0.0009", "--timeout: '0.0009'" + shorter},
+          {"run 1f1b --timeout 999us", "--timeout: '999us'" + shorter},
+          {"train --partition ''", empty},
+          {"train --partition ' '", empty},
+          {"simulate 1f1b -p 4 --model gpt3-1.3b --partition ''", empty},
+      },
+      2, true);
 }
 
 }  // namespace

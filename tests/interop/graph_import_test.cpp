@@ -84,7 +84,7 @@ TEST(PipeDreamImport, ErrorsNameLineColumnAndShowACaret) {
   EXPECT_EQ(
       profile_error(
           "\n\nnode1 -- X -- forward_compute_time=fast, backward_compute_time=0, activation_size=1, parameter_size=0"),
-      "graph.txt:3:36: 'fast' is not a number\n"
+      "graph.txt:3:36: forward_compute_time: 'fast' is not a number\n"
       "node1 -- X -- forward_compute_time=fast, backward_compute_time=0, activation_size=1, parameter_size=0\n"
       "                                   ^");
   EXPECT_EQ(
@@ -113,6 +113,28 @@ TEST(PipeDreamImport, ErrorsNameLineColumnAndShowACaret) {
             "graph.txt:2:1: node 'node1' is already defined on line 1\n" + kProfile.substr(0, kProfile.find('\n')) +
                 "\n^");
   EXPECT_EQ(profile_error("\n  \n"), "graph.txt: no node lines (nodeN -- DESC -- forward_compute_time=...)");
+}
+
+TEST(PipeDreamImport, ANonFiniteOrHugeTimeOrSizeIsRefusedWithItsField) {
+  // from_chars reads nan and inf: they were taken as times and sizes, in silence.
+  const auto line = [](const std::string& forward, const std::string& backward, const std::string& activation,
+                       const std::string& parameters) {
+    return "node1 -- X -- forward_compute_time=" + forward + ", backward_compute_time=" + backward +
+           ", activation_size=" + activation + ", parameter_size=" + parameters;
+  };
+  const auto first_line = [](const std::string& error) { return error.substr(0, error.find('\n')); };
+  EXPECT_EQ(first_line(profile_error(line("nan", "0", "1", "0"))),
+            "graph.txt:1:36: forward_compute_time: 'nan' is not a finite number");
+  EXPECT_EQ(first_line(profile_error(line("0", "inf", "1", "0"))),
+            "graph.txt:1:61: backward_compute_time: 'inf' is not a finite number");
+  EXPECT_EQ(first_line(profile_error(line("0", "0", "[1; NaN]", "0"))),
+            "graph.txt:1:84: activation_size: 'NaN' is not a finite number");
+  EXPECT_EQ(first_line(profile_error(line("0", "0", "1", "-infinity"))),
+            "graph.txt:1:98: parameter_size: '-infinity' is not a finite number");
+  EXPECT_EQ(first_line(profile_error(line("0", "0", "1e308", "0"))),
+            "graph.txt:1:80: activation_size: '1e308' is too large (at most 1e30)");
+  EXPECT_EQ(first_line(profile_error(line("0", "0", "1", "-2"))),
+            "graph.txt:1:98: parameter_size: '-2' must not be negative");
 }
 
 TEST(MegatronLayout, ExpandsRepeatsGroupsAndEmptyStages) {

@@ -62,7 +62,8 @@ TEST_F(ScheduleIo, WriteReplacesTheFileAndLeavesNoTemporary) {
 TEST_F(ScheduleIo, ReadAndWriteErrorsNameThePathAndTheReason) {
   EXPECT_EQ(error_of([&] { read_text_file(path("missing.csv")); }),
             path("missing.csv") + ": cannot read: No such file or directory");
-  EXPECT_EQ(error_of([&] { read_text_file(dir_.string()); }), dir_.string() + ": cannot read: Is a directory");
+  EXPECT_EQ(error_of([&] { read_text_file(dir_.string()); }),
+            dir_.string() + ": cannot read: is a directory, not a regular file");
   EXPECT_EQ(error_of([&] { write_text_file(path("no/such/dir.csv"), "x"); }),
             path("no/such/dir.csv") + ": cannot write: No such file or directory");
 }
