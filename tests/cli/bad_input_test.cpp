@@ -1,7 +1,6 @@
 // Bad input on the command line and in files: one clear error, a non-zero exit, never a silent default.
 #include <sys/stat.h>
 
-#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
