@@ -89,6 +89,8 @@ struct Evaluation {
   double makespan = kInfinity;
 };
 
+struct MemoryPlan;  // search_space.cpp: a partitioner's decisions per operator and checkpoint offloads
+
 // The search over structures and list policies (exact_schedule.cpp's BranchAndBound settles the orders
 // of the small ones), improving its answer until the budget runs out.
 class AnytimeSearch {
@@ -109,8 +111,7 @@ class AnytimeSearch {
   Partition balanced_partition(int stages, const BatchSplit& batch, const Shape& shape, double host_bandwidth) const;
   PartitionResult dawn_partition(const BatchSplit& batch, PlacementKind placement, int chunks, double host_bandwidth,
                                  MemorySolver solver) const;
-  void add_cost_rows(Structure& s, const std::vector<MemoryDecision>& plan, const std::vector<char>& plan_checkpoints,
-                     double host_bandwidth) const;
+  void add_cost_rows(Structure& s, const MemoryPlan& plan, double host_bandwidth) const;
   std::vector<std::vector<int>> inflight_profiles(const Structure& s) const;
   std::vector<ListPolicy> policies(const Structure& s, bool split) const;
   std::vector<std::vector<uint8_t>> row_patterns(const Structure& s) const;

@@ -143,8 +143,6 @@ Schedule AnytimeSearch::skeleton_of(const BatchSplit& batch, PlacementKind place
                        placement == PlacementKind::V ? v_placement(p, stages) : loop_placement(p, stages));
 }
 
-namespace {
-
 // A partitioner's memory decisions, one per operator in graph order, and per stage whether it
 // offloads its checkpoints.
 struct MemoryPlan {
@@ -165,8 +163,6 @@ struct MemoryPlan {
     return std::all_of(decisions.begin(), decisions.end(), [](MemoryDecision d) { return d == MemoryDecision::Keep; });
   }
 };
-
-}  // namespace
 
 // DawnPiper's partition for the placement's own in-flight counts. The auto solver differs from the
 // greedy only on ranges of up to kExactSolverOperators: where the greedy's run optimized none, the
@@ -248,38 +244,35 @@ std::optional<Structure> AnytimeSearch::make_structure(const BatchSplit& batch, 
   if (plan.offload_checkpoints.empty()) plan.offload_checkpoints.assign(stages, 0);
   if (static_cast<int>(plan.offload_checkpoints.size()) != stages) return std::nullopt;  // a plan for other stages
   if (dawn && plan.recomputes() && !problem_.recompute) return std::nullopt;             // cuts made for recomputing
-  add_cost_rows(s, plan.decisions, plan.offload_checkpoints, host_bandwidth);
+  add_cost_rows(s, plan, host_bandwidth);
   return s;
 }
 
 // Each memory row's stage costs: everything kept, recomputed or offloaded, and the plan's own
 // decisions where it has any.
-void AnytimeSearch::add_cost_rows(Structure& s, const std::vector<MemoryDecision>& plan,
-                                  const std::vector<char>& plan_checkpoints, double host_bandwidth) const {
+void AnytimeSearch::add_cost_rows(Structure& s, const MemoryPlan& plan, double host_bandwidth) const {
   const int n = static_cast<int>(problem_.graph.nodes.size());
   const int stages = s.partition.num_stages;
   s.rows.resize(stages);
   s.recomputes.assign(stages, {});
   s.offloads.assign(stages, {});
   s.plan_offloads_checkpoints.assign(stages, 0);
-  const bool plan_recomputes =
-      std::any_of(plan.begin(), plan.end(), [](MemoryDecision d) { return d == MemoryDecision::Recompute; });
+  const bool plan_recomputes = plan.recomputes();
   for (int r = 0; r < kRows; ++r) {
     if (r == kOffload && host_bandwidth <= 0) continue;
     if (r == kRecompute && !problem_.recompute) continue;
-    if (r == kPlan && (plan.empty() || (plan_recomputes && !problem_.recompute))) continue;
-    if (r == kPlan && std::all_of(plan.begin(), plan.end(), [](MemoryDecision d) { return d == MemoryDecision::Keep; }))
+    if (r == kPlan && (plan.decisions.empty() || plan.keeps_everything() || (plan_recomputes && !problem_.recompute)))
       continue;
     std::vector<MemoryDecision>& decisions = s.decisions[r];
     if (r == kPlan)
-      decisions = plan;
+      decisions = plan.decisions;
     else
       decisions.assign(n, r == kKeep        ? MemoryDecision::Keep
                           : r == kRecompute ? MemoryDecision::Recompute
                                             : MemoryDecision::Offload);
     AggregationOptions a = aggregation(s.batch);
     a.decisions = decisions;
-    if (r == kPlan) a.offload_checkpoints = plan_checkpoints;
+    if (r == kPlan) a.offload_checkpoints = plan.offload_checkpoints;
     const StageAggregate aggregate = aggregate_stages(problem_.graph, s.partition, a);
     if (r == kKeep) s.base = aggregate.table;
     for (int k = 0; k < stages; ++k) s.rows[k][r] = aggregate.table.stages[k];
@@ -290,7 +283,7 @@ void AnytimeSearch::add_cost_rows(Structure& s, const std::vector<MemoryDecision
     }
     if (r == kPlan)
       for (int k = 0; k < stages; ++k) {
-        s.plan_offloads_checkpoints[k] = plan_checkpoints[k] && s.recomputes[k][r];
+        s.plan_offloads_checkpoints[k] = plan.offload_checkpoints[k] && s.recomputes[k][r];
         s.offloads[k][r] |= s.plan_offloads_checkpoints[k];
       }
     s.has_row[r] = true;
