@@ -23,6 +23,17 @@ enum Fact : uint8_t {
   kGradReceivePosted = 16,
 };
 
+// The two directions a stage sends in: its output to the next stage (SEND_F), its input gradient to
+// the previous one (SEND_B).
+enum Direction : int { kActivation = 0, kGradient = 1 };
+
+// What one SEND of a stage costs: how long the message holds its link, how much later it arrives,
+// and the host time it takes on the sender (Link::send_cpu).
+struct OutgoingMessage {
+  int32_t link = -1;
+  double occupancy = 0, bytes = 0, latency = 0, send_cpu = 0;
+};
+
 // What the inner loop reads about a global stage, in one place.
 struct StageInfo {
   int32_t device = 0;
@@ -31,8 +42,6 @@ struct StageInfo {
   bool previous_local = false;  // the previous stage is on the same device: no transfer
   bool next_local = false;
   bool checkpoint_until_weight = false;
-  int32_t forward_link = -1;   // link of this stage's SEND_F
-  int32_t backward_link = -1;  // link of this stage's SEND_B
   // What computations read first, together: a stage's first cache line holds its compute costs.
   double forward = 0, backward = 0, backward_input = 0, backward_weight = 0, recompute = 0;
   double workspace = 0;  // held while any of the stage's computations runs
@@ -40,15 +49,14 @@ struct StageInfo {
   double rebuilt = 0;  // what R holds until the backward ends: the largest segment, or everything when split
   double optimizer = 0;
   double offload = kInfinity;  // the most one OFFLOAD moves
-  // This stage's SEND_F and SEND_B: how long a message holds its link, and how much later it arrives.
-  double forward_occupancy = 0, forward_send_bytes = 0, forward_latency = 0;
-  double backward_occupancy = 0, backward_send_bytes = 0, backward_latency = 0;
+  // This stage's SEND_F (sends[kActivation]) and SEND_B (sends[kGradient]).
+  OutgoingMessage sends[2];
   // Where the links this stage receives its input and its output gradient over have a rendezvous
   // (Link::rendezvous): from the RECV's start to the message's arrival, its bytes over the bandwidth
   // included; 0 without one.
   double forward_rendezvous = 0, grad_rendezvous = 0;
-  // Host time of this stage's SEND_F, SEND_B, RECV_F and RECV_B on its device (Link::send_cpu).
-  double forward_send_cpu = 0, backward_send_cpu = 0, forward_receive_cpu = 0, backward_receive_cpu = 0;
+  // Host time of this stage's RECV_F and RECV_B on its device (Link::receive_cpu).
+  double forward_receive_cpu = 0, backward_receive_cpu = 0;
 };
 
 // Buffers reused from one simulation to the next on a thread: the search simulates millions of
@@ -127,8 +135,7 @@ class Simulation {
   bool weight_gradient(Cursor& at, const Action& a, double ready);
   bool recompute(Cursor& at, const Action& a, double ready);
   bool overlap(Cursor& at, const Action& a, double ready);
-  bool send_activation(Cursor& at, const Action& a, double ready);
-  bool send_gradient(Cursor& at, const Action& a, double ready);
+  bool send(Cursor& at, const Action& a, double ready, Direction direction);
   void receive(Cursor& at, const Action& a, double ready);
   bool offload(Cursor& at, const Action& a, double ready);
   bool reload(Cursor& at, const Action& a, double ready);

@@ -184,26 +184,27 @@ void Simulation::prepare_stages() {
     info.rebuilt = cost.rebuilt_bytes(split_backward[s]);
     info.offload = cost.offload_bytes;
     info.workspace = cost.workspace_bytes;
+    // A SEND to `peer` of `bytes` over the link this device sends to it on.
+    auto outgoing = [&](int peer, double bytes) {
+      OutgoingMessage message;
+      message.link = link_id(info.device, placement[peer]);
+      const Link& link = *work_.links[message.link];
+      message.bytes = bytes;
+      message.occupancy = link.transfer_time(bytes) - link.latency;
+      message.latency = link.latency;
+      message.send_cpu = link.send_cpu_time(bytes);
+      return message;
+    };
     if (!info.last && !info.next_local) {
-      info.forward_link = link_id(info.device, placement[s + 1]);
-      const Link& out = *work_.links[info.forward_link];
       const Link& back = costs_.link_between(placement[s + 1], info.device);
-      info.forward_send_bytes = cost.output_bytes;
-      info.forward_occupancy = out.transfer_time(cost.output_bytes) - out.latency;
-      info.forward_latency = out.latency;
-      info.forward_send_cpu = out.send_cpu_time(cost.output_bytes);
+      info.sends[kActivation] = outgoing(s + 1, cost.output_bytes);
       info.backward_receive_cpu = back.receive_cpu_time(cost.output_bytes);
       info.grad_rendezvous = rendezvous_time(back, cost.output_bytes);
     }
     if (!info.first && !info.previous_local) {
       const double bytes = costs_.stages[schedule_.chunk_of_stage(s - 1)].output_bytes;
-      info.backward_link = link_id(info.device, placement[s - 1]);
-      const Link& out = *work_.links[info.backward_link];
       const Link& in = costs_.link_between(placement[s - 1], info.device);
-      info.backward_send_bytes = bytes;
-      info.backward_occupancy = out.transfer_time(bytes) - out.latency;
-      info.backward_latency = out.latency;
-      info.backward_send_cpu = out.send_cpu_time(bytes);
+      info.sends[kGradient] = outgoing(s - 1, bytes);
       info.forward_receive_cpu = in.receive_cpu_time(bytes);
       info.forward_rendezvous = rendezvous_time(in, bytes);
     }

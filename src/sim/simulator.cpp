@@ -75,8 +75,8 @@ bool Simulation::step(Cursor& at, const Action& a) {
               compute(at, ready, work_.stages[a.stage].optimizer));
       return true;
     case ActionKind::Overlap: return overlap(at, a, ready);
-    case ActionKind::SendF: return send_activation(at, a, ready);
-    case ActionKind::SendB: return send_gradient(at, a, ready);
+    case ActionKind::SendF: return send(at, a, ready, kActivation);
+    case ActionKind::SendB: return send(at, a, ready, kGradient);
     case ActionKind::RecvF:
     case ActionKind::RecvB: receive(at, a, ready); return true;
     case ActionKind::Offload: return offload(at, a, ready);
@@ -146,33 +146,20 @@ bool Simulation::overlap(Cursor& at, const Action& a, double ready) {
   return true;
 }
 
-bool Simulation::send_activation(Cursor& at, const Action& a, double ready) {
+// A SEND leaves once its stage has computed what it sends and the sender's host has handed it over;
+// it arrives as the peer stage's input (SEND_F) or output gradient (SEND_B).
+bool Simulation::send(Cursor& at, const Action& a, double ready, Direction direction) {
   const int s = a.stage, m = a.microbatch;
-  if (!wait(at.device, key(s, m, kForwardDone), ready)) return false;
-  const StageInfo& info = work_.stages[s];
-  // The data leaves once the sender's host has handed it over.
-  const double posted = occupy_host(at.device, at.position, ready, info.forward_send_cpu, at.clock);
-  const Interval sent =
-      transfer(at.device, at.position, at.device, work_.stages[s + 1].device, posted, info.forward_occupancy,
-               info.forward_latency, info.forward_send_bytes, work_.link_free[info.forward_link]);
-  if (rendezvous_) work_.handed_over[message_index(s + 1, m, false)] = posted;
-  produce(key(s + 1, m, kForwardArrived), sent.end);
-  result_.comm_bytes += info.forward_send_bytes;
-  ++result_.comm_transfers;
-  return true;
-}
-
-bool Simulation::send_gradient(Cursor& at, const Action& a, double ready) {
-  const int s = a.stage, m = a.microbatch;
-  if (!wait(at.device, key(s, m, kInputGradDone), ready)) return false;
-  const StageInfo& info = work_.stages[s];
-  const double posted = occupy_host(at.device, at.position, ready, info.backward_send_cpu, at.clock);
-  const Interval sent =
-      transfer(at.device, at.position, at.device, work_.stages[s - 1].device, posted, info.backward_occupancy,
-               info.backward_latency, info.backward_send_bytes, work_.link_free[info.backward_link]);
-  if (rendezvous_) work_.handed_over[message_index(s - 1, m, true)] = posted;
-  produce(key(s - 1, m, kGradArrived), sent.end);
-  result_.comm_bytes += info.backward_send_bytes;
+  const bool gradient = direction == kGradient;
+  if (!wait(at.device, key(s, m, gradient ? kInputGradDone : kForwardDone), ready)) return false;
+  const OutgoingMessage& message = work_.stages[s].sends[direction];
+  const int peer = gradient ? s - 1 : s + 1;
+  const double posted = occupy_host(at.device, at.position, ready, message.send_cpu, at.clock);
+  const Interval sent = transfer(at.device, at.position, at.device, work_.stages[peer].device, posted,
+                                 message.occupancy, message.latency, message.bytes, work_.link_free[message.link]);
+  if (rendezvous_) work_.handed_over[message_index(peer, m, gradient)] = posted;
+  produce(key(peer, m, gradient ? kGradArrived : kForwardArrived), sent.end);
+  result_.comm_bytes += message.bytes;
   ++result_.comm_transfers;
   return true;
 }
