@@ -33,7 +33,16 @@ struct PartitionOptions {
   std::string svg;
   bool json = false;
   bool quiet = false;
+  bool memory_from_hardware = false;  // no --memory-limit: the hardware profile's memory
 };
+
+// The limit as the header line says it, and where it came from when not from --memory-limit.
+std::string limit_text(const PartitionOptions& o) {
+  const std::string limit = format_bytes(o.request.memory_limit.value, byte_units_of(o.request.memory_limit));
+  return o.memory_from_hardware
+             ? fmt::format("limit {} per device (the memory of {}: no --memory-limit)", limit, o.request.model.hardware)
+             : fmt::format("limit {} per device", limit);
+}
 
 // Sizes print in the units the limit was written in: GiB for 80GiB, GB for 80e9.
 ByteUnits bytes_of(const PartitionOptions& o) { return byte_units_of(o.request.memory_limit); }
@@ -64,9 +73,9 @@ void print_plan(const CheckedPlan& out, const CheckedPlanner& planner, const Par
   const CostGraph& graph = planner.graph();
   const Schedule& schedule = planner.schedule();
   const std::string unit = graph.time_unit;
-  fmt::print("{} on {} devices ({}), {} with m={}, micro-batch {}, sequence {}, limit {} per device\n", graph.name,
-             schedule.num_devices, out.plan.hardware, schedule.name, schedule.num_microbatches, out.microbatch_size,
-             planner.seq_len(), format_bytes(o.request.memory_limit.value, bytes_of(o)));
+  fmt::print("{} on {} devices ({}), {} with m={}, micro-batch {}, sequence {}, {}\n", graph.name, schedule.num_devices,
+             out.plan.hardware, schedule.name, schedule.num_microbatches, out.microbatch_size, planner.seq_len(),
+             limit_text(o));
   if (out.max_microbatch_size >= 0) fmt::print("largest micro-batch that fits: {}\n", out.max_microbatch_size);
   if (!out.result.fits) {
     fmt::print("{}\n", does_not_fit(out, planner, o.request));
@@ -107,9 +116,11 @@ MemoryBarPanel memory_bar_panel(std::string title, const PartitionResult& result
   return panel;
 }
 
-void run(const PartitionOptions& o, int& exit_code) {
+void run(PartitionOptions o, int& exit_code) {
   // The budget counts from here: reading a large model is part of the wait.
   const auto started = std::chrono::steady_clock::now();
+  o.memory_from_hardware = o.request.memory_limit.value <= 0;
+  if (o.memory_from_hardware) o.request.memory_limit = hardware_memory(o.request.model.hardware);
   ProgressLines lines(started, o.quiet);
   const CheckedPlanner planner =
       partition_planner(o.request, started,
@@ -129,8 +140,8 @@ void run(const PartitionOptions& o, int& exit_code) {
       return;
     }
     const std::string unit = planner.graph().time_unit;
-    fmt::print("{} on {} devices, {}, limit {} per device\n", planner.graph().name, planner.schedule().num_devices,
-               planner.schedule().name, format_bytes(o.request.memory_limit.value, bytes_of(o)));
+    fmt::print("{} on {} devices, {}, {}\n", planner.graph().name, planner.schedule().num_devices,
+               planner.schedule().name, limit_text(o));
     fmt::print("{:<10} {:>8} {:>8} {:>14} {:>14} {:>12}\n", "method", "max b", "b", "bottleneck", "step", "peak");
     for (const CheckedPlan& out : outcomes) {
       double peak = 0;
@@ -193,8 +204,7 @@ void add_partition_command(CLI::App& app, int& exit_code) {
   command->add_option("-D,--define", o->request.schedule.defines,
                       "Set any parameter of the schedule's program, built-in or .fps: -D name=value (repeatable)");
   add_quantity_option(command, "--memory-limit", o->request.memory_limit, QuantityKind::Size, QuantityRange::Positive,
-                      kBytesExamples, "Memory per device: 80GiB, 85.9GB or bytes")
-      ->required();
+                      kBytesExamples, "Memory per device: 80GiB, 85.9GB or bytes [the --hardware profile's memory]");
   add_quantity_option(command, "--host-bandwidth", o->request.host_bandwidth, QuantityKind::Bandwidth,
                       QuantityRange::NonNegativeOrInfinite, kBytesPerSecondExamples,
                       "Host link: 64GB/s or bytes per second; 0: no offloading, inf: no limit [the hardware's PCIe]");

@@ -47,6 +47,8 @@ CheckedPlanner partition_planner(const PartitionRequest& o, std::chrono::steady_
   return CheckedPlanner(std::move(graph), hardware, std::move(schedule), std::move(settings));
 }
 
+Quantity hardware_memory(const std::string& hardware) { return {find_hardware(hardware).memory_bytes, "GB"}; }
+
 std::string does_not_fit(const CheckedPlan& out, const CheckedPlanner& planner, const PartitionRequest& o) {
   std::vector<std::string> tries = {"more devices"};
   if (out.microbatch_size > 1) tries.push_back("a smaller micro-batch");

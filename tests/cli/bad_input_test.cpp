@@ -96,7 +96,7 @@ TEST_F(BadInput, MistypedSubcommandsAndOptionsGetTheClosestName) {
       {"model show gpt3-1.3b --layerz",
        "error: model show: unexpected argument '--layerz' (did you mean --layers?); see flexpipe model show --help\n"},
   });
-  expect_refused({{"partition --model gpt3-1.3b -p 4", "--memory-limit is required"}}, 2, true);
+  expect_refused({{"partition -p 4", "--model is required"}}, 2, true);
 }
 
 TEST_F(BadInput, TrainChecksTheJobOnceBeforeStartingAnyRank) {

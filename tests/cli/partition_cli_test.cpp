@@ -109,6 +109,35 @@ TEST_F(Partition, TheTableSaysWhatEachColumnIsInTheLimitsUnits) {
       << run.out;
 }
 
+// Without --memory-limit the limit is the --hardware profile's memory, and the report says where it came from.
+TEST_F(Partition, WithoutAMemoryLimitTheHardwaresMemoryIsTheLimit) {
+  const Outcome run = flexpipe("partition --model gpt3-1.3b -p 4 -m 8 -q");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out.substr(0, run.out.find('\n')),
+            "gpt3-1.3b on 4 devices (H100-80GB), 1f1b with m=8, micro-batch 1, sequence 2048, limit 80.00 GB per "
+            "device (the memory of H100-80GB: no --memory-limit)");
+  // The plan is the one --memory-limit 80e9 makes (80 GB, the profile's memory as its datasheet gives it).
+  const Outcome json = flexpipe("partition --model gpt3-1.3b -p 4 -m 8 -q --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  nlohmann::json plan = nlohmann::json::parse(json.out);
+  EXPECT_EQ(plan["memory_limit"].get<double>(), 80e9);
+  nlohmann::json given = nlohmann::json::parse(flexpipe("partition --model gpt3-1.3b -p 4 -m 8 -q --json "
+                                                        "--memory-limit 80e9")
+                                                   .out);
+  plan.erase("partition_seconds");  // the planner's own time
+  given.erase("partition_seconds");
+  EXPECT_EQ(plan, given);
+  const Outcome h200 = flexpipe("partition --model gpt3-1.3b -p 4 -m 8 -q --hardware H200-141GB --compare");
+  ASSERT_EQ(h200.exit_code, 0) << h200.err;
+  EXPECT_EQ(h200.out.substr(0, h200.out.find('\n')),
+            "gpt3-1.3b on 4 devices, 1f1b, limit 141.00 GB per device (the memory of H200-141GB: no --memory-limit)");
+  // Given, the limit is said as before.
+  const Outcome limited = flexpipe("partition --model gpt3-1.3b -p 4 -m 8 -q --memory-limit 16GiB");
+  EXPECT_EQ(limited.out.substr(0, limited.out.find('\n')),
+            "gpt3-1.3b on 4 devices (H100-80GB), 1f1b with m=8, micro-batch 1, sequence 2048, limit 16.00 GiB per "
+            "device");
+}
+
 TEST_F(Partition, AModelThatCannotFitSaysByHowMuch) {
   if (test::kSanitized)
     GTEST_SKIP() << "18 s under the sanitizer (gpt3-175b on 8 devices, three times); the Release run checks it";

@@ -16,7 +16,7 @@ namespace flexpipe {
 struct PartitionRequest {
   NamedModel model;
   ScheduleOptions schedule;
-  Quantity memory_limit;
+  Quantity memory_limit;       // value 0: not given (the hardware profile's memory, hardware_memory)
   double host_bandwidth = -1;  // bytes per second; -1: the hardware's PCIe
   std::string method = "dawn";
   std::string solver = "auto";  // exact, greedy or auto
@@ -37,6 +37,10 @@ struct PlannerProgress {
 // a fractional micro-batch, or a schedule with more stages than the model has operators.
 CheckedPlanner partition_planner(const PartitionRequest& request, std::chrono::steady_clock::time_point start,
                                  const PlannerProgress& progress);
+
+// The memory of a hardware profile as a limit: --memory-limit's default, in the decimal units its
+// datasheet gives (80.00 GB for H100-80GB). Throws Error for an unknown profile.
+Quantity hardware_memory(const std::string& hardware);
 
 // Why a plan does not fit, and what would change that: more devices, a smaller micro-batch, a schedule
 // that holds fewer micro-batches, a faster host link (only what would change something).
