@@ -180,8 +180,8 @@ class CapturedTraining(unittest.TestCase):
         torch.save(data, self.path("data.pt"))
         return data
 
-    def train(self, schedule, devices, microbatches, optimizer, extra=(), clip=0):
-        plan = [] if schedule == "auto" else ["--plan", self.path("plan.json")]
+    def train(self, schedule, devices, microbatches, optimizer, extra=(), clip=0, given_plan=True):
+        plan = ["--plan", self.path("plan.json")] if given_plan and schedule != "auto" else []
         done = subprocess.run(
             [BINARY, "train", "--model", self.path("model.graph.json"), *plan, "--schedule", schedule, "-p", str(devices), "-m", str(microbatches), "--steps", str(STEPS),
              "--dtype", "float64", "--optimizer", optimizer, "--lr", "0.05", "--warmup", "1", "--clip", str(clip),
@@ -189,13 +189,15 @@ class CapturedTraining(unittest.TestCase):
              "--timeout", "120", "--json", *extra],
             capture_output=True, text=True, timeout=600)
         self.assertEqual(done.returncode, 0, done.stdout[-2000:] + done.stderr[-3000:])
+        self.stderr = done.stderr
         report = json.loads(done.stdout[done.stdout.index("{"):])["runs"][0]
         return report, load_weights(self.path("weights.pt"))
 
-    def check(self, factory, chunks, schedule, devices, microbatches, optimizer="sgd", extra=(), clip=0, dp=1):
-        data = self.prepare(factory, chunks, timed=schedule == "auto")
+    def check(self, factory, chunks, schedule, devices, microbatches, optimizer="sgd", extra=(), clip=0, dp=1,
+              given_plan=True):
+        data = self.prepare(factory, chunks, timed=schedule == "auto" or not given_plan)
         extra = [*extra, "--dp", str(dp)] if dp > 1 else extra
-        report, weights = self.train(schedule, devices, microbatches, optimizer, extra, clip)
+        report, weights = self.train(schedule, devices, microbatches, optimizer, extra, clip, given_plan)
         # What the ranks held for backward passes (saved tensors and what each chunk received) is what the
         # simulator holds from the capture's saved bytes, byte for byte, under this schedule: with recompute
         # and offload pieces, cuts after a ReLU (which saves its output, not what it received) and before a
@@ -236,6 +238,25 @@ class TrainCaptured(CapturedTraining):
             plan = json.load(f)
         self.assertEqual(plan["method"], "search")
         self.assertEqual(len(plan["stages"]), report["stages"] // (2 if report["schedule"] == "dualpipe" else 1))
+
+    def test_without_a_plan_the_partitioners_default(self):
+        # No --plan: train partitions the graph as `flexpipe partition --model GRAPH` does by default for the
+        # run (DawnPiper's method, the run's schedule, devices and micro-batches, the graph's micro-batch, the
+        # hardware profile's memory), writes the plan next to the graph, says so in one line, and trains it
+        # exactly.
+        for schedule, devices, stages in (("1f1b", 2, 2), ("interleaved-1f1b", 2, 4)):
+            with self.subTest(schedule=schedule):
+                extra = ["-v", "2"] if schedule == "interleaved-1f1b" else []
+                self.check("tiny_unet", 2, schedule, devices, 4, "adamw", extra, given_plan=False)
+                graph, written = self.path("model.graph.json"), self.path("model.graph.plan.json")
+                said = [line for line in self.stderr.splitlines() if "no --plan" in line]
+                self.assertEqual(said, [f"--model {graph}: no --plan: partitioned for {schedule} on {devices} devices "
+                                        f"with 4 micro-batches (dawn, memory limit 80.00 GB of H100-80GB) into "
+                                        f"{written}"])
+                with open(written) as f:
+                    plan = json.load(f)
+                self.assertEqual((plan["method"], plan["schedule"], len(plan["stages"]), plan["memory_limit"]),
+                                 ("dawn", schedule, stages, 80e9))
 
     def test_unet_recompute_and_offload_interleaved_and_on_four_ranks(self):
         report = self.check("tiny_unet", 4, "interleaved-1f1b", 2, 4, "adamw", ["-v", "2", "--verify"])
@@ -472,7 +493,18 @@ class BadInput(unittest.TestCase):
                          f"{field}: chunk 1 holds no parameter embedding.weight")
 
     def test_options_a_captured_model_needs(self):
-        self.assertIn("add --plan PLAN.json", self.train("-p", "2"))
+        # Without --plan the partitioner balances the capture's operator times: this graph has none.
+        self.assertEqual(
+            self.train("-p", "2"),
+            f"error: --model {self.graph}: no --plan, and the graph holds no operator times (its capture record says "
+            "0 repeats), so the partitioner has nothing to balance: capture it with `flexpipe capture` (which times "
+            "every operator), or give --plan PLAN.json")
+        # Without --plan the partition is made before the ranks start: a rank of a job cannot make it.
+        self.assertEqual(
+            self.train("-p", "2", rank=True),
+            f"error: --model {self.graph}: without --plan the partition is made once, before any rank starts: run "
+            f"`flexpipe train --model {self.graph} ...` without a launcher around it (it starts its own ranks), or "
+            f"give every rank --plan PLAN.json (flexpipe partition --model {self.graph} -p P -m M -o PLAN.json)")
         self.assertEqual(
             self.train("--schedule", "auto", "-p", "2"),
             f"error: --schedule auto: {self.graph} holds no operator times (its capture record says 0 repeats), so "

@@ -59,9 +59,10 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
                       "A text file to train on, as byte-level tokens (sets --vocab 256); with a captured --model, a "
                       "torch.save'd dict {\"inputs\": ..., \"targets\": ...} [synthetic]");
   command->add_option("--model", o->command.captured_model,
-                      "A captured PyTorch model (flexpipe capture -o GRAPH.json), trained with --plan's cuts (or "
-                      "the search's, with --schedule auto) "
-                      "instead of the GPT-style model [the GPT-style model of --layers, --hidden, ...]");
+                      "A captured PyTorch model (flexpipe capture -o GRAPH.json), trained with --plan's cuts (without "
+                      "--plan: `flexpipe partition`'s default for the schedule, -p, -m and H100-80GB's memory, "
+                      "written as GRAPH.plan.json; with --schedule auto: the search's) instead of the GPT-style model "
+                      "[the GPT-style model of --layers, --hidden, ...]");
   command->add_option("--export-dir", o->command.request.export_dir,
                       "With --model: where its modules for the plan are written (flexpipe export) [GRAPH.export]");
   command

@@ -163,7 +163,7 @@ void add_training_options(CLI::App* command, TrainingCommand& o, const std::stri
   command
       ->add_option("--plan", o.plan,
                    "A partition plan (flexpipe partition -o) for this model: its operator ranges, recompute and "
-                   "offload decisions")
+                   "offload decisions [a captured --model: partitioned by default, GRAPH.plan.json]")
       ->excludes("--partition");
   command->add_option("--seed", o.request.training.seed,
                       fmt::format("Seed of the weights and the data [{}]", o.request.training.seed));

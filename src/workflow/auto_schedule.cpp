@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "flexpipe/interop/cost_graph_json.h"
-#include "flexpipe/interop/partition_plan_json.h"
 #include "flexpipe/lang/writer.h"
 #include "flexpipe/launch/launcher.h"
 #include "flexpipe/launch/runtime_loader.h"
@@ -19,6 +18,7 @@
 #include "flexpipe/support/error.h"
 #include "flexpipe/support/files.h"
 #include "flexpipe/train/rank_env.h"
+#include "flexpipe/workflow/captured_plan.h"
 #include "flexpipe/workflow/partition_forms.h"
 
 namespace flexpipe {
@@ -115,7 +115,7 @@ std::string searched_program_path(const TrainRequest& o) {
 }  // namespace
 
 std::string auto_path(const std::string& captured_model, const std::string& what) {
-  return std::filesystem::path(captured_model).replace_extension("").string() + ".auto-" + what;
+  return beside_graph(captured_model, "auto-" + what);
 }
 
 int resolve_auto_schedule(TrainRequest& o) {
@@ -178,11 +178,10 @@ int resolve_auto_schedule(TrainRequest& o) {
     choice.partition = operators_spec(best.partition);
   } else {
     // The export cuts the model where the plan says: the search's partition becomes a plan file.
-    choice.plan = auto_path(captured, "plan.json");
     PartitionPlan plan = plan_of_partition(problem.graph, best.partition,
                                            {captured, choice.schedule, problem.devices, microbatches, "search"});
     plan.summary = {{"step_time", best.makespan}, {"family", best.family}};
-    write_text_file(choice.plan, partition_plan_to_json(plan));
+    choice.plan = write_plan_beside_graph(captured, "auto-plan.json", plan);
   }
   // The request carries the choice: the schedule, its partition, and a program's own shape.
   o.schedule = choice.schedule;

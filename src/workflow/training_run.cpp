@@ -16,6 +16,7 @@
 #include "flexpipe/support/files.h"
 #include "flexpipe/train/rank_env.h"
 #include "flexpipe/workflow/auto_schedule.h"
+#include "flexpipe/workflow/captured_plan.h"
 #include "flexpipe/workflow/export_stamp.h"
 
 namespace flexpipe {
@@ -32,8 +33,9 @@ int option_span(const std::string& arg, const std::string& flag) {
   return 0;
 }
 
-// train --model GRAPH.json: the captured model's graph, and its export for the plan, made here
-// (once, before any rank starts) unless this process is a rank of a job, which finds it made.
+// train --model GRAPH.json: the captured model's graph, its plan (made here when not given), and its export
+// for the plan, made here (once, before any rank starts) unless this process is a rank of a job, which
+// finds it made.
 // Returns 0, or the failed export's exit code.
 int prepare_captured_model(TrainRequest& o, bool launcher) {
   runtime::RunRequest& request = o.command.request;
@@ -44,11 +46,7 @@ int prepare_captured_model(TrainRequest& o, bool launcher) {
         fmt::format("--model {}: not a captured model (no capture record): write one with `flexpipe "
                     "capture FILE.py:FACTORY --input SHAPE -o {}`",
                     model, model));
-  if (o.command.plan.empty())
-    throw Error(
-        fmt::format("--model {}: a captured model trains with the plan it is cut by: add --plan PLAN.json "
-                    "(flexpipe partition --model {} -p P -m M -o PLAN.json)",
-                    model, model));
+  if (o.command.plan.empty()) partition_captured_model(o);  // as `flexpipe partition` would by default
   if (request.export_dir.empty())
     request.export_dir = std::filesystem::path(model).replace_extension(".export").string();
   if (!launcher) return 0;

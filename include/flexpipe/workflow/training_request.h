@@ -32,8 +32,9 @@ void prepare_request(TrainingCommand& options);
 // finds every torch-free mistake (schedule, plan, partition, model) once, before any rank exists.
 void prepare_request(TrainingCommand& options, const runtime::RankEnv& env);
 
-// What `train --schedule auto` chose, resolved once before any rank starts: the ranks receive it
-// (rank_command_line, training_run.h) rather than search again.
+// What train chose itself (--schedule auto, or a captured model's plan when --plan is not given),
+// resolved once before any rank starts: the ranks receive it (rank_command_line, training_run.h) rather
+// than search or partition again.
 struct AutoChoice {
   std::string schedule;           // a built-in's name, or the search's program written to a file
   bool searched_program = false;  // the search's own program: it fixes its devices, micro-batches and chunks
@@ -50,8 +51,9 @@ struct TrainRequest {
   // own program rather than that built-in (docs/fidelity.md).
   double auto_margin = 0.05;
   bool auto_margin_given = false;
-  std::string export_tolerance;           // passed to the export of a captured --model; empty: its own
-  std::optional<AutoChoice> auto_choice;  // set by resolve_auto_schedule (auto_schedule.h)
+  std::string export_tolerance;  // passed to the export of a captured --model; empty: its own
+  // Set by resolve_auto_schedule (auto_schedule.h) and partition_captured_model (captured_plan.h).
+  std::optional<AutoChoice> auto_choice;
 };
 
 // -p's default for train's built-in schedules.
