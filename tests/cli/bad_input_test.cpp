@@ -108,6 +108,26 @@ TEST_F(BadInput, TrainChecksTheJobOnceBeforeStartingAnyRank) {
   EXPECT_EQ(run.out, "");
 }
 
+// Without --plan train partitions a captured model for the run under the hardware's memory; one that
+// cannot fit is one error, before anything is exported or any rank starts, naming the limit and the way out.
+TEST_F(BadInput, ACapturedModelThatDoesNotFitWithoutAPlan) {
+  nlohmann::json graph =
+      nlohmann::json::parse(flexpipe::test::slurp(FLEXPIPE_TEST_DATA "/captured/tiny_unet.graph.json"));
+  graph["nodes"][1]["parameters"] = 1e11;  // down1: 1.6 TB of weights, gradients and AdamW's moments
+  const std::string path = write("big.graph.json", graph.dump()).string();
+  const Outcome run = flexpipe("train --model " + path + " -p 2 -m 4 --steps 1");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err, "error: --model " + path +
+                         ": no --plan, and the default partition does not fit H100-80GB's memory: dawn: 'TinyUNet' "
+                         "does not fit 2 devices with 80.00 GB each at micro-batch 2 under 1f1b: a device needs 1.52 "
+                         "TB more even with every recompute and offload the method allows; try more devices, a smaller "
+                         "micro-batch or a faster host link; or give --plan PLAN.json made with a larger limit "
+                         "(flexpipe partition --model " +
+                         path + " -p 2 -m 4 --memory-limit SIZE -o PLAN.json)\n");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "big.graph.plan.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "big.graph.export"));
+}
+
 TEST_F(BadInput, AWarmUpLongerThanTheRunIsReportedOnce) {
   // The partition error comes after the warning and before any runtime is loaded.
   const std::string partition_error =
