@@ -36,9 +36,9 @@ def _arguments(argv):
                                      description="Capture a PyTorch model as an operator-level cost graph, measured "
                                                  "on this machine (docs/capture.md).")
     parser.add_argument("model", metavar="FILE.py:FACTORY", help="a function in FILE.py that returns the nn.Module")
-    parser.add_argument("--input", action="append", required=True, metavar="SHAPE[:dtype]",
-                        help="one per forward argument, e.g. 8x3x224x224 or 8x128:int64; the first dimension is "
-                             "the micro-batch")
+    parser.add_argument("--input", action="append", required=True, metavar="[NAME=]SHAPE[:dtype]",
+                        help="one per forward argument, e.g. 8x3x224x224 or 8x128:int64, or by name as "
+                             "input_ids=8x128:int64; the first dimension is the micro-batch")
     parser.add_argument("-o", "--output", required=True, help="the cost graph JSON to write")
     CaptureOptions.add_arguments(parser)  # --loss, --name, --warmup, --repeats, --clock
     parser.add_argument("--debug", action="store_true",
@@ -117,8 +117,13 @@ def main(argv=None):
         capture_options.check_counts()
         path, factory = split_model_spec(options.model)
         inputs = [parse_input(text) for text in options.input]
+        named = [name for name, _, _ in inputs if name is not None]
+        if named and len(named) != len(inputs):
+            raise CaptureError("name every --input (NAME=SHAPE) or none")
         model = build_model(path, factory)
-        tensors = [example_input(shape, dtype, seed) for seed, (shape, dtype) in enumerate(inputs)]
+        tensors = [example_input(shape, dtype, seed) for seed, (_, shape, dtype) in enumerate(inputs)]
+        if named:
+            tensors = dict(zip(named, tensors))
         source = {"file": os.path.abspath(path), "factory": factory}
         graph = capture(model, tensors, source=source, **dataclasses.asdict(capture_options))
     except CaptureError as error:
@@ -143,7 +148,8 @@ def main(argv=None):
     buffers = {b["name"]: b["bytes"] for n in graph["nodes"] for b in n.get("buffers", [])}
     print(f"{options.output}: {len(graph['nodes'])} operators, {len(graph['edges'])} tensors, "
           f"{sum(n.get('parameters', 0) for n in graph['nodes'])} parameters"
-          + (f", {len(buffers)} buffers and constants ({sum(buffers.values())} bytes)" if buffers else ""),
+          + (f", {len(buffers)} buffers and constants ({sum(buffers.values())} bytes)" if buffers else "")
+          + f"; traced with {'torch.export' if graph['capture']['tracer'] == 'export' else 'torch.fx'}",
           file=sys.stderr)
     return 0
 

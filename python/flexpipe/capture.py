@@ -7,12 +7,16 @@ import torch
 import torch.fx as fx
 
 from . import formulas
+from .calling import call_model, split_named
+from .counted_flops import counted_costs
 from .errors import CaptureError, where
 from .losses import apply_loss
-from .measure import LOSS_NODE, PassTimes, saved_storages, time_loss, time_operator
+from .measure import LOSS_NODE, PassTimes, captured_floating, saved_storages, time_loss, time_operator
 from .options import CaptureOptions
 from .out_of_place import make_out_of_place, mutated_input
-from .tracing import model_input_nodes, trace
+from .tracers import trace_model
+from .values import leaves as _leaves
+from .tracing import model_input_nodes
 
 PASSES = ("forward", "backward_input", "backward_weight")
 
@@ -135,6 +139,10 @@ def _node_parameters(graph_module, node, values):
     return []
 
 
+def _is_aten_operator(module):
+    return getattr(module, "aten_operator", False)
+
+
 def _node_buffers(graph_module, node, values):
     """[(name, tensor)] of the buffers and tensor constants an operator holds: a module's own (BatchNorm's
     running statistics), and those it reads through get_attr nodes (a mask or an index held as a buffer,
@@ -142,8 +150,9 @@ def _node_buffers(graph_module, node, values):
     holds besides its parameters: read, never trained."""
     found = []
     if node.op == "call_module":
-        found = [(f"{node.target}.{name}", tensor) for name, tensor in
-                 _module_of_node(graph_module, node).named_buffers()]
+        module = _module_of_node(graph_module, node)
+        prefix = "" if _is_aten_operator(module) else f"{node.target}."  # an ATen operator's are the model's names
+        found = [(prefix + name, tensor) for name, tensor in module.named_buffers()]
     for read in node.all_input_nodes:
         value = values.get(read)
         if read.op == "get_attr" and isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
@@ -192,7 +201,7 @@ def _saved_of_inputs(reader, producers, attributed, outputs, tensor_bytes):
     return result
 
 
-def _as_exported(model, graph_module, inputs):
+def _as_exported(model, graph_module, inputs, names, tracer):
     """The traced graph as the exported chunks run it: in-place operators out-of-place (out_of_place.py),
     so that what autograd saves is measured as the runtime will hold it (an in-place ReLU saves the
     tensor it received; its out-of-place twin a new one). Traced again from a copy of the model, whose
@@ -202,15 +211,15 @@ def _as_exported(model, graph_module, inputs):
 
     if not any(mutated_input(node, module_of) is not None for node in graph_module.graph.nodes):
         return graph_module
-    copied, tracer, _ = trace(copy.deepcopy(model), inputs)
-    make_out_of_place(copied, tracer.values)
+    _, copied, trace, _ = trace_model(copy.deepcopy(model), inputs, names, tracer)
+    make_out_of_place(copied, trace.values)
     return copied
 
 
-def _check_runs(model, inputs, loss):
+def _check_runs(model, inputs, names, loss):
     try:
         torch.manual_seed(0)
-        output = model(*inputs)
+        output = call_model(model, inputs, names)
     except Exception as error:
         line = where(error.__traceback__)
         raise CaptureError(f"the inputs do not fit the model ({type(model).__name__}): {type(error).__name__}: "
@@ -225,9 +234,11 @@ def _check_runs(model, inputs, loss):
 
 def capture(model, example_inputs, loss=None, *, source=None, time_operators=True, **options):
     """The cost graph (a JSON-ready dict) of `model` on `example_inputs` (tensors whose first dimension
-    is the micro-batch), ending with `loss` ("cross_entropy", "mse", "none"/None, or a callable).
-    `options` are CaptureOptions' other fields (options.py): `name`, and the timing: medians of `repeats`
-    runs after `warmup`, by the `clock` ("wall", or "cpu": this thread's CPU time, for a shared machine).
+    is the micro-batch: a list in forward's order, or a dict of forward's keyword arguments), ending with
+    `loss` ("cross_entropy", "mse", "none"/None, or a callable) on the output (a ModelOutput's logits).
+    `options` are CaptureOptions' other fields (options.py): `name`, the `tracer` ("auto", "fx",
+    "export"), and the timing: medians of `repeats` runs after `warmup`, by the `clock` ("wall", or
+    "cpu": this thread's CPU time, for a shared machine).
     `source` (file, factory, inputs) is recorded so that the model can be rebuilt.
     `time_operators=False` skips the timing (every time is 0, and the capture record says so) for checks
     that need only the structure and the memory."""
@@ -236,10 +247,10 @@ def capture(model, example_inputs, loss=None, *, source=None, time_operators=Tru
     timing = options.timing()
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    inputs = list(example_inputs)
+    inputs, names = split_named(example_inputs)
     model.train()
-    _check_runs(model, inputs, loss)
-    traced = _Traced(model, inputs, loss)
+    _check_runs(model, inputs, names, loss)
+    traced = _Traced(model, inputs, names, loss, options.tracer)
     seen_parameters = {}
     json_nodes, edges = [], []
     for n, layer in zip(traced.nodes, traced.layer_names):
@@ -256,10 +267,10 @@ class _Traced:
     operators and their layers, what each saves for the backward, and their outputs' sizes, each as a
     polynomial in the micro-batch."""
 
-    def __init__(self, model, inputs, loss):
-        self.model, self.inputs, self.loss = model, inputs, loss
+    def __init__(self, model, inputs, names, loss, tracer):
+        self.model, self.inputs, self.names, self.loss = model, inputs, names, loss
         self.batch = _batch_size(inputs)
-        self.graph_module, self.tracer, self.kept_whole = trace(model, inputs)
+        self.tracer_name, self.graph_module, self.tracer, self.kept_whole = trace_model(model, inputs, names, tracer)
         self.values = self.tracer.values
         self.values1 = {n.name: v for n, v in self.values.items()}
         # The model's inputs are nodes too (kind `input`, nothing to compute): a later stage that reads one
@@ -286,14 +297,13 @@ class _Traced:
                 self.needs_gradient.add(n)
         # Buffers of another type than the captured floating one keep their size when the model trains in
         # another (as the saved tensors': measure.saved_storages).
-        self.floating = next((x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()),
-                             torch.float32)
+        self.floating = captured_floating(model, inputs)
 
     def _trace_doubled(self):
         """The same trace at twice the micro-batch turns every byte and FLOP count into a polynomial."""
         self.doubled = _doubled_batch(self.inputs)
         try:
-            self.graph_module2, tracer2, _ = trace(self.model, self.doubled)
+            _, self.graph_module2, tracer2, _ = trace_model(self.model, self.doubled, self.names, self.tracer_name)
             self.values2 = {n.name: tracer2.values[n] for n in self.graph_module2.graph.nodes if n in tracer2.values}
             if [n.name for n in self.graph_module2.graph.nodes] != [n.name for n in self.graph_module.graph.nodes]:
                 raise CaptureError("the graph depends on the batch size")
@@ -302,12 +312,12 @@ class _Traced:
 
     def _attribute(self, order, feeds, layer_of, loss):
         """What each operator saves, at b and at 2b (or twice b's when the graph depends on the batch)."""
-        saved, self.outputs, self.unscaled = saved_storages(_as_exported(self.model, self.graph_module, self.inputs),
+        saved, self.outputs, self.unscaled = saved_storages(_as_exported(self.model, self.graph_module, self.inputs, self.names, self.tracer_name),
                                                             self.inputs, loss)
         self.attributed = _attribute_saved(order, saved, feeds, layer_of)
         if self.graph_module2 is not None:
             saved2, self.outputs2, self.unscaled2 = saved_storages(
-                _as_exported(self.model, self.graph_module2, self.doubled), self.doubled, loss)
+                _as_exported(self.model, self.graph_module2, self.doubled, self.names, self.tracer_name), self.doubled, loss)
             self.attributed2 = _attribute_saved(order, saved2, feeds, layer_of)
         else:
             self.outputs2, self.unscaled2 = None, set()
@@ -349,6 +359,12 @@ class _Traced:
         q1 = formulas.tensor_bytes(self.values2[node.name]) if self.values2 is not None else 2 * q0
         return self.polynomial(q0, q1)
 
+    def unscaled_output(self, node):
+        """Whether a node's output is not of the captured floating type (an index, a mask): its bytes keep
+        their size when the model trains in another floating type."""
+        leaves = [leaf for _, leaf in _leaves(self.values1[node.name]) if isinstance(leaf, torch.Tensor)]
+        return bool(leaves) and all(leaf.dtype != self.floating for leaf in leaves)
+
     def edges_into(self, reader, input_nodes):
         """The edges from what `reader` reads of the graph's nodes, each with the tensor's bytes and what
         `reader` saves of it."""
@@ -358,8 +374,9 @@ class _Traced:
         at2 = (_saved_of_inputs(reader, producers, self.attributed2, self.outputs2,
                                 lambda a: formulas.tensor_bytes(self.values2[a])) if self.outputs2 is not None else
                {a: 2 * b for a, b in at1.items()})
-        return [{"from": a.name, "to": reader, "bytes": self.tensor_bytes_of(a).json(),
-                 "saved_bytes": self.polynomial(at1[a.name], at2[a.name]).json()}
+        return [dict({"from": a.name, "to": reader, "bytes": self.tensor_bytes_of(a).json(),
+                      "saved_bytes": self.polynomial(at1[a.name], at2[a.name]).json()},
+                     **({"unscaled": True} if self.unscaled_output(a) else {}))
                 for a in input_nodes if self.produces(a)]
 
 
@@ -392,11 +409,13 @@ def _operator_entry(traced, n, layer, seen_parameters, timing):
     entry["scaling"] = dict(_POWER_SCALING)
     parameter_bytes = sum(p.numel() * p.element_size() for p in parameters)
 
-    def costs_at(vals):
+    def costs_at(vals, graph_module):
+        if _is_aten_operator(module):  # specialized to its batch: the trace at that batch's own
+            return counted_costs(graph_module.get_submodule(n.target), [vals[a.name] for a in n.args], parameter_bytes)
         node_inputs = [vals[a.name] for a in n.all_input_nodes if isinstance(vals.get(a.name), torch.Tensor)]
         return formulas.costs(kind, n, module, node_inputs, vals[n.name], parameter_bytes)
 
-    known = costs_at(traced.values1)
+    known = costs_at(traced.values1, traced.graph_module)
     times = PassTimes()
     if timing is not None and n.op != "placeholder" and isinstance(values[n], (torch.Tensor, tuple, list)) and \
             formulas.tensor_bytes(values[n]):
@@ -406,7 +425,7 @@ def _operator_entry(traced, n, layer, seen_parameters, timing):
         if traced.module_of[n] in traced.kept_whole and n.op == "call_module":
             note = f"kept whole, could not be traced: {traced.kept_whole[traced.module_of[n]]}; " + note
         entry["note"] = note
-    known2 = costs_at(traced.values2) if traced.values2 is not None and known is not None else None
+    known2 = costs_at(traced.values2, traced.graph_module2) if traced.values2 is not None and known is not None else None
     for pass_name in PASSES:
         entry[pass_name] = _pass_entry(traced, times, pass_name, known, known2)
     saved, shared = traced.saved(n.name)
@@ -481,7 +500,11 @@ def _document(traced, options, json_nodes, edges, source, time_operators):
         "reference": {"microbatch_size": traced.batch, "seq_len": 1},
         "hardware": {"name": hardware_name(), "flop_rate": flop_rate, "byte_rate": byte_rate},
         "capture": {
-            "inputs": [{"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")} for x in inputs],
+            "inputs": [dict({"shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")},
+                            **({"name": name} if name is not None else {}))
+                       for x, name in zip(inputs, traced.names)],
+            "tracer": traced.tracer_name,
+            "dtype": str(traced.floating).replace("torch.", ""),
             "loss": loss if isinstance(loss, str) else "custom",
             "threads": torch.get_num_threads(), "warmup": options.warmup,
             "repeats": options.repeats if time_operators else 0,

@@ -26,7 +26,9 @@ from .losses import LOSSES, loss_module, reduction, target_of
 from .measure import LOSS_NODE
 from .out_of_place import make_out_of_place
 from .scripting import script_draws_random_numbers, trace_script, updates_buffers
-from .tracing import draws_random_numbers, model_input_nodes, trace
+from .calling import call_model
+from .tracers import trace_model
+from .tracing import draws_random_numbers, model_input_nodes
 from .values import at as _at, leaves as _leaves
 
 STAMP = "made-from.checksum"  # written by `flexpipe train` after exporting, removed by every export
@@ -160,7 +162,11 @@ class _Cutter:
     def draws_random(self, node):
         """Whether an operator draws random numbers: dropout (a module or a function) and the like."""
         if node.op == "call_module":
-            return isinstance(self.gm.get_submodule(node.target), torch.nn.modules.dropout._DropoutNd)
+            module = self.gm.get_submodule(node.target)
+            if getattr(module, "aten_operator", False):
+                return any(torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
+                           for n in module.graph.nodes if n.op == "call_function")
+            return isinstance(module, torch.nn.modules.dropout._DropoutNd)
         return node.op in ("call_function", "call_method") and draws_random_numbers(node.target)
 
     def keys(self, node):
@@ -393,13 +399,13 @@ def export(graph, plan, out_dir, *, dtype=None, model=None, check=True, toleranc
 def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, model, check, tolerance):
     torch.manual_seed(SEED)
     model_given = model
-    model, inputs = _model_and_inputs(record, model, dtype)
+    model, inputs, names = _model_and_inputs(record, model, dtype)
     initial = {name: tensor.detach().clone() for name, tensor in model.state_dict(keep_vars=True).items()}
     parameter_names = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
         parameter_names.setdefault(id(tensor), []).append(name)
 
-    graph_module, tracer, kept_whole = trace(model, inputs)
+    _, graph_module, tracer, kept_whole = trace_model(model, inputs, names, record.get("tracer", "fx"))
     loss = record.get("loss", "none")
     # The cost graph's operators: the model's inputs (capture.model_input_nodes), then every other node.
     operators = model_input_nodes(graph_module, inputs) + [n for n in graph_module.graph.nodes
@@ -437,7 +443,7 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
     if kept_whole:
         manifest["scripted"] = sorted(kept_whole)
     if check:
-        _check_against_model(manifest, out_dir, inputs, model, initial, tolerance)
+        _check_against_model(manifest, out_dir, inputs, names, model, initial, tolerance)
     for stale in os.listdir(out_dir):  # modules of an earlier export into the same directory
         if _EXPORTED_FILE.fullmatch(stale) and stale not in files:
             os.remove(os.path.join(out_dir, stale))
@@ -449,8 +455,8 @@ def _export(graph, graph_origin, plan, plan_origin, record, out_dir, dtype, mode
 
 
 def _model_and_inputs(record, model, dtype):
-    """The model (rebuilt from the capture record, or a copy of the one given) and the example inputs, in
-    `dtype` when one is asked for, in training mode."""
+    """The model (rebuilt from the capture record, or a copy of the one given), the example inputs, in
+    `dtype` when one is asked for, in training mode, and their names (None: by position)."""
     if model is None:
         model = build_model(record["file"], record["factory"])
     else:
@@ -461,7 +467,7 @@ def _model_and_inputs(record, model, dtype):
         model = model.to(DTYPES[dtype])
         inputs = [x.to(DTYPES[dtype]) if x.is_floating_point() else x for x in inputs]
     model.train()
-    return model, inputs
+    return model, inputs, [entry.get("name") for entry in record["inputs"]]
 
 
 def _check_same_operators(graph, graph_origin, operators, loss, source):
@@ -650,14 +656,15 @@ CHECK_EPSILONS = 1024
 _CHECK_CAP = 1e-2
 
 
-def _check_against_model(manifest, out_dir, inputs, model, initial, tolerance=None):
+def _check_against_model(manifest, out_dir, inputs, names, model, initial, tolerance=None):
     """The saved chunks, loaded and chained, against the model on the example inputs (the same seed, so
     the same dropout masks): twice, with gradients on, since TorchScript runs a module's first call as it
     was traced and optimizes it for the later ones, which are what the runtime runs."""
     modules = load_modules(manifest, out_dir)
     for call in range(2):
         torch.manual_seed(SEED)
-        expected = [leaf.detach() for _, leaf in _leaves(model(*inputs)) if isinstance(leaf, torch.Tensor)]
+        expected = [leaf.detach() for _, leaf in _leaves(call_model(model, inputs, names))
+                    if isinstance(leaf, torch.Tensor)]
         torch.manual_seed(SEED)
         got = [y.detach() for y in run_chunks(manifest, modules, inputs)]
         with torch.no_grad():

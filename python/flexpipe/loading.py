@@ -68,8 +68,13 @@ def build_model(path, factory):
 
 
 def parse_input(text):
-    """'8x3x224x224' or '8x128:int64' -> (shape, dtype)."""
-    shape_text, _, dtype_name = text.partition(":")
+    """'8x3x224x224', '8x128:int64' or 'input_ids=8x128:int64' -> (name or None, shape, dtype)."""
+    name, equals, rest = text.partition("=")
+    if not equals:
+        name, rest = None, text
+    elif not name.isidentifier():
+        raise CaptureError(f"--input {text}: '{name}' is not an argument name (NAME=SHAPE[:dtype])")
+    shape_text, _, dtype_name = rest.partition(":")
     dtype_name = dtype_name or "float32"
     if dtype_name not in DTYPES:
         raise CaptureError(f"--input {text}: unknown data type '{dtype_name}'; known: {', '.join(DTYPES)}")
@@ -81,7 +86,7 @@ def parse_input(text):
         raise CaptureError(f"--input {text}: every dimension must be a positive whole number")
     if any(d > 1 << 31 for d in shape) or _product(shape) > 1 << 33:
         raise CaptureError(f"--input {text}: {_product(shape)} elements is more than a capture can hold")
-    return shape, dtype_name
+    return name, shape, dtype_name
 
 
 def _product(shape):

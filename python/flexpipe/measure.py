@@ -85,15 +85,22 @@ def _unpack(tensor):
     return tensor
 
 
+def captured_floating(model, inputs):
+    """The captured floating type, which the capture record names (`dtype`) and the C++ side scales from
+    when the model trains in another: the first floating input's, else the first floating parameter's
+    (a language model's inputs are token ids), else float32."""
+    floating = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    floating += [p.dtype for p in model.parameters() if p.is_floating_point()]
+    return floating[0] if floating else torch.float32
+
+
 def saved_storages(graph_module, inputs, loss):
     """{node name: {storage key: bytes}} of every tensor autograd saves in one forward (and the loss),
     parameters and buffers excluded; {node name: storage keys of its output}; and the keys of the
     saved tensors not of the captured floating type (integer indices, a double scalar). A key names
     one storage while a reader of the output runs (the output is alive then), so a reader's saved key
     that is a key of its input's output is that very tensor, or a view of it."""
-    # As the C++ side reads the capture: its first floating input's type, else float32.
-    floating = next((x.dtype for x in inputs if x.is_floating_point()), torch.float32)
-    recorder = _SavedTensorRecorder(graph_module, floating)
+    recorder = _SavedTensorRecorder(graph_module, captured_floating(graph_module, inputs))
     torch.manual_seed(0)
     output, result = recorder.record(inputs, loss)
     excluded = model_storages(graph_module)

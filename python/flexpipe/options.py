@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from .errors import CaptureError
 from .losses import LOSSES
 from .measure import CLOCKS, Timing
+from .tracers import TRACERS
 
 
 def _option(default, help, **argparse):
@@ -17,13 +18,18 @@ class CaptureOptions:
     loss: object = _option("none", "the loss after the model's output (default: none, the model returns its loss)",
                            choices=list(LOSSES))
     name: object = _option(None, "the graph's name (default: the model's class)")
+    tracer: str = _option("auto", "fx (torch.fx), export (torch.export), or auto (default): torch.export for "
+                                  "transformers' models and named inputs, torch.fx for the others and torch.export "
+                                  "where torch.fx cannot trace; the output names the one used", choices=list(TRACERS))
     warmup: int = _option(2, "untimed runs before each measurement (default 2)", type=int)
     repeats: int = _option(5, "timed runs per measurement; the median is kept (default 5)", type=int)
     clock: str = _option("wall", "wall (default), or cpu: this thread's CPU time, which other processes on a shared "
                                  "machine do not inflate (exact with one intra-op thread)", choices=list(CLOCKS))
 
     def __post_init__(self):
-        """What capture() refuses, whoever calls it: an unknown clock or loss."""
+        """What capture() refuses, whoever calls it: an unknown tracer, clock or loss."""
+        if self.tracer not in TRACERS:
+            raise CaptureError(f"unknown tracer '{self.tracer}'; known: {', '.join(TRACERS)}")
         if self.clock not in CLOCKS:
             raise CaptureError(f"unknown clock '{self.clock}'; known: {', '.join(CLOCKS)}")
         if not callable(self.loss) and self.loss not in LOSSES:

@@ -36,8 +36,9 @@ class ModelSpecs(unittest.TestCase):
 
 class InputShapes(unittest.TestCase):
     def test_shapes_and_types(self):
-        self.assertEqual(parse_input("8x3x224x224"), ([8, 3, 224, 224], "float32"))
-        self.assertEqual(parse_input("4x128:int64"), ([4, 128], "int64"))
+        self.assertEqual(parse_input("8x3x224x224"), (None, [8, 3, 224, 224], "float32"))
+        self.assertEqual(parse_input("4x128:int64"), (None, [4, 128], "int64"))
+        self.assertEqual(parse_input("input_ids=4x128:int64"), ("input_ids", [4, 128], "int64"))
 
     def test_malformed(self):
         for text, message in [("8x3xq", "expected dimensions separated by 'x'"),

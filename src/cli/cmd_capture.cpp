@@ -17,6 +17,7 @@ struct CaptureOptions {
   int warmup = 2;
   int repeats = 5;
   std::string clock = "wall";
+  std::string tracer = "auto";
   bool debug = false;
 };
 }  // namespace
@@ -29,8 +30,8 @@ void add_capture_command(CLI::App& app, int&) {
       ->required();
   command
       ->add_option("--input", o->inputs,
-                   "SHAPE[:dtype], one per forward argument (8x3x224x224, 8x128:int64); the first dimension is the "
-                   "micro-batch")
+                   "[NAME=]SHAPE[:dtype], one per forward argument (8x3x224x224, 8x128:int64), or by name "
+                   "(input_ids=8x128:int64); the first dimension is the micro-batch")
       ->required();
   command->add_option("--loss", o->loss, "The loss after the output: cross_entropy, mse or none (the model's own)")
       ->check(CLI::IsMember({"cross_entropy", "mse", "none"}));
@@ -45,12 +46,17 @@ void add_capture_command(CLI::App& app, int&) {
                    "wall, or cpu: the measuring thread's CPU time, which other processes on a shared machine do not "
                    "inflate (exact with one intra-op thread)")
       ->check(CLI::IsMember({"wall", "cpu"}));
+  command
+      ->add_option("--tracer", o->tracer,
+                   "fx (torch.fx), export (torch.export), or auto: torch.export for transformers' models and named "
+                   "inputs, torch.fx for the others and torch.export where torch.fx cannot trace [auto]")
+      ->check(CLI::IsMember({"auto", "fx", "export"}));
   command->add_flag("--debug", o->debug, "On an error, print the Python traceback as well as the error line");
   command->callback([o] {
     std::vector<std::string> arguments = {"capture", o->model};
     for (const std::string& input : o->inputs) arguments.insert(arguments.end(), {"--input", input});
     arguments.insert(arguments.end(), {"--loss", o->loss, "-o", o->output, "--warmup", std::to_string(o->warmup),
-                                       "--repeats", std::to_string(o->repeats), "--clock", o->clock});
+                                       "--repeats", std::to_string(o->repeats), "--clock", o->clock, "--tracer", o->tracer});
     if (!o->name.empty()) arguments.insert(arguments.end(), {"--name", o->name});
     if (o->debug) arguments.push_back("--debug");
     exec_python_package(arguments);

@@ -73,6 +73,7 @@ CostGraph with_activation_bytes_scaled(CostGraph graph, double factor) {
       if (!buffer.unscaled) buffer.bytes *= factor;
   }
   for (TensorEdge& edge : graph.edges) {
+    if (edge.unscaled) continue;
     edge.bytes = factor * edge.bytes;
     if (edge.saved_bytes) *edge.saved_bytes = factor * *edge.saved_bytes;
   }
@@ -80,6 +81,9 @@ CostGraph with_activation_bytes_scaled(CostGraph graph, double factor) {
 }
 
 double captured_element_bytes(const CaptureRecord& capture) {
+  if (capture.dtype == "float64") return 8;
+  if (capture.dtype == "float32") return 4;
+  if (capture.dtype == "float16" || capture.dtype == "bfloat16") return 2;
   for (const CapturedInput& input : capture.inputs) {
     if (input.dtype == "float64") return 8;
     if (input.dtype == "float32") return 4;

@@ -41,9 +41,9 @@ constexpr int kVersion = 1;
 
 constexpr std::string_view kTopLevelKeys[] = {"format", "version", "name",  "time_unit", "reference", "hardware",
                                               "link",   "layers",  "nodes", "edges",     "capture"};
-constexpr std::string_view kCaptureKeys[] = {"file",   "factory", "inputs", "loss",  "threads",
-                                             "warmup", "repeats", "clock",  "torch", "kept_whole"};
-constexpr std::string_view kCapturedInputKeys[] = {"shape", "dtype"};
+constexpr std::string_view kCaptureKeys[] = {"file",  "factory", "inputs", "loss",  "threads",   "warmup",
+                                             "repeats", "clock", "torch", "tracer", "dtype", "kept_whole"};
+constexpr std::string_view kCapturedInputKeys[] = {"shape", "dtype", "name"};
 constexpr std::string_view kKeptWholeKeys[] = {"module", "reason"};
 constexpr std::string_view kReferenceKeys[] = {"microbatch_size", "seq_len"};
 constexpr std::string_view kHardwareKeys[] = {"name", "flop_rate", "byte_rate"};
@@ -72,7 +72,7 @@ constexpr std::string_view kBufferKeys[] = {"name", "bytes", "unscaled"};
 constexpr std::string_view kPassKeys[] = {"time", "flops", "bytes"};
 constexpr std::string_view kPolynomialKeys[] = {"fixed", "per_sample", "per_token", "per_token_seq"};
 constexpr std::string_view kScalingKeys[] = {"rule", "batch_exponent", "sequence_exponent"};
-constexpr std::string_view kEdgeKeys[] = {"from", "to", "bytes", "saved_bytes"};
+constexpr std::string_view kEdgeKeys[] = {"from", "to", "bytes", "saved_bytes", "unscaled"};
 constexpr std::pair<std::string_view, LayerRole> kRoles[] = {{"embedding", LayerRole::Embedding},
                                                              {"transformer", LayerRole::Transformer},
                                                              {"mtp", LayerRole::Mtp},
@@ -428,11 +428,19 @@ class Reader : public interop::JsonPathReader {
                   {"factory", &result.factory},
                   {"loss", &result.loss},
                   {"clock", &result.clock},
-                  {"torch", &result.torch_version}},
+                  {"torch", &result.torch_version},
+                  {"tracer", &result.tracer},
+                  {"dtype", &result.dtype}},
                  &Reader::text);
     read_present(value, "capture",
                  {{"threads", &result.threads}, {"warmup", &result.warmup}, {"repeats", &result.repeats}},
                  &Reader::count);
+    if (!result.tracer.empty() && result.tracer != "fx" && result.tracer != "export")
+      fail("capture.tracer", fmt::format("'{}' is not a tracer: fx or export", result.tracer));
+    if (!result.dtype.empty() && result.dtype != "float32" && result.dtype != "float64" && result.dtype != "float16" &&
+        result.dtype != "bfloat16")
+      fail("capture.dtype", fmt::format("'{}' is not a floating type: float32, float64, float16 or bfloat16",
+                                        result.dtype));
     if (value.contains("inputs")) {
       const json& inputs = array(value["inputs"], "capture.inputs");
       for (size_t i = 0; i < inputs.size(); ++i) {
@@ -441,6 +449,12 @@ class Reader : public interop::JsonPathReader {
         only_known_keys(inputs[i], path, kCapturedInputKeys);
         CapturedInput input;
         if (inputs[i].contains("dtype")) input.dtype = text(inputs[i]["dtype"], json_child(path, "dtype"));
+        if (inputs[i].contains("name")) {
+          input.name = text(inputs[i]["name"], json_child(path, "name"));
+          for (size_t j = 0; j < result.inputs.size(); ++j)
+            if (result.inputs[j].name == input.name)
+              fail(json_child(path, "name"), fmt::format("'{}' is already the name of capture.inputs[{}]", input.name, j));
+        }
         if (!inputs[i].contains("shape")) fail(json_child(path, "shape"), "missing");
         const json& shape = array(inputs[i]["shape"], json_child(path, "shape"));
         for (size_t d = 0; d < shape.size(); ++d) {
@@ -490,6 +504,11 @@ class Reader : public interop::JsonPathReader {
       edge.bytes = polynomial(*it, LazyPath(at, "bytes"), Amount::Bytes);
     if (const auto it = entry.find("saved_bytes"); it != entry.end())
       edge.saved_bytes = polynomial(*it, LazyPath(at, "saved_bytes"), Amount::Bytes);
+    if (const auto flag = entry.find("unscaled"); flag != entry.end()) {
+      if (!flag->is_boolean())
+        fail(json_child(path, "unscaled"), "expected true or false, got " + describe_json(*flag));
+      edge.unscaled = flag->get<bool>();
+    }
     return edge;
   }
 
@@ -589,6 +608,7 @@ ordered capture_json(const CaptureRecord& capture) {
   for (const CapturedInput& input : capture.inputs) {
     ordered entry = {{"shape", input.shape}};
     if (!input.dtype.empty()) entry["dtype"] = input.dtype;
+    if (!input.name.empty()) entry["name"] = input.name;
     out["inputs"].push_back(entry);
   }
   if (!capture.loss.empty()) out["loss"] = capture.loss;
@@ -597,6 +617,8 @@ ordered capture_json(const CaptureRecord& capture) {
   out["repeats"] = capture.repeats;
   if (!capture.clock.empty()) out["clock"] = capture.clock;
   if (!capture.torch_version.empty()) out["torch"] = capture.torch_version;
+  if (!capture.tracer.empty()) out["tracer"] = capture.tracer;
+  if (!capture.dtype.empty()) out["dtype"] = capture.dtype;
   if (!capture.kept_whole.empty()) {
     out["kept_whole"] = ordered::array();
     for (const KeptWholeModule& kept : capture.kept_whole)
@@ -762,6 +784,7 @@ std::string cost_graph_to_json(const CostGraph& graph) {
                             {"to", graph.nodes[edge.to].name},
                             {"bytes", polynomial_json(edge.bytes)}});
     if (edge.saved_bytes) out["edges"].back()["saved_bytes"] = polynomial_json(*edge.saved_bytes);
+    if (edge.unscaled) out["edges"].back()["unscaled"] = true;
   }
   if (graph.capture) out["capture"] = capture_json(*graph.capture);
   return out.dump(1) + "\n";

@@ -131,6 +131,7 @@ struct TensorEdge {
   // saved_bytes, where the graph knows it (a capture does); unknown, the reader is taken to save what it
   // reads. A ReLU saves its output, not its input (0); a linear layer its input (all of it).
   std::optional<ShapePolynomial> saved_bytes = std::nullopt;
+  bool unscaled = false;  // not of the captured floating type (token ids, a mask): keeps its size
   friend bool operator==(const TensorEdge&, const TensorEdge&) = default;
 };
 
@@ -148,11 +149,12 @@ struct Shape {
   friend bool operator==(const Shape&, const Shape&) = default;
 };
 
-// One input of a captured model's forward: its shape (the first dimension is the micro-batch) and
-// its PyTorch data type name ("float32", "int64", ...).
+// One input of a captured model's forward: its shape (the first dimension is the micro-batch), its
+// PyTorch data type name ("float32", "int64", ...) and, when given by name, forward's argument name.
 struct CapturedInput {
   std::vector<int64_t> shape;
   std::string dtype;
+  std::string name;  // empty: by position
   friend bool operator==(const CapturedInput&, const CapturedInput&) = default;
 };
 
@@ -175,6 +177,8 @@ struct CaptureRecord {
   int repeats = 0;    // 0: not timed
   std::string clock;  // "wall", or "cpu" (the measuring thread's CPU time)
   std::string torch_version;
+  std::string tracer;  // "fx" or "export" (torch.export); empty in graphs captured before there was a choice
+  std::string dtype;   // the captured floating type ("float32"); empty: the first floating input's
   std::vector<KeptWholeModule> kept_whole;
   friend bool operator==(const CaptureRecord&, const CaptureRecord&) = default;
 };
@@ -213,8 +217,9 @@ double total_active_parameters(const CostGraph& graph);
 CostGraph with_activation_bytes_scaled(CostGraph graph, double factor);
 // The bytes of the buffers these operators hold, each name once.
 double buffer_bytes(const std::vector<const OperatorNode*>& nodes);
-// Bytes per element of the floating type a captured graph's activations were measured in: that of its
-// first floating-point input, else 4 (a model of float32 parameters fed integer tokens).
+// Bytes per element of the floating type a captured graph's activations were measured in: the capture
+// record's dtype, else (graphs from before it was recorded) that of its first floating-point input,
+// else 4 (a model of float32 parameters fed integer tokens).
 double captured_element_bytes(const CaptureRecord& capture);
 
 int find_node(const CostGraph& graph, const std::string& name);  // -1 when absent

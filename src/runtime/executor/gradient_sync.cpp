@@ -106,19 +106,24 @@ void Executor::State::synchronise_tied() {
     for (const auto& [stage, parameter] : tied[w].copies) {
       if (schedule.stage_device[stage] != rank) continue;
       const int pipeline = schedule.pipeline_of_stage(stage);
+      at::Tensor staged;
+      std::vector<int> sent_to;  // once per rank, however many copies it holds (T5's embedding: three)
       for (size_t c = 0; c < tied[w].copies.size(); ++c) {
         const int other = tied[w].copies[c].first, device = schedule.stage_device[other];
         if (device == rank || schedule.pipeline_of_stage(other) != pipeline) continue;
-        Pending out;
-        out.buffer = staged_on_host(gradient(stage, parameter).contiguous());
-        out.peer = device;
-        out.transfer = transport.post_send(out.buffer, device, tag(w, stage));
+        if (!staged.defined()) staged = staged_on_host(gradient(stage, parameter).contiguous());
         Pending& in = incoming[w][c];
         if (!in.transfer) {
-          in.buffer = at::empty_like(out.buffer);
+          in.buffer = at::empty_like(staged);
           in.peer = device;
           in.transfer = transport.post_recv(in.buffer, device, tag(w, other));
         }
+        if (std::find(sent_to.begin(), sent_to.end(), device) != sent_to.end()) continue;
+        sent_to.push_back(device);
+        Pending out;
+        out.buffer = staged;
+        out.peer = device;
+        out.transfer = transport.post_send(out.buffer, device, tag(w, stage));
         outgoing.push_back(std::move(out));
       }
     }

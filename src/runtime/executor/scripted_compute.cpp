@@ -5,6 +5,8 @@
 // piece runs without autograd in F and is rebuilt from its inputs (its checkpoints) before its
 // backward, replaying the generator and leaving BatchNorm's statistics where F moved them. OFFLOAD
 // and RELOAD move what the offload pieces' graphs saved (saved_tensor_hooks.h).
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/List.h>
@@ -19,6 +21,23 @@
 namespace flexpipe::runtime {
 
 namespace {
+
+// Everything travels in the training dtype, in one receive buffer; integer tensors and masks come back to
+// their own type and the chunk holds them so: what its operators save of one is that tensor (the cost
+// graph's unscaled edge). The floating tensors are then copied out of the buffer, which would otherwise
+// stay, holding the integers' travelling copies too.
+void hold_in_their_types(const ChunkSpec& spec, std::vector<at::Tensor>& received) {
+  std::vector<const void*> converted;
+  for (size_t i = 0; i < spec.inputs.size() && i < received.size(); ++i) {
+    const at::ScalarType type = scalar_type(spec.inputs[i].dtype);
+    if (received[i].scalar_type() == type) continue;
+    converted.push_back(storage_key(received[i]));
+    received[i] = received[i].to(type);
+  }
+  if (converted.empty()) return;
+  for (at::Tensor& t : received)
+    if (std::find(converted.begin(), converted.end(), storage_key(t)) != converted.end()) t = t.clone();
+}
 
 std::vector<at::Tensor> tensors_of(const c10::IValue& value) {
   std::vector<at::Tensor> out;
@@ -138,6 +157,7 @@ void Executor::State::scripted_forward(Local& l, int mb) {
   const MicroBatchData& data = (*batch)[mb];
   const bool relays = !relayed_generator_shape.empty();
   if (relays) resume_relayed_generator(l, mb);
+  if (l.chunk > 0) hold_in_their_types(spec, m.inputs);
   std::map<std::string, at::Tensor> values;
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     const TensorSpec& in = spec.inputs[i];
@@ -148,8 +168,7 @@ void Executor::State::scripted_forward(Local& l, int mb) {
         throw Error(fmt::format("chunk 0 reads {}, which is not one of the model's inputs", in.name));
       values[in.name] = data.inputs[j];
     } else {
-      // Everything travels in the training dtype; integer tensors come back to their own.
-      values[in.name] = m.inputs.at(i).to(scalar_type(in.dtype));
+      values[in.name] = m.inputs.at(i);
     }
   }
   m.pieces.assign(spec.pieces.size() + (c.loss ? 1 : 0), PieceRun{});

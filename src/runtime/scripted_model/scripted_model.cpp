@@ -95,6 +95,28 @@ const std::string& state_name(const ScriptedChunk& c, int i) {
   return names.empty() ? c.parameter_names.at(i) : names.front();
 }
 
+namespace {
+
+// A weight two submodules of one module share (a tied embedding and LM head cut into one chunk) is one
+// tensor in two slots, which the manifest lists once: unlisted slot -> the listed slot of its tensor.
+// Found before the module moves to its device, where each slot would get a copy of its own.
+std::map<std::string, std::string> tied_slots(const torch::jit::Module& module,
+                                              const std::map<std::string, int>& parameter_index,
+                                              const std::map<std::string, int>& buffer_index) {
+  auto listed = [&](const std::string& name) { return parameter_index.count(name) || buffer_index.count(name); };
+  std::map<const void*, std::string> listed_at;
+  for (const auto& named : module.named_parameters(/*recurse=*/true))
+    if (listed(named.name)) listed_at.emplace(named.value.unsafeGetTensorImpl(), named.name);
+  std::map<std::string, std::string> aliases;
+  for (const auto& named : module.named_parameters(/*recurse=*/true))
+    if (!listed(named.name))
+      if (auto it = listed_at.find(named.value.unsafeGetTensorImpl()); it != listed_at.end())
+        aliases.emplace(named.name, it->second);
+  return aliases;
+}
+
+}  // namespace
+
 ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk, c10::Device device) {
   const ChunkSpec& spec = manifest.chunks.at(chunk);
   ScriptedChunk c;
@@ -118,10 +140,12 @@ ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk, c10
   const std::string where = (std::filesystem::path(manifest.directory) / "manifest.json").string();
   for (const PieceSpec& piece : spec.pieces) {
     torch::jit::Module module = load_module(manifest, piece.file);
+    const std::map<std::string, std::string> aliases = tied_slots(module, parameter_index, buffer_index);
     // Everything the module holds, the trace's constants included, where it computes.
     module.to(device);
     std::vector<int> params, buffers;
     for (const auto& named : module.named_parameters(/*recurse=*/true)) {
+      if (aliases.count(named.name)) continue;
       auto it = parameter_index.find(named.name);
       if (it == parameter_index.end()) {
         if (named.value.requires_grad() || !buffer_index.count(named.name))
@@ -154,6 +178,10 @@ ScriptedChunk load_scripted_chunk(const ExportManifest& manifest, int chunk, c10
       set_module_tensor(module, named.name, shared);
       buffers.push_back(it->second);
     }
+    for (const auto& [slot, listed] : aliases)
+      set_module_tensor(module, slot,
+                        parameter_index.count(listed) ? c.parameters[parameter_index.at(listed)]
+                                                      : c.buffers[buffer_index.at(listed)]);
     c.pieces.push_back(std::move(module));
     c.piece_parameters.push_back(std::move(params));
     c.piece_buffers.push_back(std::move(buffers));

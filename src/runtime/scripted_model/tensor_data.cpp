@@ -1,6 +1,8 @@
 // The captured model's data: the user's torch.save'd tensors, or synthetic ones of the example shapes.
 #include "scripted_model/tensor_data.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -27,6 +29,31 @@ at::Tensor checked(const std::string& path, const std::string& what, const at::T
     throw Error(fmt::format("{}: {} holds {} but the model takes {}", path, what, c10::toString(value.scalar_type()),
                             c10::toString(scalar_type(spec.dtype))));
   return value.to(scalar_type(spec.dtype)).contiguous();
+}
+
+// The data's inputs given as a dict by forward's argument names (transformers' input_ids, attention_mask),
+// in the manifest's order: every name the model takes, and no other.
+std::vector<at::Tensor> named_inputs(const std::string& path, const c10::Dict<c10::IValue, c10::IValue>& given,
+                                     const std::vector<TensorSpec>& specs) {
+  std::vector<std::string> names;
+  for (const TensorSpec& spec : specs) names.push_back(spec.name);
+  std::vector<at::Tensor> found;
+  for (const TensorSpec& spec : specs) {
+    const auto at = std::find_if(given.begin(), given.end(), [&](const auto& e) {
+      return e.key().isString() && e.key().toStringRef() == spec.name;
+    });
+    if (at == given.end())
+      throw Error(fmt::format("{}: \"inputs\" has no '{}'; the model takes {}", path, spec.name, fmt::join(names, ", ")));
+    if (!at->value().isTensor())
+      throw Error(fmt::format("{}: \"inputs\"['{}'] is a {}, not a Tensor", path, spec.name, at->value().tagKind()));
+    found.push_back(at->value().toTensor());
+  }
+  for (const auto& e : given)
+    if (!e.key().isString() || std::find(names.begin(), names.end(), e.key().toStringRef()) == names.end())
+      throw Error(fmt::format("{}: \"inputs\" has {}, which the model does not take; it takes {}", path,
+                              e.key().isString() ? "'" + e.key().toStringRef() + "'" : "a key that is not a string",
+                              fmt::join(names, ", ")));
+  return found;
 }
 
 }  // namespace
@@ -64,7 +91,7 @@ TensorData TensorData::from_file(const std::string& path, const ExportManifest& 
     return std::nullopt;
   };
   const std::optional<c10::IValue> inputs = entry("inputs");
-  if (!inputs) throw Error(fmt::format("{}: no \"inputs\" (a Tensor, or a list of Tensors in forward's order)", path));
+  if (!inputs) throw Error(fmt::format("{}: no \"inputs\" (a Tensor, a list of Tensors in forward's order, or a dict of them by forward's argument names)", path));
   std::vector<at::Tensor> given;
   if (inputs->isTensor()) {
     given.push_back(inputs->toTensor());
@@ -75,8 +102,11 @@ TensorData TensorData::from_file(const std::string& path, const ExportManifest& 
       if (!item.isTensor()) throw Error(fmt::format("{}: \"inputs\" holds a {}, not a Tensor", path, item.tagKind()));
       given.push_back(item.toTensor());
     }
+  } else if (inputs->isGenericDict()) {
+    given = named_inputs(path, inputs->toGenericDict(), manifest.inputs);
   } else {
-    throw Error(fmt::format("{}: \"inputs\" is a {}, not a Tensor or a list of Tensors", path, inputs->tagKind()));
+    throw Error(fmt::format("{}: \"inputs\" is a {}, not a Tensor, a list of Tensors or a dict of them by name", path,
+                            inputs->tagKind()));
   }
   if (given.size() != manifest.inputs.size())
     throw Error(fmt::format("{}: {} input tensors, the model takes {}", path, given.size(), manifest.inputs.size()));

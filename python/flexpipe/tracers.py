@@ -1,0 +1,43 @@
+"""The two tracers behind one call: torch.fx with concrete values (tracing.py) and torch.export
+(aten_tracing.py), and the default that picks the one that works: torch.export for transformers'
+models and for inputs given by name, torch.fx for the others, torch.export where torch.fx cannot trace."""
+import inspect
+
+from .aten_tracing import trace_exported
+from .errors import CaptureError
+from .tracing import trace
+
+TRACERS = ("auto", "fx", "export")
+
+
+def _from_transformers(model):
+    return any(cls.__module__.split(".")[0] == "transformers" for cls in type(model).__mro__)
+
+
+def _check_positional(model, names):
+    """torch.fx passes the inputs by position: names must be forward's first arguments, in order."""
+    if all(name is None for name in names):
+        return
+    parameters = list(inspect.signature(model.forward).parameters)
+    if [n for n in names] != parameters[:len(names)]:
+        raise CaptureError(f"--tracer fx passes the inputs by position, and {', '.join(map(str, names))} are not "
+                           f"the first arguments of {type(model).__name__}.forward ({', '.join(parameters)}); "
+                           "give them in that order, or capture with --tracer export")
+
+
+def trace_model(model, inputs, names, tracer="auto"):
+    """(the tracer used, GraphModule, trace, kept_whole): the model's operator graph at these inputs."""
+    if tracer not in TRACERS:
+        raise CaptureError(f"unknown tracer '{tracer}'; known: {', '.join(TRACERS)}")
+    if tracer == "export" or tracer == "auto" and (_from_transformers(model) or any(n is not None for n in names)):
+        return ("export", *trace_exported(model, inputs, names))
+    _check_positional(model, names)
+    try:
+        return ("fx", *trace(model, inputs))
+    except CaptureError as fx_error:
+        if tracer == "fx":
+            raise
+        try:
+            return ("export", *trace_exported(model, inputs, names))
+        except CaptureError as export_error:
+            raise CaptureError(f"torch.fx: {fx_error}; torch.export: {export_error}") from None
