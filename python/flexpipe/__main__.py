@@ -1,6 +1,7 @@
 """python3 -m flexpipe capture FILE.py:FACTORY --input SHAPE[:dtype] ... [--loss L] -o OUT: the same
 command as `flexpipe capture`, which runs this; python3 -m flexpipe export GRAPH --plan PLAN -o DIR: the
-captured model cut into TorchScript chunks (docs/export.md). Exit codes follow the C++ binary's: 2 for bad
+captured model cut into TorchScript chunks (docs/export.md); python3 -m flexpipe pretrained GRAPH
+--weights FILE.pt -o DIR: trained weights as a transformers folder. Exit codes follow the C++ binary's: 2 for bad
 input, with one `error:` line; 3 for a failure of the package itself, also one line (`--debug` prints
 the Python traceback instead)."""
 import argparse
@@ -99,13 +100,49 @@ def _export(argv):
     return 0
 
 
+def _pretrained(argv):
+    parser = argparse.ArgumentParser(prog="python3 -m flexpipe pretrained",
+                                     description="Write a transformers folder (config.json, model.safetensors) of a "
+                                                 "captured model with trained weights (flexpipe train "
+                                                 "--export-weights DIR/ runs this).")
+    parser.add_argument("graph", metavar="GRAPH.json", help="the captured model's cost graph")
+    parser.add_argument("--weights", required=True, metavar="FILE.pt",
+                        help="the trained weights by state_dict name (flexpipe train --export-weights FILE.pt)")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
+    parser.add_argument("--debug", action="store_true", help="on an error, print the Python traceback as well")
+    options = parser.parse_args(argv)
+    from .errors import CaptureError
+    from .pretrained import save_pretrained
+    try:
+        count = save_pretrained(options.graph, options.weights, options.output)
+    except CaptureError as error:
+        if options.debug:
+            _debug_traceback(error)
+        print(f"error: {error}", file=sys.stderr)
+        return BAD_INPUT
+    except OSError as error:
+        print(f"error: {error.filename or options.output}: cannot write: {error.strerror}", file=sys.stderr)
+        return BAD_INPUT
+    except Exception as error:  # noqa: BLE001 - any other failure is the package's: one line unless --debug
+        if options.debug:
+            traceback.print_exc()
+            return INTERNAL_ERROR
+        return _internal_error("pretrained", error)
+    print(f"weights: {count} tensors in {options.output} (config.json, model.safetensors: "
+          "AutoModel*.from_pretrained reads it)", file=sys.stderr)  # stdout may be train's --json report
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "export":
         return _export(argv[1:])
+    if argv and argv[0] == "pretrained":
+        return _pretrained(argv[1:])
     if not argv or argv[0] != "capture":
         print("usage: python3 -m flexpipe capture FILE.py:FACTORY --input SHAPE ... -o OUT\n"
-              "       python3 -m flexpipe export GRAPH.json --plan PLAN.json -o DIR", file=sys.stderr)
+              "       python3 -m flexpipe export GRAPH.json --plan PLAN.json -o DIR\n"
+              "       python3 -m flexpipe pretrained GRAPH.json --weights FILE.pt -o DIR", file=sys.stderr)
         return BAD_INPUT
     options = _arguments(argv[1:])
     from .capture import capture

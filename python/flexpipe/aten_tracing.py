@@ -6,7 +6,10 @@ The result has the shape of tracing.trace's: a GraphModule whose nodes are the o
 `call_module` of a small GraphModule holding that operator's ATen nodes and the model's own parameter
 and buffer objects (so the state_dict names, and a weight two operators share, stay the model's), the
 model's tensor inputs as its placeholders, and its output the one tensor the loss reads."""
+import contextlib
+import io
 import keyword
+import logging
 import operator
 
 import torch
@@ -18,6 +21,10 @@ from .errors import CaptureError, where
 def _first_line(error):
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+class ExportFailed(CaptureError):
+    """torch.export itself refused the model; the message is its reason (tracers.py says what to try)."""
 
 
 class ExportTrace:
@@ -242,6 +249,20 @@ def _operator_name(group, used_names):
     return name
 
 
+def operator_draws_random_numbers(operator_module):
+    """Whether an operator's ATen graph draws from the generator: an op tagged nondeterministic_seeded
+    (dropout, bernoulli, rand), attention only when its dropout probability is not 0 (Llama's is)."""
+    for node in operator_module.graph.nodes:
+        if node.op != "call_function" or torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
+            continue
+        if "scaled_dot_product" in str(node.target):
+            probability = node.kwargs.get("dropout_p", node.args[4] if len(node.args) > 4 else 0.0)
+            if probability == 0:
+                continue
+        return True
+    return False
+
+
 def _named_tensor(module, target):
     atoms = target.split(".")
     value = module
@@ -250,17 +271,32 @@ def _named_tensor(module, target):
     return value
 
 
+@contextlib.contextmanager
+def _quiet_torch_logs():
+    """torch.export logs warnings and prints the graph it had when it fails: the capture's one error line says
+    what failed."""
+    loggers = [logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if name.startswith("torch")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def trace_exported(model, example_inputs, input_names):
     """(GraphModule, ExportTrace, kept_whole={}): the model through torch.export, one node per operator.
     `input_names`: forward's argument per example input (None: by position)."""
     names, kwargs = keyword_inputs(model, example_inputs, input_names)
     try:
-        exported = torch.export.export(model, (), kwargs, strict=False)
+        with _quiet_torch_logs():
+            exported = torch.export.export(model, (), kwargs, strict=False)
     except Exception as error:  # torch.export raises many kinds, each naming the operation it stopped at
         line = where(error.__traceback__)
-        raise CaptureError(f"torch.export cannot capture the model ({type(model).__name__}): {type(error).__name__}: "
-                           f"{_first_line(error)}" + (f" at {line}" if line else "")
-                           + "; try --tracer fx, or make the model exportable (docs/capture.md)") from None
+        raise ExportFailed(f"{type(error).__name__}: {_first_line(error)}" + (f" at {line}" if line else "")) from None
     # Functionalized (run_decompositions with no decompositions): in-place operators become out-of-place
     # ones, so an operator never modifies a tensor another one made (a chunk must not modify what it
     # received, and timing runs each operator on its recorded inputs again and again).

@@ -220,6 +220,8 @@ def _check_runs(model, inputs, names, loss):
     try:
         torch.manual_seed(0)
         output = call_model(model, inputs, names)
+    except CaptureError:
+        raise  # an input forward does not take
     except Exception as error:
         line = where(error.__traceback__)
         raise CaptureError(f"the inputs do not fit the model ({type(model).__name__}): {type(error).__name__}: "
@@ -360,10 +362,11 @@ class _Traced:
         return self.polynomial(q0, q1)
 
     def unscaled_output(self, node):
-        """Whether a node's output is not of the captured floating type (an index, a mask): its bytes keep
-        their size when the model trains in another floating type."""
+        """Whether a node's output is integers or booleans (token ids, a mask): its bytes keep their size when
+        the model trains in another floating type, and a stage that receives it holds it in its own type
+        (a floating tensor of another type, travelling in the training type, is held in that one)."""
         leaves = [leaf for _, leaf in _leaves(self.values1[node.name]) if isinstance(leaf, torch.Tensor)]
-        return bool(leaves) and all(leaf.dtype != self.floating for leaf in leaves)
+        return bool(leaves) and not any(leaf.is_floating_point() for leaf in leaves)
 
     def edges_into(self, reader, input_nodes):
         """The edges from what `reader` reads of the graph's nodes, each with the tensor's bytes and what

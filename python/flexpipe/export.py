@@ -28,7 +28,7 @@ from .out_of_place import make_out_of_place
 from .scripting import script_draws_random_numbers, trace_script, updates_buffers
 from .calling import call_model
 from .tracers import trace_model
-from .tracing import draws_random_numbers, model_input_nodes
+from .tracing import model_input_nodes
 from .values import at as _at, leaves as _leaves
 
 STAMP = "made-from.checksum"  # written by `flexpipe train` after exporting, removed by every export
@@ -143,6 +143,8 @@ class _Cutter:
         self.position[self.output] = len(inputs) + len(self.nodes)
         self._data = {}
         self._scripted = {}
+        # The model's inputs and what the loss reads travel as they are (the data, the loss's own module).
+        self.natural_keys = {key for node in [*model_inputs, *self.output.all_input_nodes] for key in self.keys(node)}
         self.needs_grad = self._needs_grad()
 
     def _needs_grad(self):
@@ -159,16 +161,6 @@ class _Cutter:
                 result.add(node)
         return result
 
-    def draws_random(self, node):
-        """Whether an operator draws random numbers: dropout (a module or a function) and the like."""
-        if node.op == "call_module":
-            module = self.gm.get_submodule(node.target)
-            if getattr(module, "aten_operator", False):
-                return any(torch.Tag.nondeterministic_seeded in getattr(n.target, "tags", ())
-                           for n in module.graph.nodes if n.op == "call_function")
-            return isinstance(module, torch.nn.modules.dropout._DropoutNd)
-        return node.op in ("call_function", "call_method") and draws_random_numbers(node.target)
-
     def keys(self, node):
         """The tensors a node's value holds: (node, path) per tensor leaf. Parameters are not handed over."""
         if node.op == "get_attr":
@@ -178,10 +170,26 @@ class _Cutter:
     def tensor(self, key):
         return _at(self.values[key[0]], key[1])
 
+    def layout(self, key):
+        """(order, inverse) when a tensor is handed from module to module in its memory order: a transposed
+        view (the output of nn.MultiheadAttention with batch_first, queries after a rotary embedding) leaves
+        as x.permute(order), dense, and arrives as that permuted back, with the strides it had in the
+        model, copying nothing. A runtime hands tensors on dense: otherwise they would arrive laid out
+        otherwise, dropout on them would draw other masks than the model's (it draws in its input's memory
+        order), and the model's views of them would fail. The loss's inputs stay as they are."""
+        return None if key in self.natural_keys else _permuted_layout(self.tensor(key))
+
+    def handed_on(self, key):
+        """A tensor as a module receives it: in its memory order where it has a layout (layout())."""
+        layout = self.layout(key)
+        return self.tensor(key) if layout is None else self.tensor(key).permute(layout[0])
+
     def describe(self, key):
         value = self.tensor(key)
         node = key[0]
-        entry = {"name": _key_name(key), "shape": list(value.shape), "dtype": _dtype_name(value.dtype),
+        layout = self.layout(key)
+        shape = list(value.shape) if layout is None else [value.shape[d] for d in layout[0]]
+        entry = {"name": _key_name(key), "shape": shape, "dtype": _dtype_name(value.dtype),
                  "requires_grad": bool(node in self.needs_grad and value.is_floating_point())}
         entry["model_input"] = node in self.model_inputs
         return entry
@@ -221,29 +229,11 @@ class _Cutter:
         member_set = set(members)
         env = {}
 
-        # The received values a random operator of this module depends on, through the module's operators.
-        random_reads, pending, seen = set(), [n for n in members if self.draws_random(n)], set()
-        while pending:
-            for read in pending.pop().all_input_nodes:
-                if read not in member_set:
-                    random_reads.add(read)
-                elif read not in seen:
-                    seen.add(read)
-                    pending.append(read)
-
-        def laid_out(placeholder, value):
-            """A received tensor with the strides it had in the model. Dropout draws its mask in the memory
-            order of its input (empty_like keeps the strides), and a runtime receives a transposed view (the
-            output of nn.MultiheadAttention with batch_first) as a contiguous tensor: dropout on it, or on
-            what elementwise operators make of it, drew other masks than the model's.
-            x.permute(order).contiguous().permute(inverse) lays it out as it was, copying only what arrived
-            otherwise."""
-            layout = _permuted_layout(value)
-            if layout is None:
-                return placeholder
-            order, inverse = layout
-            dense = graph.call_method("contiguous", (graph.call_method("permute", (placeholder, *order)),))
-            return graph.call_method("permute", (dense, *inverse))
+        def received(key):
+            """A tensor that arrives in its memory order (laid_out) as the model had it: a view back."""
+            layout = self.layout(key)
+            return placeholders[key] if layout is None else \
+                graph.call_method("permute", (placeholders[key], *layout[1]))
 
         def reference(old):
             if old in env:
@@ -259,12 +249,8 @@ class _Cutter:
                                        "in an earlier module, which cannot be handed over; move the cut")
                 env[old] = value  # shape arithmetic and constants: baked in
                 return value
-            if old in random_reads:  # what a random operator depends on: laid out as in the model
-                env[old] = _rebuild(value, (), lambda path: laid_out(placeholders[(old, path)], _at(value, path)))
-            elif isinstance(value, torch.Tensor):
-                env[old] = placeholders[(old, ())]
-            else:
-                env[old] = _rebuild(value, (), lambda path: placeholders[(old, path)])
+            env[old] = received((old, ())) if isinstance(value, torch.Tensor) else \
+                _rebuild(value, (), lambda path: received((old, path)))
             return env[old]
 
         for node in members:
@@ -286,7 +272,8 @@ class _Cutter:
             for step in path:
                 result = graph.call_function(operator.getitem, (result, step)) if isinstance(result, fx.Node) \
                     else result[step]
-            results.append(result)
+            layout = self.layout(key)
+            results.append(result if layout is None else graph.call_method("permute", (result, *layout[0])))
         graph.output(tuple(results))
         module = fx.GraphModule(self.gm, graph, "Chunk")
         for node in graph.nodes:  # a module kept whole (data-dependent control flow) is scripted, not traced
@@ -545,7 +532,7 @@ def _export_chunks(cutter, boundaries, graph, plan, plan_origin):
         members = boundaries.members(k)
         boundary_out = boundaries.crossing(k)
         module = cutter.build(members, boundary_in, boundary_out, what)
-        example = [cutter.tensor(key) for key in boundary_in]
+        example = [cutter.handed_on(key) for key in boundary_in]
         traced = trace_script(module, example, what)
         file = f"stage_{k}.pt"
         parameters, buffers = cutter.state(module)
@@ -623,7 +610,7 @@ def _export_pieces(cutter, members, chunk_outputs, layer_of, recompute, offload,
             continue  # only parameters, shape arithmetic or dead code: nothing to hand on
         piece_what = f"{what}, piece {len(pieces)}"
         module = cutter.build(nodes, inputs, outputs, piece_what)
-        traced = trace_script(module, [cutter.tensor(key) for key in inputs], piece_what)
+        traced = trace_script(module, [cutter.handed_on(key) for key in inputs], piece_what)
         file = f"stage_{k}_piece_{len(pieces)}.pt"
         parameters, buffers = cutter.state(module)
         modules_state.append((traced, parameters, buffers))

@@ -3,7 +3,7 @@
 models and for inputs given by name, torch.fx for the others, torch.export where torch.fx cannot trace."""
 import inspect
 
-from .aten_tracing import trace_exported
+from .aten_tracing import ExportFailed, trace_exported
 from .errors import CaptureError
 from .tracing import trace
 
@@ -21,8 +21,9 @@ def _check_positional(model, names):
     parameters = list(inspect.signature(model.forward).parameters)
     if [n for n in names] != parameters[:len(names)]:
         raise CaptureError(f"--tracer fx passes the inputs by position, and {', '.join(map(str, names))} are not "
-                           f"the first arguments of {type(model).__name__}.forward ({', '.join(parameters)}); "
-                           "give them in that order, or capture with --tracer export")
+                           f"the first arguments of {type(model).__name__}.forward in that order "
+                           f"({', '.join(parameters[:len(names) + 2])}, ...); give them so, or capture with "
+                           "--tracer export")
 
 
 def trace_model(model, inputs, names, tracer="auto"):
@@ -30,7 +31,12 @@ def trace_model(model, inputs, names, tracer="auto"):
     if tracer not in TRACERS:
         raise CaptureError(f"unknown tracer '{tracer}'; known: {', '.join(TRACERS)}")
     if tracer == "export" or tracer == "auto" and (_from_transformers(model) or any(n is not None for n in names)):
-        return ("export", *trace_exported(model, inputs, names))
+        try:
+            return ("export", *trace_exported(model, inputs, names))
+        except ExportFailed as error:
+            hint = "--tracer fx with the inputs by position" if any(n is not None for n in names) else "--tracer fx"
+            raise CaptureError(f"torch.export cannot capture the model ({type(model).__name__}): {error}; try {hint}, "
+                               "or make the model exportable (docs/capture.md)") from None
     _check_positional(model, names)
     try:
         return ("fx", *trace(model, inputs))
@@ -39,5 +45,6 @@ def trace_model(model, inputs, names, tracer="auto"):
             raise
         try:
             return ("export", *trace_exported(model, inputs, names))
-        except CaptureError as export_error:
-            raise CaptureError(f"torch.fx: {fx_error}; torch.export: {export_error}") from None
+        except ExportFailed as export_error:
+            fx_error.__suppress_context__ = False  # --debug shows where torch.fx stopped, and why
+            raise CaptureError(f"{fx_error}; nor can torch.export: {export_error}") from fx_error

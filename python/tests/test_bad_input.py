@@ -100,7 +100,7 @@ class TheCommand(unittest.TestCase):
                     "def broken():\n"
                     "    def trace(*arguments):\n"
                     "        raise KeyError('index')\n"
-                    "    sys.modules['flexpipe.capture'].trace = trace  # a bug in the package (a KeyError was)\n"
+                    "    sys.modules['flexpipe.capture'].trace_model = trace  # a bug in the package\n"
                     "    return torch.nn.Linear(4, 4)\n\n\n"
                     "def data_dependent():\n"
                     "    class Model(torch.nn.Module):\n"

@@ -418,8 +418,9 @@ class EncoderDecoder(unittest.TestCase):
 
 class ReceivedLayouts(unittest.TestCase):
     def test_dropout_on_a_received_transposed_view_draws_the_models_mask(self):
-        # Dropout's mask follows its input's memory order; a chunk receives a transposed view contiguous, as
-        # a runtime's transport delivers it, and lays it out as in the model before the dropout reads it.
+        # Dropout's mask follows its input's memory order; a transposed view travels in its memory order
+        # (dense, as a runtime's transport delivers it: the sender's permute is a view) and the receiver
+        # permutes it back, so that it has the strides it had in the model, copying nothing.
         torch.manual_seed(0)
         model = models.transposed_dropout().double()
         x = torch.randn(2, 5, 4, dtype=torch.float64)
@@ -437,8 +438,12 @@ class ReceivedLayouts(unittest.TestCase):
                 # (x * mask / (1 - p), eager x * (mask / (1 - p))): a rounding apart at most. Other masks
                 # would differ by the order of the output.
                 self.assertLessEqual(float((got - want).abs().max()), 4 * torch.finfo(torch.float64).eps, call)
-            self.assertFalse(modules["stage_0.pt"](x)[0].is_contiguous())
+            sent = modules["stage_0.pt"](x)[0]
+            self.assertTrue(sent.is_contiguous())
+            self.assertEqual(list(sent.shape), manifest["chunks"][0]["outputs"][0]["shape"])
+            self.assertEqual(manifest["chunks"][0]["outputs"][0]["shape"], [2, 5, 6])  # first(x), before its transpose
             self.assertIn("aten::permute", str(modules["stage_1.pt"].inlined_graph))
+            self.assertNotIn("aten::contiguous", str(modules["stage_1.pt"].inlined_graph))
             self.assertEqual(manifest["chunks"][1]["random"], True)
 
 

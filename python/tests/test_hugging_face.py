@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from flexpipe import capture
+from flexpipe.errors import CaptureError
 from flexpipe.calling import call_model
 from flexpipe.loading import example_input
 from flexpipe.tracers import trace_model
@@ -42,6 +43,9 @@ CASES = {
     "vit": ({"pixel_values": ((2, 3, 16, 16), "float32")}, 5, ("gpipe", "dualpipe")),
 }
 TWO_CHUNKS_PER_RANK = {"interleaved-1f1b", "zb-v", "dualpipev"}
+# What loads each model's folder back (--export-weights DIR/).
+AUTO_CLASSES = {"gpt2": "AutoModelForCausalLM", "llama": "AutoModelForCausalLM", "mixtral": "AutoModelForCausalLM",
+                "bert": "AutoModelForMaskedLM", "t5": "AutoModelForSeq2SeqLM", "vit": "AutoModelForImageClassification"}
 MICROBATCHES = 4
 
 
@@ -138,11 +142,14 @@ class HuggingFaceTraining(unittest.TestCase):
         return done
 
     def plan(self, name, schedule, devices, partitioned):
-        """The partitioner's plan from the captured times, or one cut at quarters of the graph."""
+        """The partitioner's plan from the captured times, or one cut at quarters of the graph; none for the
+        search's answer (--schedule auto writes its own)."""
         graph_path = self.path("model.graph.json")
         with open(graph_path, "w") as f:
-            json.dump(graph_of(name, timed=partitioned), f)
+            json.dump(graph_of(name, timed=partitioned or schedule == "auto"), f)
         stages = devices * (2 if schedule in TWO_CHUNKS_PER_RANK else 1)
+        if schedule == "auto":
+            return []
         if partitioned:
             self.run_binary("partition", "--model", graph_path, "-p", str(devices), "-m", str(MICROBATCHES),
                             "--schedule", schedule, "-o", self.path("plan.json"))
@@ -151,16 +158,18 @@ class HuggingFaceTraining(unittest.TestCase):
             cuts = [names[len(names) * k // stages] for k in range(1, stages)]
             with open(self.path("plan.json"), "w") as f:
                 json.dump(plan_for(graph_of(name), cuts), f)
+        return ["--plan", self.path("plan.json")]
 
-    def check(self, name, schedule, devices, partitioned=False):
-        self.plan(name, schedule, devices, partitioned)
+    def check(self, name, schedule, devices, partitioned=False, folder=False):
+        plan = self.plan(name, schedule, devices, partitioned)
         data = data_of(name)
         torch.save(data, self.path("data.pt"))
+        extra = ["--auto-margin", "0.05"] if schedule == "auto" else []  # as test_schedule_matrix.py says why
         done = self.run_binary(
-            "train", "--model", self.path("model.graph.json"), "--plan", self.path("plan.json"), "--schedule",
-            schedule, "-p", str(devices), "-m", str(MICROBATCHES), "--steps", str(STEPS), "--dtype", "float64",
+            "train", "--model", self.path("model.graph.json"), *plan, *extra, "--schedule", schedule, "-p", str(devices), "-m", str(MICROBATCHES), "--steps", str(STEPS), "--dtype", "float64",
             "--optimizer", "sgd", "--lr", "0.05", "--warmup", "1", "--clip", "0", "--weight-decay", "0", "--data",
-            self.path("data.pt"), "--export-weights", self.path("weights.pt"), "--timeout", "120", "--json")
+            self.path("data.pt"), "--export-weights", self.path("trained/" if folder else "weights.pt"), "--timeout",
+            "120", "--json")
         report = json.loads(done.stdout[done.stdout.index("{"):])["runs"][0]
         for rank in report["memory"]:
             if os.environ.get("NOMEM"): continue
@@ -169,9 +178,16 @@ class HuggingFaceTraining(unittest.TestCase):
         losses, state = reference_training(name, data, [s["learning_rate"] for s in report["steps"]])
         for step, (got, want) in enumerate(zip([s["loss"] for s in report["steps"]], losses)):
             self.assertLessEqual(abs(got - want), RELATIVE * abs(want), f"{name} {schedule}: loss of step {step}")
-        # The weights go back into the transformers model by its own state_dict names.
-        model = factory(name)().double()
-        model.load_state_dict(load_weights(self.path("weights.pt")), strict=True)
+        if folder:  # config.json and model.safetensors, as transformers saves a model
+            import transformers
+            model = getattr(transformers, AUTO_CLASSES[name]).from_pretrained(self.path("trained"), dtype=torch.float64)
+            self.assertEqual(type(model), type(factory(name)()))
+            written = set(os.listdir(self.path("trained")))
+            self.assertLessEqual({"config.json", "model.safetensors"}, written)
+            self.assertNotIn("flexpipe-weights.pt", written)  # the folder holds them now
+        else:  # the weights go back into the transformers model by its own state_dict names
+            model = factory(name)().double()
+            model.load_state_dict(load_weights(self.path("weights.pt")), strict=True)
         for key, want in state.items():
             got = model.state_dict()[key]
             # At least 1e-6: a key's bias has no gradient (softmax ignores it) and moves by rounding alone.
@@ -188,7 +204,7 @@ class TrainHuggingFace(HuggingFaceTraining):
         with self.subTest(schedule=first):
             self.check(name, first, 2, partitioned=True)
         with self.subTest(schedule=second):
-            self.check(name, second, 2)
+            self.check(name, second, 2, folder=True)
 
     def test_gpt2(self):
         self.train_two_schedules("gpt2")
@@ -207,6 +223,42 @@ class TrainHuggingFace(HuggingFaceTraining):
 
     def test_vit(self):
         self.train_two_schedules("vit")
+
+
+@unittest.skipUnless(BINARY and os.environ.get("FLEXPIPE_HF_MATRIX"),
+                     "the full matrix takes about 15 minutes: bench/hugging_face_matrix.sh runs it")
+class FullMatrix(HuggingFaceTraining):
+    """Every model under every schedule family on 2 and 4 ranks, and the search's answer: the cells CI does
+    not train (bench/hugging_face_matrix.sh; its table is in docs/performance.md)."""
+    SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe", "auto")
+
+    def cells(self, name):
+        for devices in (2, 4):
+            for schedule in self.SCHEDULES:
+                if devices == 2 and schedule in CASES[name][2]:
+                    continue  # CI trains it
+                with self.subTest(model=name, schedule=schedule, devices=devices):
+                    report = self.check(name, schedule, devices)
+                    print(f"cell {name} {schedule} {devices} ranks: equal ({report['schedule']}, "
+                          f"{report['stages']} stages)", file=sys.stderr, flush=True)
+
+    def test_gpt2(self):
+        self.cells("gpt2")
+
+    def test_llama(self):
+        self.cells("llama")
+
+    def test_mixtral(self):
+        self.cells("mixtral")
+
+    def test_bert(self):
+        self.cells("bert")
+
+    def test_t5(self):
+        self.cells("t5")
+
+    def test_vit(self):
+        self.cells("vit")
 
 
 class CapturedHuggingFace(unittest.TestCase):
@@ -240,6 +292,53 @@ class CapturedHuggingFace(unittest.TestCase):
                 _, program, _, _ = trace_model(model, inputs, list(CASES[name][0]))
                 real = reference.saved_activation_bytes(program, inputs, "cross_entropy")
                 self.assertEqual(reference.captured_saved_bytes(graph_of(name), 2), real)
+
+
+class CannotBeCaptured(unittest.TestCase):
+    """A model or an input that cannot be captured is one CaptureError naming the operation and what to try."""
+
+    def test_an_operator_registered_in_python(self):
+        # Mixtral's default experts kernel is transformers' own operator, which the C++ runtime cannot run.
+        import transformers
+        config = transformers.MixtralConfig(num_hidden_layers=1, hidden_size=16, intermediate_size=16,
+                                            num_attention_heads=2, num_key_value_heads=1, vocab_size=32,
+                                            num_local_experts=2, num_experts_per_tok=1)
+        with self.assertRaisesRegex(CaptureError, r"^cannot capture the model: it calls "
+                                                  r"transformers::grouped_mm_fallback, an operator registered in "
+                                                  r"Python that the C\+\+ runtime cannot run; for a mixture of "
+                                                  r"experts, build the config with "
+                                                  r"experts_implementation=\"batched_mm\" \(ATen operators only\)$"):
+            capture(transformers.MixtralForCausalLM(config), {"input_ids": torch.zeros(2, 4, dtype=torch.long)},
+                    "cross_entropy", time_operators=False)
+
+    def test_an_input_forward_does_not_take(self):
+        with self.assertRaisesRegex(CaptureError, r"^--input ids=\.\.\.: GPT2LMHeadModel\.forward has no argument "
+                                                  r"'ids'; it takes input_ids, past_key_values, "):
+            capture(factory("gpt2")(), {"ids": torch.zeros(2, 4, dtype=torch.long)}, "cross_entropy",
+                    time_operators=False)
+
+    def test_named_inputs_by_position_under_fx(self):
+        ids = torch.zeros(2, 4, dtype=torch.long)
+        with self.assertRaisesRegex(CaptureError, r"^--tracer fx passes the inputs by position, and attention_mask, "
+                                                  r"input_ids are not the first arguments of BertForMaskedLM\.forward "
+                                                  r"in that order \(input_ids, attention_mask, token_type_ids, "
+                                                  r"position_ids, \.\.\.\); give them so, or capture with "
+                                                  r"--tracer export$"):
+            capture(factory("bert")(), {"attention_mask": torch.ones_like(ids), "input_ids": ids}, "cross_entropy",
+                    tracer="fx", time_operators=False)
+
+    def test_what_torch_export_refuses_and_fx_too(self):
+        class DataDependent(torch.nn.Module):
+            def forward(self, x):
+                return x if x.sum() > 0 else -x
+
+        with self.assertRaisesRegex(CaptureError, r"^torch\.export cannot capture the model \(DataDependent\): .+; try "
+                                                  r"--tracer fx, or make the model exportable \(docs/capture\.md\)$"):
+            capture(DataDependent(), [torch.randn(2, 4)], tracer="export", time_operators=False)
+        # By default torch.fx says why it cannot, then torch.export why it cannot either.
+        with self.assertRaisesRegex(CaptureError, r"^cannot trace the model \(DataDependent\): control flow .+; nor "
+                                                  r"can torch\.export: .+"):
+            capture(DataDependent(), [torch.randn(2, 4)], time_operators=False)
 
 
 if __name__ == "__main__":

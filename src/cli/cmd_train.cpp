@@ -72,7 +72,8 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
       ->check(non_negative_number());
   command->add_option("--export-weights", o->command.request.export_weights,
                       "With --model: write the trained weights by their state_dict names, for "
-                      "model.load_state_dict(torch.load(FILE))");
+                      "model.load_state_dict(torch.load(FILE)); DIR/ (or a folder): a transformers model's "
+                      "config.json and model.safetensors, for AutoModel*.from_pretrained(DIR)");
   command
       ->add_option("--warmup", o->command.request.training.warmup_steps,
                    "Steps of linear learning-rate warm-up; one longer than --steps is warned about [10]")

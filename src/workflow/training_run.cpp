@@ -18,6 +18,7 @@
 #include "flexpipe/workflow/auto_schedule.h"
 #include "flexpipe/workflow/captured_plan.h"
 #include "flexpipe/workflow/export_stamp.h"
+#include "flexpipe/workflow/pretrained_folder.h"
 
 namespace flexpipe {
 
@@ -84,6 +85,7 @@ void check_request(TrainRequest& o) {
   if (request.data_parallel < 1) throw Error(fmt::format("--dp {}: at least one copy", request.data_parallel));
   if (o.command.captured_model.empty() && (!request.export_weights.empty() || !request.export_dir.empty()))
     throw Error("--export-weights and --export-dir are for a captured model: add --model GRAPH.json");
+  resolve_pretrained_folder(o);
 }
 
 void check_data(TrainRequest& o) {
@@ -163,9 +165,10 @@ int train(TrainRequest& o, const std::vector<std::string>& command_line) {
   schedule.spec = o.schedule;
   if (o.command.schedule.devices == 0 && devices_from_command(schedule))
     o.command.schedule.devices = kDefaultTrainDevices;
-  if (!in_job && ranks > 1) return launch_ranks(o, ranks, command_line);
+  if (!in_job && ranks > 1) return write_pretrained_folder(o, launch_ranks(o, ranks, command_line));
   prepare_request(o.command);
-  return run_runtime(request);
+  const int code = run_runtime(request);
+  return in_job ? code : write_pretrained_folder(o, code);
 }
 
 }  // namespace flexpipe

@@ -370,6 +370,30 @@ TEST(CapturedGraphs, NotesAndKeptModulesRoundTrip) {
   EXPECT_EQ(parse_cost_graph(cost_graph_to_json(graph), "again"), graph);
 }
 
+// A graph captured through torch.export: its tracer, its floating type, inputs by forward's argument names,
+// and an edge that keeps its size when the model trains in another type (a mask) all read back.
+TEST(CapturedGraphs, TracerTypeNamedInputsAndUnscaledEdgesRoundTrip) {
+  CostGraph graph = parse_cost_graph(kSmallGraph, "g.json");
+  graph.capture = CaptureRecord{.file = "gpt2.py",
+                                .factory = "tiny",
+                                .inputs = {{{2, 128}, "int64", "input_ids"}, {{2, 128}, "int64", "attention_mask"}},
+                                .loss = "cross_entropy",
+                                .tracer = "export",
+                                .dtype = "float64"};
+  graph.edges[0].unscaled = true;
+  const std::string text = cost_graph_to_json(graph);
+  EXPECT_NE(text.find(R"("name": "attention_mask")"), std::string::npos);
+  EXPECT_NE(text.find(R"("unscaled": true)"), std::string::npos);
+  EXPECT_EQ(parse_cost_graph(text, "again"), graph);
+  EXPECT_EQ(captured_element_bytes(*graph.capture), 8);  // the record's type, not the inputs' (integers)
+  // Scaled to float32 (half the bytes), the mask's edge keeps its size and the other edges halve.
+  const CostGraph halved = with_activation_bytes_scaled(graph, 0.5);
+  EXPECT_EQ(halved.edges[0].bytes, graph.edges[0].bytes);
+  for (size_t e = 1; e < graph.edges.size(); ++e) EXPECT_EQ(halved.edges[e].bytes, 0.5 * graph.edges[e].bytes);
+  EXPECT_EQ(error_of(with(R"("to": "b", "bytes": {"per_token": 4}})", R"("to": "b", "bytes": 4, "unscaled": 1})")),
+            "g.json: edges[0].unscaled: expected true or false, got 1");
+}
+
 TEST(CapturedGraphs, CaptureRecordErrorsNameTheJsonPath) {
   const auto captured = [](const std::string& record) {
     std::string text = kSmallGraph;
@@ -384,7 +408,12 @@ TEST(CapturedGraphs, CaptureRecordErrorsNameTheJsonPath) {
   EXPECT_EQ(captured(R"({"file": 3})"), "g.json: capture.file: expected a string, got 3");
   EXPECT_EQ(captured(R"({"model": "x"})"),
             "g.json: capture.model: unknown key (known keys: file, factory, inputs, loss, threads, warmup, repeats, "
-            "clock, torch, kept_whole)");
+            "clock, torch, tracer, dtype, kept_whole)");
+  EXPECT_EQ(captured(R"({"tracer": "dynamo"})"), "g.json: capture.tracer: 'dynamo' is not a tracer: fx or export");
+  EXPECT_EQ(captured(R"({"dtype": "int64"})"),
+            "g.json: capture.dtype: 'int64' is not a floating type: float32, float64, float16 or bfloat16");
+  EXPECT_EQ(captured(R"({"inputs": [{"shape": [2], "name": "ids"}, {"shape": [2], "name": "ids"}]})"),
+            "g.json: capture.inputs[1].name: 'ids' is already the name of capture.inputs[0]");
 }
 
 }  // namespace

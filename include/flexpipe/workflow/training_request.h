@@ -52,6 +52,7 @@ struct TrainRequest {
   double auto_margin = 0.05;
   bool auto_margin_given = false;
   std::string export_tolerance;  // passed to the export of a captured --model; empty: its own
+  std::string pretrained_dir;    // --export-weights DIR/: the transformers folder to write (pretrained_folder.h)
   // Set by resolve_auto_schedule (auto_schedule.h) and partition_captured_model (captured_plan.h).
   std::optional<AutoChoice> auto_choice;
 };

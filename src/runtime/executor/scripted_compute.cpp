@@ -25,12 +25,13 @@ namespace {
 // Everything travels in the training dtype, in one receive buffer; integer tensors and masks come back to
 // their own type and the chunk holds them so: what its operators save of one is that tensor (the cost
 // graph's unscaled edge). The floating tensors are then copied out of the buffer, which would otherwise
-// stay, holding the integers' travelling copies too.
+// stay, holding the integers' travelling copies too. A floating tensor of another type (a float32 mask
+// torch.full made in a float64 model) is held as it travelled, as the cost graph scales it.
 void hold_in_their_types(const ChunkSpec& spec, std::vector<at::Tensor>& received) {
   std::vector<const void*> converted;
   for (size_t i = 0; i < spec.inputs.size() && i < received.size(); ++i) {
     const at::ScalarType type = scalar_type(spec.inputs[i].dtype);
-    if (received[i].scalar_type() == type) continue;
+    if (received[i].scalar_type() == type || at::isFloatingType(type)) continue;
     converted.push_back(storage_key(received[i]));
     received[i] = received[i].to(type);
   }
@@ -168,7 +169,7 @@ void Executor::State::scripted_forward(Local& l, int mb) {
         throw Error(fmt::format("chunk 0 reads {}, which is not one of the model's inputs", in.name));
       values[in.name] = data.inputs[j];
     } else {
-      values[in.name] = m.inputs.at(i);
+      values[in.name] = m.inputs.at(i).to(scalar_type(in.dtype));  // a floating one of another type
     }
   }
   m.pieces.assign(spec.pieces.size() + (c.loss ? 1 : 0), PieceRun{});
