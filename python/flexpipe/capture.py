@@ -300,6 +300,7 @@ class _Traced:
         # Buffers of another type than the captured floating one keep their size when the model trains in
         # another (as the saved tensors': measure.saved_storages).
         self.floating = captured_floating(model, inputs)
+        self.floating_size = torch.empty(0, dtype=self.floating).element_size()
 
     def _trace_doubled(self):
         """The same trace at twice the micro-batch turns every byte and FLOP count into a polynomial."""
@@ -377,10 +378,29 @@ class _Traced:
         at2 = (_saved_of_inputs(reader, producers, self.attributed2, self.outputs2,
                                 lambda a: formulas.tensor_bytes(self.values2[a])) if self.outputs2 is not None else
                {a: 2 * b for a, b in at1.items()})
-        return [dict({"from": a.name, "to": reader, "bytes": self.tensor_bytes_of(a).json(),
-                      "saved_bytes": self.polynomial(at1[a.name], at2[a.name]).json()},
-                     **({"unscaled": True} if self.unscaled_output(a) else {}))
-                for a in input_nodes if self.produces(a)]
+        edges = []
+        for a in input_nodes:
+            if not self.produces(a):
+                continue
+            edge = {"from": a.name, "to": reader, "bytes": self.tensor_bytes_of(a).json(),
+                    "saved_bytes": self.polynomial(at1[a.name], at2[a.name]).json()}
+            if self.unscaled_output(a):
+                edge["unscaled"] = True
+            elif self.other_floating_type(a):
+                # It travels, and a receiving stage holds it, in the training type; what its reader saves is
+                # a copy in its own type (Mixtral's float32 routing weights in a float64 model).
+                edge["bytes"] = self.polynomial(self.values1[a.name].numel() * self.floating_size,
+                                                self.values2[a.name].numel() * self.floating_size
+                                                if self.values2 is not None else
+                                                2 * self.values1[a.name].numel() * self.floating_size).json()
+                edge["saved_bytes"] = 0
+            edges.append(edge)
+        return edges
+
+    def other_floating_type(self, node):
+        """Whether a node's output is one floating tensor of another type than the captured one."""
+        value = self.values1[node.name]
+        return isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != self.floating
 
 
 _POWER_SCALING = {"rule": "power", "batch_exponent": 1, "sequence_exponent": 0}

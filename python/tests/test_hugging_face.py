@@ -30,6 +30,8 @@ import reference
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "hugging_face")
 sys.path.insert(0, EXAMPLES)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: every model is built from its config
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # from_pretrained's progress bar and warnings
 
 VOCABULARY = 64
 # model: its inputs by name ((shape, dtype)), its outputs' classes (None: the vocabulary), the two
@@ -47,6 +49,7 @@ TWO_CHUNKS_PER_RANK = {"interleaved-1f1b", "zb-v", "dualpipev"}
 AUTO_CLASSES = {"gpt2": "AutoModelForCausalLM", "llama": "AutoModelForCausalLM", "mixtral": "AutoModelForCausalLM",
                 "bert": "AutoModelForMaskedLM", "t5": "AutoModelForSeq2SeqLM", "vit": "AutoModelForImageClassification"}
 MICROBATCHES = 4
+MEMORY_SLACK = {"mixtral": 128}  # bytes; see check()
 
 
 def factory(name):
@@ -172,9 +175,11 @@ class HuggingFaceTraining(unittest.TestCase):
             "120", "--json")
         report = json.loads(done.stdout[done.stdout.index("{"):])["runs"][0]
         for rank in report["memory"]:
-            if os.environ.get("NOMEM"): continue
-            self.assertEqual(rank["measured_peak_saved_bytes"], rank["simulated_peak_activation_bytes"],
-                             f"{name} {schedule}: rank {rank['rank']}")
+            # Byte for byte, except where Mixtral's router weights (float32 in the float64 model) cross a cut:
+            # the receiving rank holds them as they travelled (float64) and their reader saves a float32
+            # copy, 128 bytes the graph does not see (docs/capture.md, Limits).
+            self.assertLessEqual(abs(rank["measured_peak_saved_bytes"] - rank["simulated_peak_activation_bytes"]),
+                                 MEMORY_SLACK.get(name, 0), f"{name} {schedule}: rank {rank['rank']}")
         losses, state = reference_training(name, data, [s["learning_rate"] for s in report["steps"]])
         for step, (got, want) in enumerate(zip([s["loss"] for s in report["steps"]], losses)):
             self.assertLessEqual(abs(got - want), RELATIVE * abs(want), f"{name} {schedule}: loss of step {step}")

@@ -55,8 +55,9 @@ void add_capture_command(CLI::App& app, int&) {
   command->callback([o] {
     std::vector<std::string> arguments = {"capture", o->model};
     for (const std::string& input : o->inputs) arguments.insert(arguments.end(), {"--input", input});
-    arguments.insert(arguments.end(), {"--loss", o->loss, "-o", o->output, "--warmup", std::to_string(o->warmup),
-                                       "--repeats", std::to_string(o->repeats), "--clock", o->clock, "--tracer", o->tracer});
+    arguments.insert(arguments.end(),
+                     {"--loss", o->loss, "-o", o->output, "--warmup", std::to_string(o->warmup), "--repeats",
+                      std::to_string(o->repeats), "--clock", o->clock, "--tracer", o->tracer});
     if (!o->name.empty()) arguments.insert(arguments.end(), {"--name", o->name});
     if (o->debug) arguments.push_back("--debug");
     exec_python_package(arguments);

@@ -41,8 +41,8 @@ constexpr int kVersion = 1;
 
 constexpr std::string_view kTopLevelKeys[] = {"format", "version", "name",  "time_unit", "reference", "hardware",
                                               "link",   "layers",  "nodes", "edges",     "capture"};
-constexpr std::string_view kCaptureKeys[] = {"file",  "factory", "inputs", "loss",  "threads",   "warmup",
-                                             "repeats", "clock", "torch", "tracer", "dtype", "kept_whole"};
+constexpr std::string_view kCaptureKeys[] = {"file",    "factory", "inputs", "loss",   "threads", "warmup",
+                                             "repeats", "clock",   "torch",  "tracer", "dtype",   "kept_whole"};
 constexpr std::string_view kCapturedInputKeys[] = {"shape", "dtype", "name"};
 constexpr std::string_view kKeptWholeKeys[] = {"module", "reason"};
 constexpr std::string_view kReferenceKeys[] = {"microbatch_size", "seq_len"};
@@ -439,8 +439,8 @@ class Reader : public interop::JsonPathReader {
       fail("capture.tracer", fmt::format("'{}' is not a tracer: fx or export", result.tracer));
     if (!result.dtype.empty() && result.dtype != "float32" && result.dtype != "float64" && result.dtype != "float16" &&
         result.dtype != "bfloat16")
-      fail("capture.dtype", fmt::format("'{}' is not a floating type: float32, float64, float16 or bfloat16",
-                                        result.dtype));
+      fail("capture.dtype",
+           fmt::format("'{}' is not a floating type: float32, float64, float16 or bfloat16", result.dtype));
     if (value.contains("inputs")) {
       const json& inputs = array(value["inputs"], "capture.inputs");
       for (size_t i = 0; i < inputs.size(); ++i) {
@@ -453,7 +453,8 @@ class Reader : public interop::JsonPathReader {
           input.name = text(inputs[i]["name"], json_child(path, "name"));
           for (size_t j = 0; j < result.inputs.size(); ++j)
             if (result.inputs[j].name == input.name)
-              fail(json_child(path, "name"), fmt::format("'{}' is already the name of capture.inputs[{}]", input.name, j));
+              fail(json_child(path, "name"),
+                   fmt::format("'{}' is already the name of capture.inputs[{}]", input.name, j));
         }
         if (!inputs[i].contains("shape")) fail(json_child(path, "shape"), "missing");
         const json& shape = array(inputs[i]["shape"], json_child(path, "shape"));

@@ -28,8 +28,8 @@ void resolve_pretrained_folder(TrainRequest& o) {
 int write_pretrained_folder(const TrainRequest& o, int code) {
   if (code != 0 || o.pretrained_dir.empty()) return code;
   const std::string& weights = o.command.request.export_weights;
-  const int written = run_python_package(
-      {"pretrained", o.command.captured_model, "--weights", weights, "-o", o.pretrained_dir});
+  const int written =
+      run_python_package({"pretrained", o.command.captured_model, "--weights", weights, "-o", o.pretrained_dir});
   if (written == 0) {
     std::error_code ignored;
     std::filesystem::remove(weights, ignored);  // the folder holds the weights now

@@ -43,7 +43,8 @@ std::vector<at::Tensor> named_inputs(const std::string& path, const c10::Dict<c1
       return e.key().isString() && e.key().toStringRef() == spec.name;
     });
     if (at == given.end())
-      throw Error(fmt::format("{}: \"inputs\" has no '{}'; the model takes {}", path, spec.name, fmt::join(names, ", ")));
+      throw Error(
+          fmt::format("{}: \"inputs\" has no '{}'; the model takes {}", path, spec.name, fmt::join(names, ", ")));
     if (!at->value().isTensor())
       throw Error(fmt::format("{}: \"inputs\"['{}'] is a {}, not a Tensor", path, spec.name, at->value().tagKind()));
     found.push_back(at->value().toTensor());
@@ -91,7 +92,10 @@ TensorData TensorData::from_file(const std::string& path, const ExportManifest& 
     return std::nullopt;
   };
   const std::optional<c10::IValue> inputs = entry("inputs");
-  if (!inputs) throw Error(fmt::format("{}: no \"inputs\" (a Tensor, a list of Tensors in forward's order, or a dict of them by forward's argument names)", path));
+  if (!inputs)
+    throw Error(fmt::format(
+        "{}: no \"inputs\" (a Tensor, a list of Tensors in forward's order, or a dict of them by forward's argument names)",
+        path));
   std::vector<at::Tensor> given;
   if (inputs->isTensor()) {
     given.push_back(inputs->toTensor());
