@@ -69,30 +69,44 @@ def _export_arguments(argv):
     return parser.parse_args(argv)
 
 
-def _export(argv):
-    options = _export_arguments(argv)
+def _guarded(command, options, action):
+    """(exit code, what action() returned): bad input (a CaptureError, a file that cannot be written) is
+    one `error:` line and code 2, any other failure the package's (_internal_error); --debug adds the
+    traceback."""
     from .errors import CaptureError
-    from .export import export
     try:
-        if options.export_tolerance is not None and not options.export_tolerance >= 0:
-            raise CaptureError(f"--export-tolerance must be a number from 0, got {options.export_tolerance}")
-        manifest = export(options.graph, options.plan, options.output, dtype=options.dtype,
-                          check=not options.no_check, tolerance=options.export_tolerance)
+        return 0, action()
     except CaptureError as error:
         if options.debug:
             _debug_traceback(error)
         print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
+        return BAD_INPUT, None
     except OSError as error:
         if options.debug:
             traceback.print_exc()
         print(f"error: {error.filename or options.output}: cannot write: {error.strerror}", file=sys.stderr)
-        return BAD_INPUT
+        return BAD_INPUT, None
     except Exception as error:  # noqa: BLE001 - any other failure is the package's: one line unless --debug
         if options.debug:
             traceback.print_exc()
-            return INTERNAL_ERROR
-        return _internal_error("export", error)
+            return INTERNAL_ERROR, None
+        return _internal_error(command, error), None
+
+
+def _export(argv):
+    options = _export_arguments(argv)
+    from .errors import CaptureError
+    from .export import export
+
+    def run():
+        if options.export_tolerance is not None and not options.export_tolerance >= 0:
+            raise CaptureError(f"--export-tolerance must be a number from 0, got {options.export_tolerance}")
+        return export(options.graph, options.plan, options.output, dtype=options.dtype,
+                      check=not options.no_check, tolerance=options.export_tolerance)
+
+    code, manifest = _guarded("export", options, run)
+    if code:
+        return code
     pieces = sum(len(chunk.get("pieces", [])) for chunk in manifest["chunks"])
     print(f"{os.path.join(options.output, 'manifest.json')}: {len(manifest['chunks'])} chunks"
           + (f" ({pieces} pieces where the plan recomputes or offloads)" if pieces else "")
@@ -111,23 +125,11 @@ def _pretrained(argv):
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="the folder to write")
     parser.add_argument("--debug", action="store_true", help="on an error, print the Python traceback as well")
     options = parser.parse_args(argv)
-    from .errors import CaptureError
     from .pretrained import save_pretrained
-    try:
-        count = save_pretrained(options.graph, options.weights, options.output)
-    except CaptureError as error:
-        if options.debug:
-            _debug_traceback(error)
-        print(f"error: {error}", file=sys.stderr)
-        return BAD_INPUT
-    except OSError as error:
-        print(f"error: {error.filename or options.output}: cannot write: {error.strerror}", file=sys.stderr)
-        return BAD_INPUT
-    except Exception as error:  # noqa: BLE001 - any other failure is the package's: one line unless --debug
-        if options.debug:
-            traceback.print_exc()
-            return INTERNAL_ERROR
-        return _internal_error("pretrained", error)
+    code, count = _guarded("pretrained", options,
+                           lambda: save_pretrained(options.graph, options.weights, options.output))
+    if code:
+        return code
     print(f"weights: {count} tensors in {options.output} (config.json, model.safetensors: "
           "AutoModel*.from_pretrained reads it)", file=sys.stderr)  # stdout may be train's --json report
     return 0

@@ -18,6 +18,7 @@ import torch.fx as fx
 from .calling import keyword_inputs
 from .errors import CaptureError, where
 
+
 def _first_line(error):
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
@@ -249,20 +250,6 @@ def _operator_name(group, used_names):
     return name
 
 
-def operator_draws_random_numbers(operator_module):
-    """Whether an operator's ATen graph draws from the generator: an op tagged nondeterministic_seeded
-    (dropout, bernoulli, rand), attention only when its dropout probability is not 0 (Llama's is)."""
-    for node in operator_module.graph.nodes:
-        if node.op != "call_function" or torch.Tag.nondeterministic_seeded not in getattr(node.target, "tags", ()):
-            continue
-        if "scaled_dot_product" in str(node.target):
-            probability = node.kwargs.get("dropout_p", node.args[4] if len(node.args) > 4 else 0.0)
-            if probability == 0:
-                continue
-        return True
-    return False
-
-
 def _named_tensor(module, target):
     atoms = target.split(".")
     value = module
@@ -316,11 +303,8 @@ def trace_exported(model, example_inputs, input_names):
     top = fx.Graph()
     root = torch.nn.Module()
     env = {}
-    input_nodes = []
     for name in names:
-        placeholder = placeholders.get(name)
-        env[placeholder] = top.placeholder(name)
-        input_nodes.append(env[placeholder])
+        env[placeholders[name]] = top.placeholder(name)
     trace = ExportTrace()
     used_names = set()
     for group in groups:

@@ -17,6 +17,7 @@ import re
 import torch
 import torch.fx as fx
 
+from .calling import call_model
 from .errors import CaptureError
 # load and run_chunks are this module's too (`from flexpipe.export import load`); the check below calls
 # run_chunks through this module, as the tests replace it here.
@@ -26,7 +27,6 @@ from .losses import LOSSES, loss_module, reduction, target_of
 from .measure import LOSS_NODE
 from .out_of_place import make_out_of_place
 from .scripting import script_draws_random_numbers, trace_script, updates_buffers
-from .calling import call_model
 from .tracers import trace_model
 from .tracing import model_input_nodes
 from .values import at as _at, leaves as _leaves
@@ -230,7 +230,7 @@ class _Cutter:
         env = {}
 
         def received(key):
-            """A tensor that arrives in its memory order (laid_out) as the model had it: a view back."""
+            """A tensor that arrives in its memory order (layout()): permuted back to the model's strides, a view."""
             layout = self.layout(key)
             return placeholders[key] if layout is None else \
                 graph.call_method("permute", (placeholders[key], *layout[1]))

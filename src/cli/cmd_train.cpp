@@ -90,6 +90,13 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
       ->add_option("--clip", o->command.request.training.max_grad_norm,
                    "Clip gradients by their global norm over all stages; 0: never [1.0]")
       ->check(non_negative_number());
+  auto plain_sgd_given = std::make_shared<bool>(false);
+  CLI::Option* plain_sgd = command->add_flag(
+      "--plain-sgd", *plain_sgd_given,
+      "SGD at a constant --lr: --optimizer sgd --warmup 0 --min-lr-ratio 1 --clip 0 --weight-decay 0 (what "
+      "torch.optim.SGD does with no scheduler, clipping or decay)");
+  for (const char* name : {"--optimizer", "--warmup", "--min-lr-ratio", "--clip", "--weight-decay"})
+    plain_sgd->excludes(name);
   command->add_option("--curve", o->command.request.curve_path, "Write the loss curve as an SVG chart (rank 0)");
   command->add_option("--checkpoint", o->command.request.checkpoint_dir, "Directory for checkpoints [none]");
   command->add_option("--save-every", o->command.request.save_every, "Steps between checkpoints; 0: at the end [0]")
@@ -97,8 +104,16 @@ void add_train_command(CLI::App& app, const std::vector<std::string>& command_li
   command->add_flag("--resume", o->command.request.resume, "Continue from the latest checkpoint in --checkpoint");
   command->add_flag("--verify", o->command.request.verify,
                     "Also train in one process with autograd and compare (small models only)");
-  command->callback([o, auto_margin, &command_line, &exit_code] {
+  command->callback([o, auto_margin, plain_sgd_given, &command_line, &exit_code] {
     o->auto_margin_given = auto_margin->count() > 0;
+    if (*plain_sgd_given) {
+      runtime::TrainingOptions& t = o->command.request.training;
+      t.optimizer = "sgd";
+      t.warmup_steps = 0;
+      t.min_lr_ratio = 1;
+      t.max_grad_norm = 0;
+      t.weight_decay = 0;
+    }
     exit_code = train(*o, command_line);
   });
 }

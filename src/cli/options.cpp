@@ -166,7 +166,10 @@ void add_training_options(CLI::App* command, TrainingCommand& o, const std::stri
                    "offload decisions [a captured --model: partitioned by default, GRAPH.plan.json]")
       ->excludes("--partition");
   command->add_option("--seed", o.request.training.seed,
-                      fmt::format("Seed of the weights and the data [{}]", o.request.training.seed));
+                      fmt::format("Seed of the weights, the synthetic data and dropout (a captured --model's weights "
+                                  "are its factory's after torch.manual_seed(0); the seed draws its dropout masks and "
+                                  "synthetic data) [{}]",
+                                  o.request.training.seed));
   command
       ->add_option("--optimizer", o.request.training.optimizer,
                    fmt::format("sgd or adamw [{}]", o.request.training.optimizer))
