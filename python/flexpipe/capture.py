@@ -15,8 +15,8 @@ from .measure import LOSS_NODE, PassTimes, captured_floating, saved_storages, ti
 from .options import CaptureOptions
 from .out_of_place import make_out_of_place, mutated_input
 from .tracers import trace_model
-from .values import leaves as _leaves
 from .tracing import model_input_nodes
+from .values import leaves as _leaves
 
 PASSES = ("forward", "backward_input", "backward_weight")
 
@@ -315,12 +315,15 @@ class _Traced:
 
     def _attribute(self, order, feeds, layer_of, loss):
         """What each operator saves, at b and at 2b (or twice b's when the graph depends on the batch)."""
-        saved, self.outputs, self.unscaled = saved_storages(_as_exported(self.model, self.graph_module, self.inputs, self.names, self.tracer_name),
-                                                            self.inputs, loss)
+        def as_exported(graph_module, inputs):
+            return _as_exported(self.model, graph_module, inputs, self.names, self.tracer_name)
+
+        saved, self.outputs, self.unscaled = saved_storages(as_exported(self.graph_module, self.inputs), self.inputs,
+                                                            loss)
         self.attributed = _attribute_saved(order, saved, feeds, layer_of)
         if self.graph_module2 is not None:
-            saved2, self.outputs2, self.unscaled2 = saved_storages(
-                _as_exported(self.model, self.graph_module2, self.doubled, self.names, self.tracer_name), self.doubled, loss)
+            saved2, self.outputs2, self.unscaled2 = saved_storages(as_exported(self.graph_module2, self.doubled),
+                                                                   self.doubled, loss)
             self.attributed2 = _attribute_saved(order, saved2, feeds, layer_of)
         else:
             self.outputs2, self.unscaled2 = None, set()
