@@ -48,5 +48,7 @@ def save_pretrained(graph, weights_path, out_dir):
         raise CaptureError(f"{weights_path}: does not fit {type(model).__name__}: "
                            f"{' '.join(line.strip() for line in first[:2])}") from None
     os.makedirs(out_dir, exist_ok=True)
+    from transformers.utils import logging as transformers_logging
+    transformers_logging.disable_progress_bar()  # one line says what was written
     model.save_pretrained(out_dir)
     return len(weights)

@@ -23,6 +23,7 @@ void resolve_pretrained_folder(TrainRequest& o) {
   std::filesystem::create_directories(weights, error);
   if (error) throw Error(fmt::format("--export-weights {}: cannot make the folder: {}", weights, error.message()));
   weights = (std::filesystem::path(weights) / kWeightsFile).string();
+  o.command.request.export_weights_quietly = true;
 }
 
 int write_pretrained_folder(const TrainRequest& o, int code) {

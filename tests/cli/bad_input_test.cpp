@@ -72,7 +72,7 @@ TEST_F(BadInput, LimitsAndRatesMustBeQuantitiesInTheirRange) {
       {"train --model g.json --plan p.json --export-tolerance tight",
        "--export-tolerance: must be a number of at least 0, got 'tight'"},
       // --plain-sgd sets these; given too, one of them would silently lose.
-      {"train --plain-sgd --clip 1", "--plain-sgd excludes --clip"},
+      {"train --plain-sgd --clip 1", "--clip excludes --plain-sgd"},
       {"train --optimizer adamw --plain-sgd", "--optimizer excludes --plain-sgd"},
   };
   expect_refused(cases, 2, true);

@@ -54,6 +54,7 @@ struct RunRequest {
   CostGraph captured_graph;
   std::string export_dir;      // "": the GPT-style model above
   std::string export_weights;  // write the trained weights by their state_dict names (torch.load reads it); "" none
+  bool export_weights_quietly = false;  // a file the launcher makes a folder of: its own line says what was written
   TrainingOptions training;
   RankEnv env;
   std::string device = "cpu";   // --device: cpu, cuda or cuda:N (flexpipe/train/device.h)

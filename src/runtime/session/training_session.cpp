@@ -117,7 +117,8 @@ RunOutcome TrainingSession::train(const ScheduledRun& run, const HookRegistry& h
   }
   if (!request_.export_weights.empty() && !outcome.diverged)
     export_weights(*manifest_, executor.state(), schedule, replica, world_,
-                   {request_.export_weights, request_.json, request_.training.steps - 1, timeout_});
+                   {request_.export_weights, request_.json || request_.export_weights_quietly,
+                    request_.training.steps - 1, timeout_});
   if (world_.rank() == 0 && !request_.curve_path.empty() && !report.steps.empty())
     write_curve(report, identity["model"].get<std::string>(), schedule);
   if (request_.verify && !outcome.diverged) {
