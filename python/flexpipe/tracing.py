@@ -102,6 +102,25 @@ class _RecordedRandomFunctions:
             setattr(torch, name, function)
 
 
+class _CustomFunctionsRefused:
+    """While a trace runs: a custom torch.autograd.Function applied to a proxy is refused (torch.fx cannot
+    see into it, and torch 2.11's Function.apply crashes the process on a proxy): the module is kept
+    whole, or `--tracer auto` takes torch.export, which traces through it."""
+
+    def __enter__(self):
+        self.original = vars(torch.autograd.Function)["apply"]  # the classmethod itself, to put back as it was
+
+        def apply(cls, *args, **kwargs):
+            if any(isinstance(a, fx.Proxy) for a in (*args, *kwargs.values())):
+                raise fx.proxy.TraceError(f"a custom torch.autograd.Function ({cls.__name__}) cannot be traced by "
+                                          "torch.fx")
+            return self.original.__func__(cls, *args, **kwargs)
+        torch.autograd.Function.apply = classmethod(apply)
+
+    def __exit__(self, *exc):
+        torch.autograd.Function.apply = self.original
+
+
 class DataDependentControlFlow(Exception):
     """Python control flow that depends on a tensor's values: cannot be traced into a static graph."""
 
@@ -311,7 +330,7 @@ class CaptureTracer(fx.Tracer):
         concrete = {p.name: p.default for p in parameters[len(example_inputs):]
                     if p.default is not inspect.Parameter.empty}
         self._placeholder_values.update(concrete)
-        with _RecordedRandomFunctions(self):
+        with _RecordedRandomFunctions(self), _CustomFunctionsRefused():
             graph = self.trace(root, concrete_args=concrete or None)
         return graph
 

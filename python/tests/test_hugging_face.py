@@ -337,6 +337,46 @@ class CannotBeCaptured(unittest.TestCase):
             capture(factory("bert")(), {"attention_mask": torch.ones_like(ids), "input_ids": ids}, "cross_entropy",
                     tracer="fx", time_operators=False)
 
+    def test_what_fx_cannot_trace_is_captured_through_torch_export(self):
+        # A custom autograd.Function: torch.fx cannot see into it (torch 2.11 crashed on its proxy), so by
+        # default the capture takes torch.export, and says which tracer it used.
+        class Square(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            def backward(ctx, gradient):
+                x, = ctx.saved_tensors
+                return 2 * x * gradient
+
+        class Squared(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.linear = torch.nn.Linear(4, 4)
+
+            def forward(self, x):
+                return Square.apply(self.linear(x))
+
+        graph = capture(Squared(), [torch.randn(2, 4)], "mse", time_operators=False)
+        self.assertEqual(graph["capture"]["tracer"], "export")
+        self.assertEqual([n["kind"] for n in graph["nodes"]], ["input", "linear", "mul", "mse"])
+        with self.assertRaisesRegex(CaptureError, r"^cannot trace the model \(Squared\): a custom "
+                                                  r"torch\.autograd\.Function \(Square\) cannot be traced by "
+                                                  r"torch\.fx at "):
+            capture(Squared(), [torch.randn(2, 4)], "mse", tracer="fx", time_operators=False)
+
+    def test_the_command_names_the_tracer(self):
+        with tempfile.TemporaryDirectory() as directory:
+            done = subprocess.run([sys.executable, "-m", "flexpipe", "capture", f"{EXAMPLES}/gpt2.py:tiny", "--input",
+                                   "input_ids=2x8:int64", "--loss", "cross_entropy", "--repeats", "1", "--warmup", "0",
+                                   "-o", os.path.join(directory, "g.json")], capture_output=True, text=True,
+                                  timeout=600)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertRegex(done.stderr.splitlines()[-1], r"g\.json: 63 operators, \d+ tensors, 28544 parameters; "
+                                                           r"traced with torch\.export$")
+
     def test_what_torch_export_refuses_and_fx_too(self):
         class DataDependent(torch.nn.Module):
             def forward(self, x):
