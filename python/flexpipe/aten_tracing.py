@@ -29,15 +29,14 @@ class ExportFailed(CaptureError):
 
 
 class ExportTrace:
-    """What tracing.CaptureTracer records, for a trace through torch.export: every node's concrete value,
-    the module path of each operator (its layer) and which nodes only describe shapes (none here: the
-    export specialized every shape)."""
+    """What tracing.CaptureTracer records that the capture and the export read, for a trace through
+    torch.export: every node's concrete value, the module path of each operator (its layer) and which nodes
+    only describe shapes (none here: the export specialized every shape)."""
 
     def __init__(self):
         self.values = {}
         self.module_of = {}
         self.metadata_nodes = set()
-        self.constants = {}
 
 
 def _output_index(out_spec):
@@ -222,7 +221,7 @@ def _operator_module(group, exported_module, reads, results):
 
     def reference(old):
         if old not in env:  # a get_attr: a parameter, buffer or constant of the model
-            attributes[old.target] = _named_tensor(exported_module, old.target)
+            attributes[old.target] = operator.attrgetter(old.target)(exported_module)
             env[old] = graph.get_attr(old.target)
         return env[old]
 
@@ -248,14 +247,6 @@ def _operator_name(group, used_names):
         name = f"{base}_{count}"
     used_names.add(name)
     return name
-
-
-def _named_tensor(module, target):
-    atoms = target.split(".")
-    value = module
-    for atom in atoms:
-        value = getattr(value, atom)
-    return value
 
 
 @contextlib.contextmanager

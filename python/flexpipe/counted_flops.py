@@ -6,14 +6,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from .formulas import Costs, tensor_bytes
-
-
-def _tensors(value):
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    return []
+from .values import leaves as value_leaves
 
 
 def _counted(function):
@@ -42,7 +35,7 @@ def counted_costs(module, args, parameter_bytes):
         output = module(*arguments)
     in_bytes = sum(tensor_bytes(a) for a in args if isinstance(a, torch.Tensor))
     out_bytes = tensor_bytes(output)
-    differentiable = [t for t in _tensors(output) if t.requires_grad]
+    differentiable = [t for _, t in value_leaves(output) if isinstance(t, torch.Tensor) and t.requires_grad]
     input_flops = weight_flops = 0
     if differentiable:
         seeds = [torch.ones_like(t) for t in differentiable]
